@@ -1,0 +1,47 @@
+package order
+
+// PlaceOrderRequest is the JSON body of checkout's POST /orders. Prices are
+// never taken from the client: checkout prices each line from its catalog.
+//
+//	{"customerId": "17850", "country": "United Kingdom", "reference": "536365",
+//	 "lines": [{"stockCode": "85123A", "quantity": 6}]}
+type PlaceOrderRequest struct {
+	CustomerID string        `json:"customerId,omitempty"` // optional: empty or absent means a guest
+	Country    string        `json:"country,omitempty"`
+	Reference  string        `json:"reference,omitempty"`
+	Lines      []RequestLine `json:"lines"`
+}
+
+// RequestLine is one requested line: a stock code and a quantity (> 0).
+type RequestLine struct {
+	StockCode string `json:"stockCode"`
+	Quantity  int64  `json:"quantity"`
+}
+
+// PlaceOrderResponse is checkout's 202 body.
+type PlaceOrderResponse struct {
+	OrderID string `json:"orderId"`
+	Status  string `json:"status"` // always "accepted"
+	Total   string `json:"total"`  // decimal string, e.g. "15.300"
+}
+
+// ErrorResponse is checkout's body for every 4xx and 5xx answer. Code is a
+// stable machine-readable reason (see the Reason* constants); Error is for
+// people.
+type ErrorResponse struct {
+	Code  string `json:"code"`
+	Error string `json:"error"`
+}
+
+// Rejection reasons returned by checkout in ErrorResponse.Code.
+const (
+	ReasonMalformedJSON       = "malformed_json"
+	ReasonBodyTooLarge        = "body_too_large"
+	ReasonNoLines             = "no_lines"
+	ReasonTooManyLines        = "too_many_lines"
+	ReasonUnknownStockCode    = "unknown_stock_code"
+	ReasonBadQuantity         = "bad_quantity"
+	ReasonBadCustomerID       = "bad_customer_id"
+	ReasonIdempotencyMismatch = "idempotency_key_reused"
+	ReasonAmountOverflow      = "amount_overflow"
+)

@@ -1,0 +1,61 @@
+package order
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"time"
+)
+
+// Line is one priced line of an order. Repeated lines of the same stock code
+// are kept as they are (the data has them, and they are real).
+type Line struct {
+	StockCode   string `json:"stockCode"`
+	Description string `json:"description"`
+	Quantity    int64  `json:"quantity"`
+	UnitPrice   Money  `json:"unitPriceMilli"`
+	LineTotal   Money  `json:"lineTotalMilli"`
+}
+
+// Order is an accepted, priced order, as checkout publishes it.
+type Order struct {
+	OrderID    string    `json:"orderId"`
+	CustomerID string    `json:"customerId,omitempty"` // empty for a guest
+	Country    string    `json:"country,omitempty"`
+	Lines      []Line    `json:"lines"`
+	Total      Money     `json:"totalMilli"`
+	CreatedAt  time.Time `json:"createdAt"`
+	// Reference is the caller's own reference (the replay sets the invoice
+	// number); informational only.
+	Reference string `json:"reference,omitempty"`
+}
+
+// Key is the Kafka record key for the order's events: the customer id, or the
+// order id for a guest, so that one customer's orders keep their order.
+func (o *Order) Key() string { return KeyFor(o.CustomerID, o.OrderID) }
+
+// KeyFor returns the record key for a customer id and order id: the customer
+// id when there is one, the order id for a guest.
+func KeyFor(customerID, orderID string) string {
+	if customerID != "" {
+		return customerID
+	}
+	return orderID
+}
+
+// Guest reports whether the order was placed without a customer id.
+func (o *Order) Guest() bool { return o.CustomerID == "" }
+
+// NewID returns a new random identifier with the given prefix, such as
+// "ord_5f1c0b6a9e3d4c2b8a7f6e5d4c3b2a19". It is 128 bits of crypto/rand.
+func NewID(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go 1.24+ documents it)
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// NormalizeStockCode returns the canonical form of a stock code: trimmed and
+// upper-cased. The data writes the same product as "47566b" and "47566B".
+func NormalizeStockCode(code string) string {
+	return strings.ToUpper(strings.TrimSpace(code))
+}
