@@ -1,0 +1,318 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Handler processes one record. It returns nil when the record is done, a
+// permanent error (see Permanent) when no retry can help, and any other error
+// for a transient failure that is retried.
+//
+// ctx carries the per-record deadline (HandlerTimeout) and is cancelled when
+// the processor shuts down or loses the partition. The record must not be
+// modified or retained after the handler returns. For a record that came back
+// from one of the group's retry topics, r.Topic, r.Partition, r.Offset and
+// r.Timestamp are those of the original record, so a handler never needs to
+// know about retry topics.
+//
+// A handler may be called concurrently for different records, within the
+// guarantees of the ordering mode.
+type Handler func(ctx context.Context, r *kgo.Record) error
+
+// Ordering selects which records may be processed in parallel.
+type Ordering int
+
+const (
+	// OrderPartition processes one record at a time per partition, in offset
+	// order: the classic Kafka consumer. Parallelism is the number of
+	// partitions assigned (up to Concurrency).
+	OrderPartition Ordering = iota
+	// OrderKey processes records of different keys in parallel, and records
+	// of one key one at a time in offset order. Records with a null key are
+	// one key of their own per partition (ordered among themselves).
+	OrderKey
+	// OrderUnordered processes any records in parallel. Commits still only
+	// cover the contiguous run of completed records.
+	OrderUnordered
+)
+
+func (o Ordering) String() string {
+	switch o {
+	case OrderPartition:
+		return "partition"
+	case OrderKey:
+		return "key"
+	case OrderUnordered:
+		return "unordered"
+	}
+	return fmt.Sprintf("Ordering(%d)", int(o))
+}
+
+// ParseOrdering parses "partition", "key" or "unordered".
+func ParseOrdering(s string) (Ordering, error) {
+	switch s {
+	case "partition":
+		return OrderPartition, nil
+	case "key":
+		return OrderKey, nil
+	case "unordered":
+		return OrderUnordered, nil
+	}
+	return 0, fmt.Errorf("ordering %q: want partition, key or unordered", s)
+}
+
+// Opt configures a Processor.
+type Opt interface{ apply(*cfg) }
+
+type opt func(*cfg)
+
+func (o opt) apply(c *cfg) { o(c) }
+
+type cfg struct {
+	brokers        []string
+	group          string
+	topics         []string
+	handler        Handler
+	ordering       Ordering
+	concurrency    int
+	maxRecords     int
+	maxBytes       int64
+	handlerTimeout time.Duration
+	maxAttempts    int
+	backoffMin     time.Duration
+	backoffMax     time.Duration
+	retryDelays    []time.Duration
+	dlq            bool
+	commitInterval time.Duration
+	drainTimeout   time.Duration
+	sessionTimeout time.Duration
+	rebalanceTO    time.Duration
+	instanceID     string
+	clientID       string
+	groupProtocol  string
+	logger         *slog.Logger
+	metrics        *Metrics
+	clientOpts     []kgo.Opt
+	producer       *kgo.Client
+	errorMsgMax    int
+	hooks          hooks
+}
+
+// hooks are test seams; they are nil in production.
+type hooks struct {
+	afterHandle func(r *kgo.Record, err error)
+	beforeCommit func(offsets map[string]map[int32]kgo.EpochOffset)
+}
+
+func defaultCfg() cfg {
+	return cfg{
+		ordering:       OrderPartition,
+		concurrency:    16,
+		maxRecords:     1000,
+		maxBytes:       64 << 20,
+		handlerTimeout: 30 * time.Second,
+		maxAttempts:    3,
+		backoffMin:     100 * time.Millisecond,
+		backoffMax:     5 * time.Second,
+		dlq:            true,
+		commitInterval: time.Second,
+		drainTimeout:   10 * time.Second,
+		sessionTimeout: 45 * time.Second,
+		rebalanceTO:    60 * time.Second,
+		groupProtocol:  "classic",
+		logger:         slog.New(slog.DiscardHandler),
+		errorMsgMax:    1024,
+	}
+}
+
+func (c *cfg) validate() error {
+	var errs []error
+	if len(c.brokers) == 0 {
+		errs = append(errs, errors.New("Brokers: at least one seed broker is required (host:port)"))
+	}
+	if c.group == "" {
+		errs = append(errs, errors.New("Group: a consumer group is required"))
+	}
+	if len(c.topics) == 0 {
+		errs = append(errs, errors.New("Topics: at least one topic is required"))
+	}
+	if c.handler == nil {
+		errs = append(errs, errors.New("WithHandler: a handler is required"))
+	}
+	if c.concurrency < 1 {
+		errs = append(errs, fmt.Errorf("Concurrency: %d, want >= 1", c.concurrency))
+	}
+	if c.maxRecords < 1 {
+		errs = append(errs, fmt.Errorf("MaxInFlight records: %d, want >= 1", c.maxRecords))
+	}
+	if c.maxBytes < 1 {
+		errs = append(errs, fmt.Errorf("MaxInFlight bytes: %d, want >= 1", c.maxBytes))
+	}
+	if c.maxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("MaxAttempts: %d, want >= 1", c.maxAttempts))
+	}
+	if c.backoffMin <= 0 || c.backoffMax < c.backoffMin {
+		errs = append(errs, fmt.Errorf("Backoff: min %v max %v, want 0 < min <= max", c.backoffMin, c.backoffMax))
+	}
+	for i, d := range c.retryDelays {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("RetryTopics: delay %d is %v, want > 0", i+1, d))
+		}
+	}
+	if c.commitInterval <= 0 {
+		errs = append(errs, fmt.Errorf("CommitInterval: %v, want > 0", c.commitInterval))
+	}
+	if c.drainTimeout < 0 {
+		errs = append(errs, fmt.Errorf("DrainTimeout: %v, want >= 0", c.drainTimeout))
+	}
+	if c.groupProtocol != "classic" && c.groupProtocol != "consumer" {
+		errs = append(errs, fmt.Errorf("GroupProtocol: %q, want classic or consumer (KIP-848)", c.groupProtocol))
+	}
+	return errors.Join(errs...)
+}
+
+// Brokers sets the seed brokers ("host:port"). Required. Kafka setting:
+// bootstrap.servers.
+func Brokers(brokers ...string) Opt { return opt(func(c *cfg) { c.brokers = brokers }) }
+
+// Group sets the consumer group. Required. Kafka setting: group.id. The
+// group's retry topics are "<group>.retry.<n>" and its DLQ is "<group>.dlq".
+func Group(group string) Opt { return opt(func(c *cfg) { c.group = group }) }
+
+// Topics sets the topics to consume. Required. The group's retry topics, if
+// any, are consumed in addition and need not be listed.
+func Topics(topics ...string) Opt { return opt(func(c *cfg) { c.topics = topics }) }
+
+// WithHandler sets the record handler. Required.
+func WithHandler(h Handler) Opt { return opt(func(c *cfg) { c.handler = h }) }
+
+// WithOrdering sets the ordering mode. Default OrderPartition.
+func WithOrdering(o Ordering) Opt { return opt(func(c *cfg) { c.ordering = o }) }
+
+// Concurrency sets how many handler calls may run at once across all
+// partitions of this member. Default 16. Records waiting for a retry backoff
+// or parked behind a busy key do not hold one of these slots.
+func Concurrency(n int) Opt { return opt(func(c *cfg) { c.concurrency = n }) }
+
+// MaxInFlight bounds the records (count) and value+key bytes that this member
+// holds between fetch and commit point. When either bound is reached, fetching
+// pauses (kgo PauseFetchPartitions) and resumes once three quarters of the
+// room is free again: the backpressure that keeps a slow handler from growing
+// memory. Defaults 1000 records and 64 MiB. The closest Kafka settings are
+// max.poll.records and fetch.max.bytes, which bound one poll, not the backlog.
+func MaxInFlight(records int, bytes int64) Opt {
+	return opt(func(c *cfg) { c.maxRecords, c.maxBytes = records, bytes })
+}
+
+// HandlerTimeout sets how long one attempt of one record may run before its
+// context is cancelled and it counts as a transient failure. Default 30s; 0
+// disables. Unlike max.poll.interval.ms it does not affect group membership:
+// franz-go heartbeats from its own goroutine whatever the handler does.
+func HandlerTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.handlerTimeout = d }) }
+
+// MaxAttempts sets how many times a record is tried in place (the first try
+// included) before it moves to the next retry topic or to the DLQ. Default 3.
+func MaxAttempts(n int) Opt { return opt(func(c *cfg) { c.maxAttempts = n }) }
+
+// Backoff sets the in-place retry delay: exponential from min, doubling per
+// attempt, capped at max, with full jitter in [d/2, d]. Defaults 100ms and 5s.
+// A record waiting out its backoff does not hold a Concurrency slot, and only
+// delays the records behind it in its partition (OrderPartition) or key
+// (OrderKey).
+func Backoff(min, max time.Duration) Opt {
+	return opt(func(c *cfg) { c.backoffMin, c.backoffMax = min, max })
+}
+
+// RetryTopics enables retry topics with the given delays, one topic per delay:
+// "<group>.retry.1" for delays[0] and so on. A record whose in-place attempts
+// are exhausted with a transient error is written to the next retry topic with
+// a due time; the group consumes its retry topics and handles each record
+// again once it is due, without blocking other partitions and without
+// committing the retry topic record before it is handled. After the last retry
+// topic the record goes to the DLQ. Default: none (straight to the DLQ). The
+// topics must exist (see RetryTopicNames).
+func RetryTopics(delays ...time.Duration) Opt {
+	return opt(func(c *cfg) { c.retryDelays = delays })
+}
+
+// DeadLetter enables or disables the group's DLQ "<group>.dlq". Default true.
+// With the DLQ disabled, a record that exhausts its attempts stays
+// uncommitted and is retried with the maximum backoff until it succeeds,
+// stalling its partition (or key): choose that only when losing order is
+// worse than stalling.
+func DeadLetter(enabled bool) Opt { return opt(func(c *cfg) { c.dlq = enabled }) }
+
+// CommitInterval sets how often completed offsets are committed. Default 1s.
+// Commits are also made on revoke and on shutdown. Kafka setting:
+// auto.commit.interval.ms (auto-commit itself is disabled: offsets are
+// committed only after records are processed).
+func CommitInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitInterval = d }) }
+
+// DrainTimeout bounds how long a revoke or a shutdown waits for in-flight
+// handler calls of the released partitions before committing what completed.
+// Default 10s; it must stay well under RebalanceTimeout. Handlers still running
+// after it are cancelled and their records are not committed (the next owner
+// handles them again: at-least-once).
+func DrainTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.drainTimeout = d }) }
+
+// SessionTimeout and RebalanceTimeout set the group's session.timeout.ms
+// (default 45s) and rebalance.timeout.ms (default 60s). Heartbeats run in the
+// background, so a slow handler never expires the session; the rebalance
+// timeout must cover DrainTimeout plus a commit.
+func SessionTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.sessionTimeout = d }) }
+
+// RebalanceTimeout: see SessionTimeout.
+func RebalanceTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.rebalanceTO = d }) }
+
+// InstanceID sets a static group member id (KIP-345, group.instance.id).
+// Default empty: dynamic membership.
+func InstanceID(id string) Opt { return opt(func(c *cfg) { c.instanceID = id }) }
+
+// ClientID sets the Kafka client.id, used in logs and metric labels. Default
+// "<group>-<random>".
+func ClientID(id string) Opt { return opt(func(c *cfg) { c.clientID = id }) }
+
+// GroupProtocol selects "classic" (default: JoinGroup/SyncGroup with the
+// cooperative-sticky assignor, KIP-429) or "consumer" (KIP-848 server-side
+// assignment; needs Kafka 4.0+).
+func GroupProtocol(p string) Opt { return opt(func(c *cfg) { c.groupProtocol = p }) }
+
+// Logger sets the slog logger. Default: discard. Keys used: group, topic,
+// partition, offset, error.
+func Logger(l *slog.Logger) Opt { return opt(func(c *cfg) { c.logger = l }) }
+
+// WithMetrics sets the Prometheus metrics the processor updates. Default none.
+// One *Metrics may be shared by every processor of a process.
+func WithMetrics(m *Metrics) Opt { return opt(func(c *cfg) { c.metrics = m }) }
+
+// ClientOpts adds franz-go options to the consumer client and to the producer
+// client the processor creates (TLS, SASL, dialer...). Options that the
+// processor relies on (group, topics, auto-commit off, rebalance blocking)
+// are set after these and win.
+func ClientOpts(opts ...kgo.Opt) Opt {
+	return opt(func(c *cfg) { c.clientOpts = append(c.clientOpts, opts...) })
+}
+
+// Producer sets the client used to write retry-topic and DLQ records. Default:
+// the processor creates an idempotent producer (acks=all) and closes it on
+// shutdown; a given producer is not closed.
+func Producer(cl *kgo.Client) Opt { return opt(func(c *cfg) { c.producer = cl }) }
+
+// DLQTopic returns the dead-letter topic of a group: "<group>.dlq".
+func DLQTopic(group string) string { return group + ".dlq" }
+
+// RetryTopicNames returns the retry topics of a group for n delays:
+// "<group>.retry.1" .. "<group>.retry.<n>".
+func RetryTopicNames(group string, n int) []string {
+	out := make([]string, n)
+	for i := range n {
+		out[i] = fmt.Sprintf("%s.retry.%d", group, i+1)
+	}
+	return out
+}

@@ -1,0 +1,195 @@
+package processor
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the runtime's Prometheus metrics. Create one per process with
+// NewMetrics and pass it to every processor with WithMetrics; a nil *Metrics
+// records nothing. All names start with "ordercast_consumer_"; labels are
+// group, topic, partition (and client_id for per-member gauges). Safe for
+// concurrent use.
+type Metrics struct {
+	consumedRecs  *prometheus.CounterVec
+	consumedBytes *prometheus.CounterVec
+	processed     *prometheus.CounterVec
+	failed        *prometheus.CounterVec
+	retriedC      *prometheus.CounterVec
+	deadLettered  *prometheus.CounterVec
+	retryTopic    *prometheus.CounterVec
+	fwdFailed     *prometheus.CounterVec
+	droppedC      *prometheus.CounterVec
+	fetchErrors   *prometheus.CounterVec
+	rebalances    *prometheus.CounterVec
+	committedOff  *prometheus.GaugeVec
+	lag           *prometheus.GaugeVec
+	inFlightRecs  *prometheus.GaugeVec
+	inFlightBytes *prometheus.GaugeVec
+	pausedG       *prometheus.GaugeVec
+	handlerDur    *prometheus.HistogramVec
+	commitDur     *prometheus.HistogramVec
+	commitErrs    *prometheus.CounterVec
+}
+
+// NewMetrics creates the runtime's metrics and registers them with reg
+// (prometheus.DefaultRegisterer when reg is nil). It panics if they are
+// already registered with reg: create one Metrics per registry.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	ns := "ordercast_consumer"
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
+	}
+	gv := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, labels)
+	}
+	m := &Metrics{
+		consumedRecs:  cv("records_consumed_total", "Records fetched and handed to the runtime.", "group", "topic"),
+		consumedBytes: cv("bytes_consumed_total", "Key and value bytes of records fetched.", "group", "topic"),
+		processed:     cv("records_processed_total", "Handler calls that returned nil.", "group", "topic"),
+		failed:        cv("records_failed_total", "Handler calls that returned an error, by error class.", "group", "topic", "class"),
+		retriedC:      cv("records_retried_total", "In-place retries scheduled.", "group", "topic"),
+		deadLettered:  cv("records_dead_lettered_total", "Records written to the group's DLQ.", "group"),
+		retryTopic:    cv("records_retry_topic_total", "Records written to a retry topic.", "group", "retry_topic"),
+		fwdFailed:     cv("forward_failures_total", "Failed writes to a retry topic or the DLQ (the source offset is held).", "group", "target"),
+		droppedC:      cv("records_dropped_stale_total", "Records dropped because they were fetched under an older assignment.", "group", "topic"),
+		fetchErrors:   cv("fetch_errors_total", "Fetch errors reported by the client.", "group"),
+		rebalances:    cv("rebalances_total", "Partition assignment changes seen by members, by kind (assigned, revoked, lost, shutdown).", "group", "kind"),
+		committedOff:  gv("committed_offset", "Last offset committed by this process for the partition.", "group", "topic", "partition"),
+		lag:           gv("lag", "Records between the committed offset and the last seen high watermark (last stable offset for read_committed).", "group", "topic", "partition"),
+		inFlightRecs:  gv("in_flight_records", "Records held between fetch and commit point.", "group", "client_id"),
+		inFlightBytes: gv("in_flight_bytes", "Key and value bytes of records held.", "group", "client_id"),
+		pausedG:       gv("fetch_paused", "1 while fetching is paused for backpressure.", "group", "client_id"),
+		handlerDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "handler_duration_seconds",
+			Help: "Duration of one handler call.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"group", "topic"}),
+		commitDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "commit_duration_seconds",
+			Help: "Duration of one offset commit request.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"group"}),
+		commitErrs: cv("commit_errors_total", "Offset commits that failed.", "group"),
+	}
+	reg.MustRegister(m.consumedRecs, m.consumedBytes, m.processed, m.failed, m.retriedC, m.deadLettered, m.retryTopic,
+		m.fwdFailed, m.droppedC, m.fetchErrors, m.rebalances, m.committedOff, m.lag, m.inFlightRecs, m.inFlightBytes,
+		m.pausedG, m.handlerDur, m.commitDur, m.commitErrs)
+	return m
+}
+
+func (m *Metrics) consumed(group, topic string, _ int32, bytes int64) {
+	if m == nil {
+		return
+	}
+	m.consumedRecs.WithLabelValues(group, topic).Inc()
+	m.consumedBytes.WithLabelValues(group, topic).Add(float64(bytes))
+}
+
+func (m *Metrics) handled(group, topic string, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.handlerDur.WithLabelValues(group, topic).Observe(d.Seconds())
+	if err == nil {
+		m.processed.WithLabelValues(group, topic).Inc()
+	} else {
+		m.failed.WithLabelValues(group, topic, ErrorClass(err)).Inc()
+	}
+}
+
+func (m *Metrics) retried(group, topic string) {
+	if m != nil {
+		m.retriedC.WithLabelValues(group, topic).Inc()
+	}
+}
+
+func (m *Metrics) forwarded(group, target string, dlq bool) {
+	if m == nil {
+		return
+	}
+	if dlq {
+		m.deadLettered.WithLabelValues(group).Inc()
+	} else {
+		m.retryTopic.WithLabelValues(group, target).Inc()
+	}
+}
+
+func (m *Metrics) forwardFailed(group, target string) {
+	if m != nil {
+		m.fwdFailed.WithLabelValues(group, target).Inc()
+	}
+}
+
+func (m *Metrics) dropped(group, topic string, n int) {
+	if m != nil && n > 0 {
+		m.droppedC.WithLabelValues(group, topic).Add(float64(n))
+	}
+}
+
+func (m *Metrics) fetchError(group string) {
+	if m != nil {
+		m.fetchErrors.WithLabelValues(group).Inc()
+	}
+}
+
+func (m *Metrics) rebalance(group, kind string) {
+	if m != nil {
+		m.rebalances.WithLabelValues(group, kind).Inc()
+	}
+}
+
+func (m *Metrics) committed(group, topic string, partition int32, offset int64) {
+	if m != nil {
+		m.committedOff.WithLabelValues(group, topic, strconv.Itoa(int(partition))).Set(float64(offset))
+	}
+}
+
+// setLag publishes end - committed for s (p.mu held by the caller).
+func (m *Metrics) setLag(group string, s *partState) {
+	if m == nil || s.committed < 0 || s.hwm <= 0 {
+		return
+	}
+	lag := s.hwm - s.committed
+	if lag < 0 {
+		lag = 0
+	}
+	m.lag.WithLabelValues(group, s.tp.topic, strconv.Itoa(int(s.tp.partition))).Set(float64(lag))
+}
+
+func (m *Metrics) forget(group string, t tp) {
+	if m == nil {
+		return
+	}
+	part := strconv.Itoa(int(t.partition))
+	m.lag.DeleteLabelValues(group, t.topic, part)
+	m.committedOff.DeleteLabelValues(group, t.topic, part)
+}
+
+func (m *Metrics) setInFlight(group, client string, recs int, bytes int64) {
+	if m == nil {
+		return
+	}
+	m.inFlightRecs.WithLabelValues(group, client).Set(float64(recs))
+	m.inFlightBytes.WithLabelValues(group, client).Set(float64(bytes))
+}
+
+func (m *Metrics) setPaused(group, client string, paused bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if paused {
+		v = 1
+	}
+	m.pausedG.WithLabelValues(group, client).Set(v)
+}
+
+func (m *Metrics) commitLatency(group string, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.commitDur.WithLabelValues(group).Observe(d.Seconds())
+	if err != nil {
+		m.commitErrs.WithLabelValues(group).Inc()
+	}
+}

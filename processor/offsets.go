@@ -1,0 +1,73 @@
+package processor
+
+// offsetTracker computes a partition's commit point: the offset after the
+// contiguous run of completed records, in the order they were fetched.
+//
+// Records of one partition arrive in offset order, but offsets are not dense
+// (compaction and transaction markers leave gaps), so the tracker keeps the
+// fetched offsets themselves rather than assuming offset+1. Completion order
+// is arbitrary (key and unordered modes); the commit point only ever moves
+// forward and never passes an offset that has not completed.
+//
+// Not safe for concurrent use: the processor guards it with its mutex.
+type offsetTracker struct {
+	entries []*offsetEntry // fetched, not yet passed by the commit point, in offset order
+	head    int            // entries[:head] are passed and nil
+	mark    int64          // commit point: the next offset to consume; -1 until the first record is passed
+}
+
+type offsetEntry struct {
+	offset int64
+	done   bool
+}
+
+func newOffsetTracker() *offsetTracker { return &offsetTracker{mark: -1} }
+
+// add appends a fetched offset and returns its entry. Offsets must be added in
+// increasing order; an offset at or below the last added one is refused
+// (returns nil): it is a re-delivery from an older fetch and must not be
+// handled again by this assignment.
+func (t *offsetTracker) add(offset int64) *offsetEntry {
+	if n := len(t.entries); n > t.head {
+		if offset <= t.entries[n-1].offset {
+			return nil
+		}
+	} else if t.mark >= 0 && offset < t.mark {
+		return nil
+	}
+	e := &offsetEntry{offset: offset}
+	t.entries = append(t.entries, e)
+	return e
+}
+
+// complete marks e done and advances the commit point over the contiguous run
+// of done entries. It reports whether the commit point moved.
+func (t *offsetTracker) complete(e *offsetEntry) bool {
+	e.done = true
+	moved := false
+	for t.head < len(t.entries) && t.entries[t.head].done {
+		t.mark = t.entries[t.head].offset + 1
+		t.entries[t.head] = nil
+		t.head++
+		moved = true
+	}
+	if t.head > 64 && t.head*2 >= len(t.entries) {
+		n := copy(t.entries, t.entries[t.head:])
+		clear(t.entries[n:])
+		t.entries = t.entries[:n]
+		t.head = 0
+	}
+	return moved
+}
+
+// pending is the number of fetched offsets not yet passed by the commit point.
+func (t *offsetTracker) pending() int { return len(t.entries) - t.head }
+
+// truncate forgets every entry not yet passed (records dropped on revoke or
+// shutdown). The commit point stays where it is, so the dropped records will
+// be fetched again by whoever owns the partition next.
+func (t *offsetTracker) truncate() {
+	clear(t.entries)
+	t.entries = t.entries[:0]
+	t.head = 0
+}

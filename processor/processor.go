@@ -1,0 +1,321 @@
+// Package processor is Ordercast's resilient Kafka consumer runtime, built on
+// franz-go: group consumption that commits only the contiguous run of
+// completed offsets, three ordering modes with bounded in-flight work and
+// fetch pausing as backpressure, in-place retries with backoff, retry topics,
+// a dead-letter topic, rebalance-safe draining and graceful shutdown.
+//
+// Data flows one way: fetch (poll loop) -> partition lanes (dispatch.go) ->
+// handler (worker) -> completion (offsets.go) -> commit (commit.go). Failed
+// records go through retry.go and dlq.go; rebalance.go holds the
+// assign/revoke/lost callbacks.
+//
+// A record is committed only after its handler returned nil or after it was
+// written to a retry topic or the DLQ, so delivery is at-least-once; pair the
+// handler with an inbox (package inbox) for effectively-once effects.
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/ordercast/ordercast/order"
+)
+
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+func (t tp) String() string { return fmt.Sprintf("%s[%d]", t.topic, t.partition) }
+
+// Processor consumes topics as one member of a consumer group and runs a
+// Handler for every record. Create it with New, run it with Run. Its methods
+// are safe for concurrent use.
+type Processor struct {
+	cfg         cfg
+	cl          *kgo.Client
+	prod        *kgo.Client
+	ownProd     bool
+	retryTopics []string
+	retryIndex  map[string]int
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	parts    map[tp]*partState
+	ready    []*lane
+	inRecs   int
+	inBytes  int64
+	paused   bool
+	stopping bool
+	ran      bool
+
+	commitMu sync.Mutex
+	baseCtx  context.Context
+	cancel   context.CancelFunc
+}
+
+// partState is this member's state for one assigned partition. It lives from
+// OnPartitionsAssigned until the partition is revoked or lost.
+type partState struct {
+	tp        tp
+	state     int // partActive, partDraining, partGone
+	tracker   *offsetTracker
+	lanes     map[laneKey]*lane
+	running   int   // handler calls or forward writes in progress
+	recs      int   // records held (fetched, not completed or dropped)
+	bytes     int64 // their key+value bytes
+	committed int64 // last offset committed by this member (-1: none yet)
+	hwm       int64 // last seen high watermark / last stable offset
+	blocked   error // non-nil while a retry-topic/DLQ write keeps failing
+	ctx       context.Context
+	cancel    context.CancelFunc
+}
+
+const (
+	partActive = iota
+	partDraining
+	partGone
+)
+
+// New creates a Processor and its franz-go clients. It does not contact the
+// brokers; Run does. It returns an error listing every invalid option.
+func New(opts ...Opt) (*Processor, error) {
+	c := defaultCfg()
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("processor: invalid config: %w", err)
+	}
+	if c.clientID == "" {
+		c.clientID = c.group + "-" + order.NewID("")[:8]
+	}
+	c.logger = c.logger.With("group", c.group, "client_id", c.clientID)
+	p := &Processor{
+		cfg:        c,
+		parts:      make(map[tp]*partState),
+		retryIndex: make(map[string]int),
+	}
+	p.cond = sync.NewCond(&p.mu)
+	p.baseCtx, p.cancel = context.WithCancel(context.Background())
+	p.retryTopics = RetryTopicNames(c.group, len(c.retryDelays))
+	for i, t := range p.retryTopics {
+		p.retryIndex[t] = i
+	}
+	topics := append(append([]string{}, c.topics...), p.retryTopics...)
+
+	kopts := append([]kgo.Opt{}, c.clientOpts...)
+	kopts = append(kopts,
+		kgo.SeedBrokers(c.brokers...),
+		kgo.ClientID(c.clientID),
+		kgo.ConsumerGroup(c.group),
+		kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.SessionTimeout(c.sessionTimeout),
+		kgo.RebalanceTimeout(c.rebalanceTO),
+		kgo.OnPartitionsAssigned(p.onAssigned),
+		kgo.OnPartitionsRevoked(p.onRevoked),
+		kgo.OnPartitionsLost(p.onLost),
+	)
+	if c.instanceID != "" {
+		kopts = append(kopts, kgo.InstanceID(c.instanceID))
+	}
+	if c.groupProtocol == "consumer" {
+		kopts = append(kopts, kgo.ServerSideBalancer())
+	} else {
+		kopts = append(kopts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	}
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("processor: consumer client: %w", err)
+	}
+	p.cl = cl
+	if c.producer != nil {
+		p.prod = c.producer
+	} else {
+		popts := append([]kgo.Opt{}, c.clientOpts...)
+		popts = append(popts,
+			kgo.SeedBrokers(c.brokers...),
+			kgo.ClientID(c.clientID+"-dlq"),
+			kgo.RequiredAcks(kgo.AllISRAcks()),
+			kgo.ProducerLinger(0),
+		)
+		prod, err := kgo.NewClient(popts...)
+		if err != nil {
+			cl.Close()
+			return nil, fmt.Errorf("processor: producer client: %w", err)
+		}
+		p.prod, p.ownProd = prod, true
+	}
+	return p, nil
+}
+
+// Client returns the consumer's franz-go client (for admin lookups and
+// metrics hooks). Do not poll or commit with it.
+func (p *Processor) Client() *kgo.Client { return p.cl }
+
+// Group returns the consumer group.
+func (p *Processor) Group() string { return p.cfg.group }
+
+// Run joins the group and processes records until ctx is cancelled or a fatal
+// client error occurs. On return it has stopped fetching, let in-flight
+// records finish (up to DrainTimeout), committed what completed, left the
+// group and closed its clients. It returns nil after a cancellation-triggered
+// shutdown, ErrClosed if called twice, and otherwise the fatal error.
+func (p *Processor) Run(ctx context.Context) error {
+	p.mu.Lock()
+	if p.ran {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.ran = true
+	p.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for range p.cfg.concurrency {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.worker() }()
+	}
+	commitCtx, stopCommitter := context.WithCancel(context.Background())
+	committerDone := make(chan struct{})
+	go func() { defer close(committerDone); p.committer(commitCtx) }()
+
+	pollErr := p.pollLoop(ctx)
+
+	// Shutdown: nothing new is dispatched; in-flight records finish up to
+	// DrainTimeout; what completed is committed; then the group is left.
+	p.release(p.cl, p.ownedPartitions(), true, "shutdown")
+	stopCommitter()
+	<-committerDone
+	p.mu.Lock()
+	p.stopping = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	wg.Wait()
+	p.cl.Close() // leaves the group; onRevoked finds nothing left to commit
+	p.cancel()
+	if p.ownProd {
+		p.prod.Close()
+	}
+	p.cfg.logger.Info("processor stopped")
+	if pollErr != nil && !errors.Is(pollErr, context.Canceled) {
+		return pollErr
+	}
+	return nil
+}
+
+// pollLoop fetches records and hands them to partition lanes until ctx ends.
+// With BlockRebalanceOnPoll, a rebalance can only run between polls, after
+// the polled records were enqueued: so a revoke callback always sees every
+// record fetched under the old assignment and can drop them.
+func (p *Processor) pollLoop(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		for p.paused && ctx.Err() == nil {
+			p.waitWithContext(ctx)
+		}
+		room := p.cfg.maxRecords - p.inRecs
+		p.mu.Unlock()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if room < 1 {
+			room = 1
+		}
+		fetches := p.cl.PollRecords(ctx, room)
+		if fetches.IsClientClosed() {
+			p.cl.AllowRebalance()
+			return errors.New("processor: client closed")
+		}
+		var fatal error
+		fetches.EachError(func(t string, part int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			p.cfg.logger.Warn("fetch error", "topic", t, "partition", part, "error", err)
+			p.cfg.metrics.fetchError(p.cfg.group)
+		})
+		p.enqueue(fetches)
+		p.cl.AllowRebalance()
+		if fatal != nil {
+			return fatal
+		}
+	}
+}
+
+// waitWithContext waits on p.cond (p.mu held) until a broadcast or ctx ends.
+func (p *Processor) waitWithContext(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	p.cond.Wait()
+	stop()
+}
+
+// ownedPartitions returns the partitions this member currently holds.
+func (p *Processor) ownedPartitions() map[string][]int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string][]int32)
+	for k, ps := range p.parts {
+		if ps.state == partActive {
+			out[k.topic] = append(out[k.topic], k.partition)
+		}
+	}
+	return out
+}
+
+// Health is a point-in-time view of a processor for readiness checks.
+type Health struct {
+	Group      string   `json:"group"`
+	ClientID   string   `json:"clientId"`
+	MemberID   string   `json:"memberId"`
+	Generation int32    `json:"generation"`
+	Joined     bool     `json:"joined"`
+	Partitions []string `json:"partitions"`
+	InFlight   int      `json:"inFlight"`
+	Paused     bool     `json:"paused"`
+	// Blocked lists partitions whose retry-topic or DLQ write keeps failing:
+	// they are paused and their commit point is held.
+	Blocked []string `json:"blocked,omitempty"`
+}
+
+// Health returns the processor's current state. Safe for concurrent use.
+func (p *Processor) Health() Health {
+	member, gen := p.cl.GroupMetadata()
+	h := Health{Group: p.cfg.group, ClientID: p.cfg.clientID, MemberID: member, Generation: gen, Joined: member != "" && gen >= 0}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, ps := range p.parts {
+		if ps.state != partActive {
+			continue
+		}
+		h.Partitions = append(h.Partitions, k.String())
+		if ps.blocked != nil {
+			h.Blocked = append(h.Blocked, fmt.Sprintf("%s: %v", k, ps.blocked))
+		}
+	}
+	h.InFlight = p.inRecs
+	h.Paused = p.paused
+	return h
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,159 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func TestAllRecordsHandledAndCommitted(t *testing.T) {
+	for _, mode := range []Ordering{OrderPartition, OrderKey, OrderUnordered} {
+		t.Run(mode.String(), func(t *testing.T) {
+			addrs := testCluster(t, map[string]int32{"in": 6})
+			const n = 600
+			var recs []*kgo.Record
+			for i := range n {
+				recs = append(recs, &kgo.Record{Topic: "in", Partition: int32(i % 6), Key: []byte(strconv.Itoa(i % 37)), Value: val(i)})
+			}
+			produce(t, addrs, recs...)
+			h := newHistory()
+			var mu sync.Mutex
+			lastPerKey := map[string]int{}
+			orderViolations := 0
+			stop := runProcessor(t, Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(mode), Concurrency(8),
+				CommitInterval(50*time.Millisecond),
+				WithHandler(func(ctx context.Context, r *kgo.Record) error {
+					i, _ := strconv.Atoi(string(r.Value[1:]))
+					if mode != OrderUnordered {
+						mu.Lock()
+						k := string(r.Key) + "/" + strconv.Itoa(int(r.Partition))
+						if prev, ok := lastPerKey[k]; ok && prev > i {
+							orderViolations++
+						}
+						lastPerKey[k] = i
+						mu.Unlock()
+					}
+					h.add(string(r.Value))
+					return nil
+				}))
+			waitFor(t, 20*time.Second, "all records handled", func() bool { return h.distinct() == n })
+			waitFor(t, 10*time.Second, "commits at the end", func() bool {
+				c := committed(t, addrs, "g", "in")
+				total := int64(0)
+				for _, o := range c {
+					total += o
+				}
+				return total == n
+			})
+			stop()
+			if orderViolations > 0 {
+				t.Fatalf("%d per-key order violations", orderViolations)
+			}
+			for i := range n {
+				if c := h.count(string(val(i))); c != 1 {
+					t.Fatalf("record %d handled %d times", i, c)
+				}
+			}
+		})
+	}
+}
+
+// S05 and S07: a record that fails is never passed by a commit until it is in
+// the DLQ, and later records keep flowing.
+func TestFailedRecordGoesToDLQBeforeCommitPassesIt(t *testing.T) {
+	for _, permanent := range []bool{true, false} {
+		t.Run(fmt.Sprintf("permanent=%v", permanent), func(t *testing.T) {
+			addrs := testCluster(t, map[string]int32{"in": 1, "g.dlq": 1})
+			var recs []*kgo.Record
+			for i := 1; i <= 5; i++ {
+				recs = append(recs, &kgo.Record{Topic: "in", Key: []byte("k"), Value: val(i)})
+			}
+			produce(t, addrs, recs...)
+			h := newHistory()
+			var mu sync.Mutex
+			var violations []string
+			attempts := 0
+			p, err := New(Brokers(addrs...), Group("g"), Topics("in"), MaxAttempts(3), Backoff(time.Millisecond, 5*time.Millisecond),
+				CommitInterval(20*time.Millisecond),
+				WithHandler(func(ctx context.Context, r *kgo.Record) error {
+					if string(r.Value) == string(val(3)) {
+						mu.Lock()
+						attempts++
+						mu.Unlock()
+						if permanent {
+							return Permanent(errors.New("cannot ever work"))
+						}
+						return errors.New("still broken")
+					}
+					h.add(string(r.Value))
+					return nil
+				}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			admCl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admCl.Close()
+			adm := kadm.NewClient(admCl)
+			// The oracle: whenever a commit passes offset 2 (record 3), the
+			// DLQ must already hold a record.
+			p.cfg.hooks.beforeCommit = func(offs map[string]map[int32]kgo.EpochOffset) {
+				o, ok := offs["in"][0]
+				if !ok || o.Offset <= 2 {
+					return
+				}
+				ends, err := adm.ListEndOffsets(context.Background(), "g.dlq")
+				end, _ := ends.Lookup("g.dlq", 0)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil || end.Offset < 1 {
+					violations = append(violations, fmt.Sprintf("commit %d passes offset 2 before its DLQ write (dlq end %d, err %v)", o.Offset, end.Offset, err))
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error)
+			go func() { done <- p.Run(ctx) }()
+			dlq := readAll(t, addrs, "g.dlq", 1, 20*time.Second)
+			if len(dlq) != 1 || string(dlq[0].Value) != string(val(3)) {
+				t.Fatalf("DLQ: got %d records", len(dlq))
+			}
+			waitFor(t, 10*time.Second, "records 4 and 5 handled and committed", func() bool {
+				return h.count(string(val(5))) == 1 && committed(t, addrs, "g", "in")[0] == 5
+			})
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			hdr := map[string]string{}
+			for _, x := range dlq[0].Headers {
+				hdr[x.Key] = string(x.Value)
+			}
+			wantAttempts := "3"
+			wantClass := "transient"
+			if permanent {
+				wantAttempts, wantClass = "1", "permanent"
+			}
+			if hdr[HeaderOriginalTopic] != "in" || hdr[HeaderOriginalOffset] != "2" || hdr[HeaderConsumerGroup] != "g" ||
+				hdr[HeaderAttempts] != wantAttempts || hdr[HeaderErrorClass] != wantClass || hdr[HeaderErrorMessage] == "" {
+				t.Fatalf("DLQ headers: %v", hdr)
+			}
+			if string(dlq[0].Key) != "k" {
+				t.Fatalf("DLQ key %q", dlq[0].Key)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(violations) > 0 {
+				t.Fatal(violations)
+			}
+		})
+	}
+}
