@@ -106,7 +106,7 @@ type cfg struct {
 
 // hooks are test seams; they are nil in production.
 type hooks struct {
-	afterHandle func(r *kgo.Record, err error)
+	afterHandle  func(r *kgo.Record, err error)
 	beforeCommit func(offsets map[string]map[int32]kgo.EpochOffset)
 }
 

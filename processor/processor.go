@@ -21,10 +21,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/ordercast/ordercast/order"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
-
 
 type tp struct {
 	topic     string

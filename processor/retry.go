@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
 )
 
 // backoff returns the delay before in-place attempt n+1 (n >= 1): exponential
@@ -94,4 +93,3 @@ func parseMillis(v string) time.Time {
 	}
 	return time.UnixMilli(ms)
 }
-
