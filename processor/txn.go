@@ -1,0 +1,285 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TxnHandler transforms one consumed record into the records to produce for
+// it. It runs inside a Kafka transaction: its output and the consumed offset
+// commit together or not at all. It must not have side effects outside Kafka
+// (a database write or an e-mail is not covered by the transaction: use an
+// inbox for those). A permanent error sends the record to the group's DLQ
+// inside the same transaction; a transient error is retried in place up to
+// MaxAttempts, then dead-lettered the same way.
+type TxnHandler func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error)
+
+// TxnProcessor is the exactly-once mode: transactional
+// consume-transform-produce on franz-go's GroupTransactSession. Each
+// transaction covers the records polled during one CommitInterval (or up to
+// MaxInFlight records); their output records and their offsets (sent with the
+// group's metadata, KIP-447) are committed atomically. Readers with
+// isolation.level=read_committed see every input's output exactly once.
+//
+// On a rebalance or fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, the
+// KIP-890 epoch bump) mid-transaction the session aborts, the rest of the
+// poll is discarded and consumption resumes from the committed offsets
+// (SCENARIOS S12). An error from ending a transaction means the outcome is
+// unknown: the session is closed and a new one re-reads the committed offsets
+// instead of guessing (S13).
+//
+// The ordering mode is OrderPartition (records are transformed in offset
+// order); Concurrency and retry topics do not apply.
+type TxnProcessor struct {
+	cfg     cfg
+	txnID   string
+	handler TxnHandler
+
+	mu   sync.Mutex
+	sess *kgo.GroupTransactSession
+
+	// Committed counts committed transactions; Aborted counts aborted ones.
+	statsMu   sync.Mutex
+	committed int
+	aborted   int
+}
+
+// NewTransactional creates the exactly-once processor. transactionalID must
+// be unique per member and stable across its restarts (so a restarted member
+// fences its zombie predecessor). The same options as New apply (Brokers,
+// Group, Topics, MaxAttempts, Backoff, CommitInterval, MaxInFlight, Logger,
+// ClientOpts...); WithHandler is not used.
+func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnProcessor, error) {
+	c := defaultCfg()
+	c.commitInterval = 100 * time.Millisecond
+	c.handler = func(context.Context, *kgo.Record) error { return nil }
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if transactionalID == "" {
+		return nil, errors.New("processor: NewTransactional: transactionalID is required")
+	}
+	if h == nil {
+		return nil, errors.New("processor: NewTransactional: a TxnHandler is required")
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("processor: invalid config: %w", err)
+	}
+	if c.clientID == "" {
+		c.clientID = transactionalID
+	}
+	c.logger = c.logger.With("group", c.group, "transactional_id", transactionalID)
+	return &TxnProcessor{cfg: c, txnID: transactionalID, handler: h}, nil
+}
+
+func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
+	c := t.cfg
+	opts := append([]kgo.Opt{}, c.clientOpts...)
+	opts = append(opts,
+		kgo.SeedBrokers(c.brokers...),
+		kgo.ClientID(c.clientID),
+		kgo.TransactionalID(t.txnID),
+		kgo.TransactionTimeout(60*time.Second),
+		kgo.ConsumerGroup(c.group),
+		kgo.ConsumeTopics(c.topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.SessionTimeout(c.sessionTimeout),
+		kgo.RebalanceTimeout(c.rebalanceTO),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	)
+	if c.instanceID != "" {
+		opts = append(opts, kgo.InstanceID(c.instanceID))
+	}
+	if c.groupProtocol == "consumer" {
+		opts = append(opts, kgo.ServerSideBalancer())
+	} else {
+		opts = append(opts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	}
+	return kgo.NewGroupTransactSession(opts...)
+}
+
+// Stats returns how many transactions committed and aborted so far.
+func (t *TxnProcessor) Stats() (committed, aborted int) {
+	t.statsMu.Lock()
+	defer t.statsMu.Unlock()
+	return t.committed, t.aborted
+}
+
+// Health reports the member's group state.
+func (t *TxnProcessor) Health() Health {
+	t.mu.Lock()
+	sess := t.sess
+	t.mu.Unlock()
+	h := Health{Group: t.cfg.group, ClientID: t.cfg.clientID}
+	if sess != nil {
+		h.MemberID, h.Generation = sess.Client().GroupMetadata()
+		h.Joined = h.MemberID != "" && h.Generation >= 0
+	}
+	return h
+}
+
+// Run consumes and transforms until ctx is cancelled, then ends the open
+// transaction (committing what was transformed), leaves the group and
+// returns nil. Sessions that fail are replaced after a backoff.
+func (t *TxnProcessor) Run(ctx context.Context) error {
+	failures := 0
+	for ctx.Err() == nil {
+		sess, err := t.newSession()
+		if err != nil {
+			return fmt.Errorf("processor: transactional session: %w", err)
+		}
+		t.mu.Lock()
+		t.sess = sess
+		t.mu.Unlock()
+		err = t.runSession(ctx, sess)
+		sess.Close()
+		if err == nil {
+			return nil
+		}
+		failures++
+		t.cfg.logger.Error("transactional session failed; restarting from committed offsets", "error", err)
+		sleepCtx(ctx, backoff(failures, t.cfg.backoffMin, t.cfg.backoffMax))
+	}
+	return nil
+}
+
+// runSession runs transactions on one session. It returns nil on shutdown and
+// an error when the session must be replaced (outcome unknown).
+func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		fetches := sess.PollRecords(ctx, t.cfg.maxRecords)
+		if fetches.IsClientClosed() {
+			return nil
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				t.cfg.logger.Warn("fetch error", "topic", topic, "partition", p, "error", err)
+			}
+		})
+		recs := fetches.Records()
+		if len(recs) == 0 {
+			continue
+		}
+		if err := sess.Begin(); err != nil {
+			return fmt.Errorf("begin transaction: %w", err)
+		}
+		deadline := time.Now().Add(t.cfg.commitInterval)
+		abort := false
+		var prodErr error
+		var pmu sync.Mutex
+		promise := func(_ *kgo.Record, err error) {
+			if err != nil {
+				pmu.Lock()
+				prodErr = errors.Join(prodErr, err)
+				pmu.Unlock()
+			}
+		}
+		n := 0
+		for {
+			for _, r := range recs {
+				outs, err := t.transform(ctx, r)
+				if err != nil { // shutdown mid-record
+					abort = true
+					break
+				}
+				for _, o := range outs {
+					sess.Produce(ctx, o, promise)
+				}
+				n++
+			}
+			if abort || time.Now().After(deadline) || n >= t.cfg.maxRecords {
+				break
+			}
+			// Keep filling this transaction until the commit interval ends.
+			pctx, cancel := context.WithDeadline(ctx, deadline)
+			more := sess.PollRecords(pctx, t.cfg.maxRecords-n)
+			cancel()
+			if more.IsClientClosed() {
+				abort = true
+				break
+			}
+			recs = more.Records()
+			if len(recs) == 0 {
+				break
+			}
+		}
+		pmu.Lock()
+		if prodErr != nil {
+			abort = true
+		}
+		pmu.Unlock()
+		try := kgo.TryCommit
+		if abort {
+			try = kgo.TryAbort
+		}
+		endCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		committed, err := sess.End(endCtx, try)
+		cancel()
+		t.statsMu.Lock()
+		if committed {
+			t.committed++
+		} else {
+			t.aborted++
+		}
+		t.statsMu.Unlock()
+		if err != nil {
+			return fmt.Errorf("end transaction (outcome unknown): %w", err)
+		}
+		if !committed {
+			t.cfg.logger.Info("transaction aborted; resuming from committed offsets", "records", n, "produce_error", prodErr)
+		}
+	}
+}
+
+// transform runs the handler with in-place retries; after MaxAttempts, or on
+// a permanent error, it returns a DLQ record instead of the output. It
+// returns an error only when ctx ends.
+func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+	it := &item{rec: r, view: r}
+	for {
+		hctx, cancel := ctx, context.CancelFunc(func() {})
+		if t.cfg.handlerTimeout > 0 {
+			hctx, cancel = context.WithTimeout(ctx, t.cfg.handlerTimeout)
+		}
+		outs, err := safeTransform(hctx, t.handler, r)
+		cancel()
+		if err == nil {
+			return outs, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		now := time.Now()
+		it.attempts++
+		it.lastErr = err
+		if it.first.IsZero() {
+			it.first = now
+		}
+		it.last = now
+		if IsPermanent(err) || it.attempts >= t.cfg.maxAttempts {
+			t.cfg.logger.Warn("record dead-lettered inside the transaction", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
+			p := &Processor{cfg: t.cfg}
+			return []*kgo.Record{{Topic: DLQTopic(t.cfg.group), Key: r.Key, Value: r.Value, Headers: p.forwardHeaders(it)}}, nil
+		}
+		sleepCtx(ctx, backoff(it.attempts, t.cfg.backoffMin, t.cfg.backoffMax))
+	}
+}
+
+func safeTransform(ctx context.Context, h TxnHandler, r *kgo.Record) (outs []*kgo.Record, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panic: %v", p)
+		}
+	}()
+	return h(ctx, r)
+}
