@@ -1,0 +1,339 @@
+// Package audit recomputes the order system's guarantees from the database
+// and the topics, not from counters: what `ordercast up --report` writes and
+// what the end-to-end and crash tests assert.
+package audit
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/store"
+)
+
+// Progress counts how far the services got, from the database. An order is
+// fully processed when it is stored, its payment is decided, both its
+// notifications exist and, if paid, its shipment request was seen by the
+// orders service.
+type Progress struct {
+	Accepted          int `json:"ordersAccepted"`
+	Stored            int `json:"ordersStored"`
+	Payments          int `json:"paymentsProcessed"`
+	Paid              int `json:"paymentsPaid"`
+	Debited           int `json:"paymentsDebited"`
+	PaidByCard        int `json:"paymentsByCard"`
+	Refused           int `json:"paymentsRefused"`
+	Notifications     int `json:"notificationsSent"`
+	ShipmentsRecorded int `json:"shipmentsRecorded"`
+	OutboxPending     int `json:"outboxPending"`
+}
+
+// Done reports whether every accepted order went through every service.
+func (p Progress) Done() bool {
+	return p.Accepted > 0 && p.Stored == p.Accepted && p.Payments == p.Accepted &&
+		p.Notifications == p.Accepted+p.Payments && p.ShipmentsRecorded == p.Paid && p.OutboxPending == 0
+}
+
+// Missing describes what is not done yet, for a timeout message.
+func (p Progress) Missing() string {
+	return fmt.Sprintf("accepted %d: stored %d, payments %d (paid %d), notifications %d of %d, shipments seen %d of %d, outbox pending %d",
+		p.Accepted, p.Stored, p.Payments, p.Paid, p.Notifications, p.Accepted+p.Payments, p.ShipmentsRecorded, p.Paid, p.OutboxPending)
+}
+
+// ReadProgress reads the counts. Accepted orders are the published rows of
+// checkout_requests.
+func ReadProgress(ctx context.Context, db *store.DB) (Progress, error) {
+	var p Progress
+	q := []struct {
+		dst *int
+		sql string
+	}{
+		{&p.Accepted, `SELECT COUNT(*) FROM checkout_requests WHERE status = 'published'`},
+		{&p.Stored, `SELECT COUNT(*) FROM orders o JOIN checkout_requests c ON c.order_id = o.order_id AND c.status = 'published'`},
+		{&p.Payments, `SELECT COUNT(*) FROM payments`},
+		{&p.Paid, `SELECT COUNT(*) FROM payments WHERE status = 'PAID'`},
+		{&p.Debited, `SELECT COUNT(*) FROM payments WHERE status = 'PAID' AND method = 'WALLET'`},
+		{&p.PaidByCard, `SELECT COUNT(*) FROM payments WHERE status = 'PAID' AND method = 'CARD'`},
+		{&p.Refused, `SELECT COUNT(*) FROM payments WHERE status = 'REFUSED'`},
+		{&p.Notifications, `SELECT COUNT(*) FROM notifications`},
+		{&p.ShipmentsRecorded, `SELECT COUNT(*) FROM order_status WHERE kind = 'shipment_requested'`},
+		{&p.OutboxPending, `SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL`},
+	}
+	for _, x := range q {
+		if err := db.QueryRowContext(ctx, x.sql).Scan(x.dst); err != nil {
+			return p, fmt.Errorf("audit: %s: %w", x.sql, err)
+		}
+	}
+	return p, nil
+}
+
+// Invariant is one recomputed guarantee.
+type Invariant struct {
+	OK         bool   `json:"ok"`
+	Violations int    `json:"violations"`
+	Detail     string `json:"detail"`
+}
+
+// Result is the audit: counts from the topics and the invariants.
+type Result struct {
+	ShipmentRecords int                  `json:"shipmentRecords"`
+	DLQRecords      map[string]int       `json:"dlqRecords"`
+	Invariants      map[string]Invariant `json:"invariants"`
+}
+
+// OK reports whether every invariant holds.
+func (r *Result) OK() bool {
+	for _, inv := range r.Invariants {
+		if !inv.OK {
+			return false
+		}
+	}
+	return true
+}
+
+func countQuery(ctx context.Context, db *store.DB, q string) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, q).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("audit: %s: %w", q, err)
+	}
+	return n, nil
+}
+
+// Check recomputes the invariants:
+//
+//   - each_accepted_order_stored_once: every published checkout request has
+//     exactly one orders row with all its lines;
+//   - charged_at_most_once: no order has more than one wallet debit, and
+//     every wallet's balance equals its opening credit minus its debits;
+//   - every_debit_has_one_shipment: each PAID payment has exactly one
+//     shipmentRequested record for a read_committed reader, and no other
+//     order has one;
+//   - every_order_fully_processed: each accepted order has a payment and one
+//     notification per (order, kind);
+//   - no_dlq_record_for_valid_input: no DLQ record carries an accepted
+//     (valid) order's event.
+func Check(ctx context.Context, db *store.DB, cl *kgo.Client, serde *schema.Serde) (*Result, error) {
+	res := &Result{Invariants: map[string]Invariant{}, DLQRecords: map[string]int{}}
+	add := func(name string, violations int, detail string) {
+		res.Invariants[name] = Invariant{OK: violations == 0, Violations: violations, Detail: detail}
+	}
+	missing, err := countQuery(ctx, db, `SELECT COUNT(*) FROM checkout_requests c LEFT JOIN orders o ON o.order_id = c.order_id WHERE c.status = 'published' AND o.order_id IS NULL`)
+	if err != nil {
+		return nil, err
+	}
+	badLines, err := countQuery(ctx, db, `SELECT COUNT(*) FROM orders o WHERE o.line_count <> (SELECT COUNT(*) FROM order_lines l WHERE l.order_id = o.order_id)`)
+	if err != nil {
+		return nil, err
+	}
+	dupOrders, err := countQuery(ctx, db, `SELECT COUNT(*) FROM (SELECT order_id FROM checkout_requests WHERE status = 'published' GROUP BY order_id HAVING COUNT(*) > 1) d`)
+	if err != nil {
+		return nil, err
+	}
+	add("each_accepted_order_stored_once", missing+badLines+dupOrders,
+		fmt.Sprintf("%d accepted orders not stored, %d stored with wrong line count, %d order ids accepted twice", missing, badLines, dupOrders))
+
+	doubleDebits, err := countQuery(ctx, db, `SELECT COUNT(*) FROM (SELECT order_id FROM wallet_ledger GROUP BY order_id HAVING COUNT(*) > 1) d`)
+	if err != nil {
+		return nil, err
+	}
+	badBalances, err := countQuery(ctx, db, `SELECT COUNT(*) FROM wallets w WHERE w.balance_milli <> w.opening_milli + COALESCE((SELECT SUM(amount_milli) FROM wallet_ledger l WHERE l.customer_id = w.customer_id), 0)`)
+	if err != nil {
+		return nil, err
+	}
+	negative, err := countQuery(ctx, db, `SELECT COUNT(*) FROM wallets WHERE balance_milli < 0`)
+	if err != nil {
+		return nil, err
+	}
+	add("charged_at_most_once", doubleDebits+badBalances+negative,
+		fmt.Sprintf("%d orders debited more than once, %d wallets whose balance is not opening minus debits, %d negative balances", doubleDebits, badBalances, negative))
+
+	unpaid, err := countQuery(ctx, db, `SELECT COUNT(*) FROM checkout_requests c LEFT JOIN payments p ON p.order_id = c.order_id WHERE c.status = 'published' AND p.order_id IS NULL`)
+	if err != nil {
+		return nil, err
+	}
+	noReceived, err := countQuery(ctx, db, `SELECT COUNT(*) FROM checkout_requests c WHERE c.status = 'published' AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.order_id = c.order_id AND n.kind = 'order_received')`)
+	if err != nil {
+		return nil, err
+	}
+	noPayNote, err := countQuery(ctx, db, `SELECT COUNT(*) FROM payments p WHERE NOT EXISTS (SELECT 1 FROM notifications n WHERE n.order_id = p.order_id AND n.kind IN ('payment_confirmed', 'payment_failed'))`)
+	if err != nil {
+		return nil, err
+	}
+	dupNotes, err := countQuery(ctx, db, `SELECT COUNT(*) FROM (SELECT order_id, kind FROM notifications GROUP BY order_id, kind HAVING COUNT(*) > 1) d`)
+	if err != nil {
+		return nil, err
+	}
+	add("every_order_fully_processed", unpaid+noReceived+noPayNote+dupNotes,
+		fmt.Sprintf("%d accepted orders without a payment decision, %d without an order_received notification, %d payments without a payment notification, %d duplicate (order, kind) notifications", unpaid, noReceived, noPayNote, dupNotes))
+
+	// Shipments, from the topic as a read_committed reader sees it.
+	shipments := map[string]int{}
+	recs, err := ReadTopic(ctx, cl, order.TopicShipmentRequested)
+	if err != nil {
+		return nil, err
+	}
+	res.ShipmentRecords = len(recs)
+	undecodable := 0
+	for _, r := range recs {
+		var ev order.ShipmentRequested
+		if _, err := serde.DecodeContext(ctx, r.Topic, r.Value, &ev); err != nil {
+			undecodable++
+			continue
+		}
+		shipments[ev.OrderID]++
+	}
+	paid, err := queryStrings(ctx, db, `SELECT order_id FROM payments WHERE status = 'PAID'`)
+	if err != nil {
+		return nil, err
+	}
+	wrong := 0
+	paidSet := map[string]bool{}
+	for _, id := range paid {
+		paidSet[id] = true
+		if shipments[id] != 1 {
+			wrong++
+		}
+	}
+	for id := range shipments {
+		if !paidSet[id] {
+			wrong++
+		}
+	}
+	add("every_debit_has_one_shipment", wrong+undecodable,
+		fmt.Sprintf("%d paid orders without exactly one shipmentRequested or shipments for unpaid orders; %d shipment records read (read_committed), %d undecodable", wrong, len(recs), undecodable))
+
+	accepted, err := queryStrings(ctx, db, `SELECT order_id FROM checkout_requests WHERE status = 'published'`)
+	if err != nil {
+		return nil, err
+	}
+	acceptedSet := make(map[string]bool, len(accepted))
+	for _, id := range accepted {
+		acceptedSet[id] = true
+	}
+	validInDLQ := 0
+	for _, g := range order.Groups {
+		dlq := processor.DLQTopic(g)
+		recs, err := ReadTopic(ctx, cl, dlq)
+		if err != nil {
+			return nil, err
+		}
+		res.DLQRecords[g] = len(recs)
+		for _, r := range recs {
+			if id := orderIDOf(ctx, serde, r); id != "" && acceptedSet[id] {
+				validInDLQ++
+			}
+		}
+	}
+	add("no_dlq_record_for_valid_input", validInDLQ, fmt.Sprintf("%d DLQ records carry an accepted order's event", validInDLQ))
+	return res, nil
+}
+
+// orderIDOf decodes a DLQ record's payload with its original topic's schema
+// and returns the order id, or "" if it does not decode.
+func orderIDOf(ctx context.Context, serde *schema.Serde, r *kgo.Record) string {
+	topic := ""
+	for _, h := range r.Headers {
+		if h.Key == processor.HeaderOriginalTopic {
+			topic = string(h.Value)
+		}
+	}
+	switch topic {
+	case order.TopicOrderCreated:
+		var ev order.OrderCreated
+		if _, err := serde.DecodeContext(ctx, topic, r.Value, &ev); err == nil {
+			return ev.OrderID
+		}
+	case order.TopicPaymentProcessed:
+		var ev order.PaymentProcessed
+		if _, err := serde.DecodeContext(ctx, topic, r.Value, &ev); err == nil {
+			return ev.OrderID
+		}
+	case order.TopicShipmentRequested:
+		var ev order.ShipmentRequested
+		if _, err := serde.DecodeContext(ctx, topic, r.Value, &ev); err == nil {
+			return ev.OrderID
+		}
+	}
+	return ""
+}
+
+func queryStrings(ctx context.Context, db *store.DB, q string) ([]string, error) {
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %s: %w", q, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s sql.NullString
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s.String)
+	}
+	return out, rows.Err()
+}
+
+// ReadTopic reads every record of topic up to its current end offsets as a
+// read_committed reader (records of aborted transactions are skipped). It
+// gives up after 60s.
+func ReadTopic(ctx context.Context, cl *kgo.Client, topic string) ([]*kgo.Record, error) {
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offsets
+	if err != nil {
+		return nil, fmt.Errorf("audit: end offsets of %s: %w", topic, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("audit: start offsets of %s: %w", topic, err)
+	}
+	want := map[int32]int64{}
+	offsets := map[string]map[int32]kgo.Offset{topic: {}}
+	ends.Each(func(o kadm.ListedOffset) {
+		s, _ := starts.Lookup(topic, o.Partition)
+		if o.Offset > s.Offset {
+			want[o.Partition] = o.Offset
+			offsets[topic][o.Partition] = kgo.NewOffset().At(s.Offset)
+		}
+	})
+	if len(want) == 0 {
+		return nil, nil
+	}
+	// Control records (transaction markers) are kept so that the last offset
+	// of each partition is seen even when it is a marker; they are filtered
+	// out below.
+	rd, err := kgo.NewClient(append(cl.Opts(), kgo.ConsumePartitions(offsets), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())...)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(want) > 0 {
+		f := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("audit: reading %s: %d partitions not read to their end: %w", topic, len(want), ctx.Err())
+		}
+		f.EachPartition(func(p kgo.FetchTopicPartition) {
+			end, ok := want[p.Partition]
+			for _, r := range p.Records {
+				if ok && r.Offset < end && !r.Attrs.IsControl() {
+					out = append(out, r)
+				}
+			}
+			if n := len(p.Records); ok && n > 0 && p.Records[n-1].Offset+1 >= end {
+				delete(want, p.Partition)
+			}
+		})
+	}
+	return out, nil
+}

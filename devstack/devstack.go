@@ -1,0 +1,190 @@
+// Package devstack is the embedded default that `ordercast up` starts with
+// nothing installed: a Kafka-protocol broker (franz-go kfake) persisting to
+// the data directory, a Confluent-compatible schema registry (franz-go
+// srfake) whose subjects are saved to the data directory on shutdown and
+// restored on start, and the SQLite database file path.
+//
+// Layout of the data directory (default ./.ordercast):
+//
+//	kafka/           kfake's topics, records, committed offsets, producer state
+//	registry.json    the registry's schemas (subject, version, id, text)
+//	ordercast.db     SQLite (WAL) for orders, wallets, inbox/outbox, notifications
+package devstack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+)
+
+// Config configures the embedded stack.
+type Config struct {
+	// DataDir is the directory for all state. Default "./.ordercast".
+	DataDir string
+	// BrokerAddr is the broker's listen address. Default "127.0.0.1:9092";
+	// port 0 picks a free port.
+	BrokerAddr string
+	// RegistryAddr is the registry's listen address. Default
+	// "127.0.0.1:8081"; port 0 picks a free port.
+	RegistryAddr string
+	// Logger receives lifecycle messages. Default: discard.
+	Logger *slog.Logger
+}
+
+// Stack is a running embedded broker and registry.
+type Stack struct {
+	cfg         Config
+	Cluster     *kfake.Cluster
+	Brokers     []string
+	Registry    *srfake.Registry
+	RegistryURL string
+	// DSN is the SQLite data source for store.Open.
+	DSN string
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Start starts the broker and the registry. It fails if the data directory
+// cannot be created, a port is taken (the error names the address and the
+// flag to change it), or the persisted state cannot be read.
+func Start(cfg Config) (*Stack, error) {
+	if cfg.DataDir == "" {
+		cfg.DataDir = ".ordercast"
+	}
+	if cfg.BrokerAddr == "" {
+		cfg.BrokerAddr = "127.0.0.1:9092"
+	}
+	if cfg.RegistryAddr == "" {
+		cfg.RegistryAddr = "127.0.0.1:8081"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("devstack: data directory %s: %w", cfg.DataDir, err)
+	}
+	bln, err := net.Listen("tcp", cfg.BrokerAddr)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: broker address %s is not free (is another `ordercast up` or a Kafka broker running? choose another with --broker-addr): %w", cfg.BrokerAddr, err)
+	}
+	cluster, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.ListenFn(func(network, address string) (net.Listener, error) { return bln, nil }),
+		kfake.DataDir(filepath.Join(cfg.DataDir, "kafka")),
+		kfake.DefaultNumPartitions(6),
+		kfake.ClusterID("ordercast-embedded"),
+	)
+	if err != nil {
+		bln.Close()
+		return nil, fmt.Errorf("devstack: start embedded broker: %w", err)
+	}
+	s := &Stack{cfg: cfg, Cluster: cluster, Brokers: cluster.ListenAddrs(), DSN: "sqlite:" + filepath.Join(cfg.DataDir, "ordercast.db")}
+	s.Registry = srfake.NewRegistry()
+	if err := s.restoreRegistry(); err != nil {
+		cluster.Close()
+		return nil, err
+	}
+	rln, err := net.Listen("tcp", cfg.RegistryAddr)
+	if err != nil {
+		cluster.Close()
+		return nil, fmt.Errorf("devstack: registry address %s is not free (choose another with --registry-addr): %w", cfg.RegistryAddr, err)
+	}
+	s.ln = rln
+	s.RegistryURL = "http://" + rln.Addr().String()
+	s.srv = &http.Server{Handler: s.Registry.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(rln) }()
+	cfg.Logger.Info("embedded stack started", "brokers", s.Brokers, "registry", s.RegistryURL, "data_dir", cfg.DataDir)
+	return s, nil
+}
+
+type savedSchema struct {
+	Subject string    `json:"subject"`
+	Version int       `json:"version"`
+	ID      int       `json:"id"`
+	Schema  sr.Schema `json:"schema"`
+}
+
+func (s *Stack) registryFile() string { return filepath.Join(s.cfg.DataDir, "registry.json") }
+
+func (s *Stack) restoreRegistry() error {
+	b, err := os.ReadFile(s.registryFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("devstack: read %s: %w", s.registryFile(), err)
+	}
+	var saved []savedSchema
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return fmt.Errorf("devstack: %s is corrupt (delete it to start the registry empty): %w", s.registryFile(), err)
+	}
+	// Referenced schemas first: seed in id order.
+	sort.Slice(saved, func(i, j int) bool { return saved[i].ID < saved[j].ID })
+	for _, x := range saved {
+		if err := seed(s.Registry, x); err != nil {
+			return fmt.Errorf("devstack: restore schema %s v%d (id %d): %w", x.Subject, x.Version, x.ID, err)
+		}
+	}
+	return nil
+}
+
+func seed(r *srfake.Registry, x savedSchema) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%v", p)
+		}
+	}()
+	r.SeedSchema(x.Subject, x.Version, x.ID, x.Schema)
+	return nil
+}
+
+// SaveRegistry writes the registry's schemas to the data directory, so the
+// same ids resolve after a restart (records on the topics carry them).
+func (s *Stack) SaveRegistry(ctx context.Context) error {
+	cl, err := sr.NewClient(sr.URLs(s.RegistryURL))
+	if err != nil {
+		return err
+	}
+	all, err := cl.AllSchemas(ctx)
+	if err != nil {
+		return fmt.Errorf("devstack: list registry schemas: %w", err)
+	}
+	saved := make([]savedSchema, 0, len(all))
+	for _, x := range all {
+		saved = append(saved, savedSchema{Subject: x.Subject, Version: x.Version, ID: x.ID, Schema: x.Schema})
+	}
+	b, err := json.MarshalIndent(saved, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := s.registryFile() + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("devstack: save registry: %w", err)
+	}
+	return os.Rename(tmp, s.registryFile())
+}
+
+// Close saves the registry, stops serving it and closes the broker, which
+// flushes its data directory. Safe to call once.
+func (s *Stack) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.SaveRegistry(ctx); err != nil {
+		s.cfg.Logger.Error("saving registry failed", "error", err)
+	}
+	_ = s.srv.Shutdown(ctx)
+	s.Cluster.Close()
+	s.cfg.Logger.Info("embedded stack stopped")
+}

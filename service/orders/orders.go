@@ -1,0 +1,114 @@
+// Package orders is the orders service: consumer group "orders". It stores
+// each order exactly once (the inbox row and the order rows in one database
+// transaction), and records the order's later stages (paid or refused,
+// shipment requested) as the other services report them on their topics.
+package orders
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/inbox"
+	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/service"
+	"github.com/ordercast/ordercast/store"
+)
+
+// Topics are the topics the orders group consumes.
+var Topics = []string{order.TopicOrderCreated, order.TopicPaymentProcessed, order.TopicShipmentRequested}
+
+// Status kinds written to the order_status table.
+const (
+	StatusCreated           = "created"
+	StatusPaid              = "paid"
+	StatusPaymentRefused    = "payment_refused"
+	StatusShipmentRequested = "shipment_requested"
+)
+
+// Service is the orders service's record handler. Safe for concurrent use.
+type Service struct {
+	DB     *store.DB
+	Serde  *schema.Serde
+	Logger *slog.Logger
+}
+
+// Handle is the processor.Handler of the orders group. It returns a permanent
+// error for a record that breaks its contract and a transient one for a
+// database failure.
+func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
+	switch r.Topic {
+	case order.TopicOrderCreated:
+		var ev order.OrderCreated
+		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
+			return err
+		}
+		_, err := inbox.Process(ctx, s.DB, order.GroupOrders, ev.EventID, service.Meta(r), func(ctx context.Context, tx *sql.Tx) error {
+			return s.store(ctx, tx, &ev)
+		})
+		return err
+	case order.TopicPaymentProcessed:
+		var ev order.PaymentProcessed
+		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
+			return err
+		}
+		kind := StatusPaid
+		if ev.Status == order.PaymentRefused {
+			kind = StatusPaymentRefused
+		}
+		return s.status(ctx, r, ev.EventID, ev.OrderID, kind, ev.Reason, ev.ProcessedAt)
+	case order.TopicShipmentRequested:
+		var ev order.ShipmentRequested
+		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
+			return err
+		}
+		return s.status(ctx, r, ev.EventID, ev.OrderID, StatusShipmentRequested, ev.ShipmentID, ev.RequestedAt)
+	}
+	return processor.Permanentf("orders: unexpected topic %q", r.Topic)
+}
+
+func (s *Service) store(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated) error {
+	now := time.Now().UnixMilli()
+	var cust any
+	if ev.CustomerID != "" {
+		cust = ev.CustomerID
+	}
+	if _, err := tx.ExecContext(ctx, s.DB.Rebind(`INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), ev.OrderID, cust, ev.Country, int64(ev.Total), len(ev.Lines), ev.Reference, ev.CreatedAt.UnixMilli(), now); err != nil {
+		return fmt.Errorf("orders: insert order %s: %w", ev.OrderID, err)
+	}
+	stmt, err := tx.PrepareContext(ctx, s.DB.Rebind(`INSERT INTO order_lines (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`))
+	if err != nil {
+		return fmt.Errorf("orders: prepare lines: %w", err)
+	}
+	defer stmt.Close()
+	for i, l := range ev.Lines {
+		if _, err := stmt.ExecContext(ctx, ev.OrderID, i+1, l.StockCode, l.Description, l.Quantity, int64(l.UnitPrice), int64(l.LineTotal)); err != nil {
+			return fmt.Errorf("orders: insert line %d of %s: %w", i+1, ev.OrderID, err)
+		}
+	}
+	return insertStatus(ctx, s.DB, tx, ev.OrderID, StatusCreated, ev.Reference, now)
+}
+
+func (s *Service) status(ctx context.Context, r *kgo.Record, eventID, orderID, kind, detail string, at time.Time) error {
+	_, err := inbox.Process(ctx, s.DB, order.GroupOrders, eventID, service.Meta(r), func(ctx context.Context, tx *sql.Tx) error {
+		return insertStatus(ctx, s.DB, tx, orderID, kind, detail, at.UnixMilli())
+	})
+	return err
+}
+
+func insertStatus(ctx context.Context, db *store.DB, tx *sql.Tx, orderID, kind, detail string, at int64) error {
+	_, err := tx.ExecContext(ctx, db.Rebind(`INSERT INTO order_status (order_id, kind, detail, at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (order_id, kind) DO NOTHING`), orderID, kind, detail, at)
+	if err != nil {
+		return fmt.Errorf("orders: status %s of %s: %w", kind, orderID, err)
+	}
+	return nil
+}
