@@ -1,0 +1,506 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/ordercast/ordercast/order"
+)
+
+// Defaults of [Options], used when the field is zero.
+const (
+	DefaultConcurrency    = 8                      // orders in flight
+	DefaultMaxAttempts    = 10                     // attempts per order, the first included
+	DefaultInitialBackoff = 100 * time.Millisecond // wait before the first retry
+	DefaultMaxBackoff     = 5 * time.Second        // cap of the doubling backoff
+	DefaultAttemptTimeout = 30 * time.Second       // bound of one HTTP attempt
+)
+
+// maxResponseBody bounds how much of a checkout answer is read.
+const maxResponseBody = 1 << 20
+
+// IdempotencyKey returns the Idempotency-Key header value the replay sends
+// for an invoice: "invoice-" + invoiceNo. It is stable across runs, so
+// replaying again after a crash never creates a second order: checkout
+// answers a repeated key with its first answer.
+func IdempotencyKey(invoiceNo string) string { return "invoice-" + invoiceNo }
+
+// Options configure a [Replayer]. Only BaseURL is required; a zero field
+// takes its default.
+type Options struct {
+	// BaseURL is checkout's base URL, such as "http://127.0.0.1:8080"; orders
+	// are POSTed to BaseURL + "/orders". Required, http or https.
+	BaseURL string
+	// Rate is the maximum rate of new orders, in orders per second; 0 means
+	// unlimited. Retries of an order are not rate limited (they have their
+	// own backoff). Bursts are at most max(1, Rate/10) orders (100 ms
+	// worth), so that a late timer does not lose throughput. Negative or NaN
+	// is an error.
+	Rate float64
+	// Concurrency is the number of orders in flight at once. Default
+	// DefaultConcurrency (8).
+	Concurrency int
+	// HTTPClient sends the requests. Default: a client on a clone of
+	// http.DefaultTransport keeping Concurrency idle connections per host,
+	// with no overall timeout (AttemptTimeout bounds each attempt).
+	HTTPClient *http.Client
+	// Progress receives progress output (UTF-8 text); nil means none. See
+	// ProgressMode.
+	Progress io.Writer
+	// ProgressMode chooses the progress output format. Default ProgressAuto.
+	ProgressMode ProgressMode
+	// ProgressInterval is the time between progress updates. Default 200 ms
+	// for the bar, 2 s for lines.
+	ProgressInterval time.Duration
+	// MaxAttempts is the number of attempts per order, the first included,
+	// before it counts as failed. 1 means no retries. Default
+	// DefaultMaxAttempts (10).
+	MaxAttempts int
+	// InitialBackoff is the wait before the first retry; each further retry
+	// doubles it, up to MaxBackoff. The actual wait is drawn uniformly from
+	// [b/2, b] (jitter). Default DefaultInitialBackoff (100 ms).
+	InitialBackoff time.Duration
+	// MaxBackoff caps the wait between attempts, a Retry-After header
+	// included. Default DefaultMaxBackoff (5 s). With the defaults an order
+	// is given up after about 20 s of waiting plus the attempts themselves.
+	MaxBackoff time.Duration
+	// AttemptTimeout bounds one HTTP attempt (connect, send, answer); a
+	// timed out attempt is retried. Default DefaultAttemptTimeout (30 s).
+	AttemptTimeout time.Duration
+}
+
+// ProgressMode is the format of progress output.
+type ProgressMode int
+
+const (
+	// ProgressAuto draws a bar if Options.Progress is a terminal (an
+	// *os.File on a character device) and writes lines otherwise.
+	ProgressAuto ProgressMode = iota
+	// ProgressBar redraws one line in place with "\r", and ends it with a
+	// newline when the run ends.
+	ProgressBar
+	// ProgressLines writes one plain line per update, for logs and pipes.
+	ProgressLines
+	// ProgressOff writes nothing, even if Options.Progress is set.
+	ProgressOff
+)
+
+// Replayer sends sale invoices to checkout as orders. Create it with [New].
+// A Replayer holds no state between runs: Run may be called any number of
+// times, concurrently too.
+type Replayer struct {
+	opts   Options
+	url    string
+	client *http.Client
+}
+
+// New validates opts, applies the defaults and returns a Replayer. It fails
+// if BaseURL is missing or not an absolute http(s) URL, or if Rate is
+// negative or NaN.
+func New(opts Options) (*Replayer, error) {
+	u, err := url.Parse(opts.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("replay: BaseURL %q is not an absolute http(s) URL", opts.BaseURL)
+	}
+	if opts.Rate < 0 || math.IsNaN(opts.Rate) {
+		return nil, fmt.Errorf("replay: Rate %v: want >= 0 orders/s (0 = unlimited)", opts.Rate)
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = DefaultMaxAttempts
+	}
+	if opts.InitialBackoff <= 0 {
+		opts.InitialBackoff = DefaultInitialBackoff
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = DefaultMaxBackoff
+	}
+	opts.MaxBackoff = max(opts.MaxBackoff, opts.InitialBackoff)
+	if opts.AttemptTimeout <= 0 {
+		opts.AttemptTimeout = DefaultAttemptTimeout
+	}
+	client := opts.HTTPClient
+	if client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = opts.Concurrency
+		tr.MaxIdleConns = max(tr.MaxIdleConns, opts.Concurrency)
+		client = &http.Client{Transport: tr}
+	}
+	return &Replayer{
+		opts:   opts,
+		url:    strings.TrimRight(opts.BaseURL, "/") + "/orders",
+		client: client,
+	}, nil
+}
+
+// Run is New(opts) followed by Run(ctx, invoices).
+func Run(ctx context.Context, invoices []*Invoice, opts Options) (Summary, error) {
+	r, err := New(opts)
+	if err != nil {
+		return Summary{}, err
+	}
+	return r.Run(ctx, invoices)
+}
+
+// Summary is the outcome of a replay. Every sale ends in exactly one of
+// accepted, rejected, failed or unfinished:
+//
+//	Sales == OrdersAccepted + sum(Rejected) + Failed + Unfinished
+//
+// and every invoice read is a sale or is counted in NotOrders. Maps are never
+// nil.
+type Summary struct {
+	// InvoicesRead is the number of invoices given to Run.
+	InvoicesRead int `json:"invoicesRead"`
+	// Lines is the number of data rows of those invoices (well-formed or
+	// not).
+	Lines int `json:"lines"`
+	// RowErrors counts the malformed rows by reason (the Row* constants).
+	RowErrors map[string]int `json:"rowErrors"`
+	// Sales is the number of invoices of kind KindSale: the orders to send.
+	Sales int `json:"sales"`
+	// NotOrders counts the invoices that are not sent, by kind:
+	// "cancellation", "adjustment", "write_off", "malformed_row".
+	NotOrders map[string]int `json:"notOrders"`
+	// OrdersAccepted is the number of sales checkout accepted (2xx).
+	OrdersAccepted int `json:"ordersAccepted"`
+	// AcceptedOrderIDs maps the invoice number of each accepted sale to
+	// checkout's order id ("" if the 2xx body carried none).
+	AcceptedOrderIDs map[string]string `json:"acceptedOrderIds"`
+	// Rejected counts the sales checkout refused with a 4xx other than 429,
+	// by the code of its order.ErrorResponse body, or "http_<status>" when
+	// the body has no code.
+	Rejected map[string]int `json:"rejected"`
+	// RejectedInvoices maps the invoice number of each rejected sale to its
+	// code.
+	RejectedInvoices map[string]string `json:"rejectedInvoices"`
+	// Failed is the number of sales given up after Options.MaxAttempts
+	// attempts that all met a network error, a timeout, a 5xx or a 429.
+	// Such an order may or may not exist in checkout; a later replay with
+	// the same invoices settles it (same Idempotency-Key).
+	Failed int `json:"failed"`
+	// FailedInvoices maps the invoice number of each failed sale to its last
+	// error.
+	FailedInvoices map[string]string `json:"failedInvoices"`
+	// Unfinished is the number of sales without an outcome because the
+	// context was cancelled: never sent, or in flight when it happened.
+	Unfinished int `json:"unfinished"`
+	// Retries is the number of attempts beyond the first, over all sales.
+	Retries int `json:"retries"`
+	// Elapsed is the duration of Run, in nanoseconds in JSON.
+	Elapsed time.Duration `json:"elapsedNs"`
+}
+
+func newSummary() Summary {
+	return Summary{
+		RowErrors:        map[string]int{},
+		NotOrders:        map[string]int{},
+		AcceptedOrderIDs: map[string]string{},
+		Rejected:         map[string]int{},
+		RejectedInvoices: map[string]string{},
+		FailedInvoices:   map[string]string{},
+	}
+}
+
+// RejectedTotal returns the number of rejected sales, the sum of Rejected.
+func (s Summary) RejectedTotal() int {
+	n := 0
+	for _, v := range s.Rejected {
+		n += v
+	}
+	return n
+}
+
+// Run classifies the invoices (see [Classify]), counts those that are not
+// sales, and POSTs each sale, in the given order, to checkout as an
+// order.PlaceOrderRequest (see [Invoice.PlaceOrderRequest]) with the headers
+// Content-Type: application/json and Idempotency-Key: [IdempotencyKey].
+//
+// Up to Options.Concurrency orders are in flight, new ones started at most at
+// Options.Rate per second. An answer is handled thus:
+//   - 2xx: accepted; the order id is read from the order.PlaceOrderResponse
+//     body;
+//   - 429, 5xx, a network error, a timeout or an unreadable 2xx body: the
+//     same request (same Idempotency-Key) is retried with exponential
+//     backoff and jitter, honouring Retry-After up to Options.MaxBackoff,
+//     until Options.MaxAttempts attempts, after which the sale counts as
+//     failed;
+//   - any other status: rejected, counted by the code of the
+//     order.ErrorResponse body ("http_<status>" without one).
+//
+// Run only reads the invoices. The workers share Options.HTTPClient (an
+// *http.Client is safe for that); Options.Progress is written by one
+// goroutine at a time, and not after Run returns.
+//
+// Progress goes to Options.Progress while it runs. When ctx is cancelled,
+// Run stops promptly: no new order is started, in-flight requests and
+// backoff waits are abandoned, and the partial Summary is returned with
+// ctx.Err() (those sales count as Unfinished). Otherwise the error is nil:
+// rejections and failures are outcomes reported in the Summary, not errors.
+func (r *Replayer) Run(ctx context.Context, invoices []*Invoice) (Summary, error) {
+	start := time.Now()
+	sum := newSummary()
+	var sales []*Invoice
+	for _, inv := range invoices {
+		sum.InvoicesRead++
+		sum.Lines += inv.Rows()
+		for _, e := range inv.RowErrors {
+			sum.RowErrors[e.Reason]++
+		}
+		if kind := Classify(inv); kind == KindSale {
+			sales = append(sales, inv)
+		} else {
+			sum.NotOrders[kind]++
+		}
+	}
+	sum.Sales = len(sales)
+
+	st := &runState{sum: &sum}
+	stopProgress := r.startProgress(st, len(sales), start)
+
+	jobs := make(chan *Invoice)
+	var wg sync.WaitGroup
+	for range min(r.opts.Concurrency, max(len(sales), 1)) {
+		wg.Go(func() {
+			for inv := range jobs {
+				r.send(ctx, inv, st)
+			}
+		})
+	}
+	var limiter *rate.Limiter
+	if r.opts.Rate > 0 && !math.IsInf(r.opts.Rate, 1) {
+		limiter = rate.NewLimiter(rate.Limit(r.opts.Rate), max(1, int(r.opts.Rate/10)))
+	}
+dispatch:
+	for _, inv := range sales {
+		if limiter != nil && !waitToken(ctx, limiter) {
+			break
+		}
+		select {
+		case jobs <- inv:
+		case <-ctx.Done():
+			break dispatch
+		}
+	}
+	close(jobs)
+	wg.Wait()
+
+	sum.Retries = int(st.retries.Load())
+	sum.Unfinished = sum.Sales - sum.OrdersAccepted - sum.RejectedTotal() - sum.Failed
+	sum.Elapsed = time.Since(start)
+	stopProgress()
+	if sum.Unfinished > 0 && ctx.Err() != nil {
+		return sum, ctx.Err()
+	}
+	return sum, nil
+}
+
+// waitToken waits for a rate token; false if ctx ended first.
+func waitToken(ctx context.Context, l *rate.Limiter) bool {
+	res := l.Reserve()
+	d := res.Delay()
+	if d == 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		res.Cancel()
+		return false
+	}
+}
+
+// runState is the mutable state of one Run, shared by its workers.
+type runState struct {
+	mu  sync.Mutex
+	sum *Summary // maps and counters guarded by mu
+
+	// Progress counters, readable without mu.
+	accepted, rejected, failed, retries atomic.Int64
+}
+
+func (s *runState) accept(no, orderID string) {
+	s.mu.Lock()
+	s.sum.OrdersAccepted++
+	s.sum.AcceptedOrderIDs[no] = orderID
+	s.mu.Unlock()
+	s.accepted.Add(1)
+}
+
+func (s *runState) reject(no, code string) {
+	s.mu.Lock()
+	s.sum.Rejected[code]++
+	s.sum.RejectedInvoices[no] = code
+	s.mu.Unlock()
+	s.rejected.Add(1)
+}
+
+func (s *runState) fail(no, lastErr string) {
+	s.mu.Lock()
+	s.sum.Failed++
+	s.sum.FailedInvoices[no] = lastErr
+	s.mu.Unlock()
+	s.failed.Add(1)
+}
+
+type outcome int
+
+const (
+	outcomeRetry outcome = iota
+	outcomeAccepted
+	outcomeRejected
+)
+
+type attemptResult struct {
+	outcome    outcome
+	orderID    string        // outcomeAccepted
+	code       string        // outcomeRejected
+	err        string        // outcomeRetry: what went wrong
+	retryAfter time.Duration // outcomeRetry: the Retry-After header, 0 if none
+}
+
+// send delivers one sale, retrying as documented on Run, and records its
+// outcome in st; it records nothing if ctx ends first.
+func (r *Replayer) send(ctx context.Context, inv *Invoice, st *runState) {
+	if ctx.Err() != nil {
+		return
+	}
+	body, err := json.Marshal(inv.PlaceOrderRequest())
+	if err != nil { // cannot happen: the request has only strings and ints
+		st.fail(inv.No, "encode request: "+err.Error())
+		return
+	}
+	key := IdempotencyKey(inv.No)
+	backoff := r.opts.InitialBackoff
+	for attempt := 1; ; attempt++ {
+		res := r.attempt(ctx, body, key)
+		switch res.outcome {
+		case outcomeAccepted:
+			st.accept(inv.No, res.orderID)
+			return
+		case outcomeRejected:
+			st.reject(inv.No, res.code)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if attempt >= r.opts.MaxAttempts {
+			st.fail(inv.No, fmt.Sprintf("gave up after %d attempts: %s", attempt, res.err))
+			return
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		if res.retryAfter > wait {
+			wait = min(res.retryAfter, r.opts.MaxBackoff)
+		}
+		st.retries.Add(1)
+		if !sleepCtx(ctx, wait) {
+			return
+		}
+		backoff = min(2*backoff, r.opts.MaxBackoff)
+	}
+}
+
+// attempt makes one HTTP request and classifies its answer.
+func (r *Replayer) attempt(ctx context.Context, body []byte, key string) attemptResult {
+	actx, cancel := context.WithTimeout(ctx, r.opts.AttemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, r.url, bytes.NewReader(body))
+	if err != nil {
+		return attemptResult{err: err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return attemptResult{err: err.Error()}
+	}
+	defer func() {
+		// Drain a little so the connection can be reused.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+	}()
+	data, readErr := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	status := resp.StatusCode
+	switch {
+	case status >= 200 && status < 300:
+		if readErr != nil {
+			// Accepted, but the answer was lost: ask again, the same key
+			// gets the same answer.
+			return attemptResult{err: fmt.Sprintf("http %d: reading body: %v", status, readErr)}
+		}
+		var ok order.PlaceOrderResponse
+		_ = json.Unmarshal(data, &ok) // a 2xx is an acceptance even if its body is not as expected
+		return attemptResult{outcome: outcomeAccepted, orderID: ok.OrderID}
+	case status == http.StatusTooManyRequests || status >= 500:
+		msg := fmt.Sprintf("http %d", status)
+		if e := errorBody(data); e.Code != "" || e.Error != "" {
+			msg += fmt.Sprintf(": %s: %s", e.Code, e.Error)
+		}
+		return attemptResult{err: msg, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
+	default:
+		code := errorBody(data).Code
+		if code == "" {
+			code = "http_" + strconv.Itoa(status)
+		}
+		return attemptResult{outcome: outcomeRejected, code: code}
+	}
+}
+
+func errorBody(data []byte) order.ErrorResponse {
+	var e order.ErrorResponse
+	if json.Unmarshal(data, &e) != nil {
+		return order.ErrorResponse{}
+	}
+	return e
+}
+
+// parseRetryAfter reads a Retry-After value, delay-seconds or HTTP-date; 0
+// if absent or invalid.
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil {
+		if s < 0 {
+			return 0
+		}
+		return time.Duration(min(s, 24*3600)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}
+
+// sleepCtx waits for d; false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
