@@ -1,0 +1,176 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/ordercast/ordercast/ops"
+	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/system"
+)
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "ordercast",
+		Short:         "An event-driven order system on Apache Kafka, and the resilient Kafka runtime under it",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newUp(), newRun(), newReplay())
+	return root
+}
+
+// common holds the flags shared by up and run.
+type common struct {
+	brokers       string
+	registry      string
+	registryUser  string
+	registryPass  string
+	db            string
+	httpAddr      string
+	logLevel      string
+	partitions    int32
+	rf            int16
+	minISR        int
+	instances     string
+	ordering      string
+	concurrency   int
+	openingCredit string
+	seedData      string
+	retryDelays   string
+	maxAttempts   int
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (c *common) register(cmd *cobra.Command, embedded bool) {
+	f := cmd.Flags()
+	brokersHelp := "Kafka bootstrap servers, comma separated (env KAFKA_BROKERS)"
+	if embedded {
+		brokersHelp += "; empty runs the embedded broker"
+	}
+	f.StringVar(&c.brokers, "brokers", os.Getenv("KAFKA_BROKERS"), brokersHelp)
+	f.StringVar(&c.registry, "registry", os.Getenv("SCHEMA_REGISTRY_URL"), "schema registry URL (env SCHEMA_REGISTRY_URL)"+map[bool]string{true: "; empty runs the embedded registry", false: ""}[embedded])
+	f.StringVar(&c.registryUser, "registry-user", os.Getenv("SCHEMA_REGISTRY_USER"), "schema registry basic-auth user (env SCHEMA_REGISTRY_USER)")
+	f.StringVar(&c.registryPass, "registry-password", os.Getenv("SCHEMA_REGISTRY_PASSWORD"), "schema registry basic-auth password (env SCHEMA_REGISTRY_PASSWORD)")
+	f.StringVar(&c.db, "db", os.Getenv("ORDERCAST_DB"), "database: sqlite:PATH or postgres://... (env ORDERCAST_DB)"+map[bool]string{true: "; empty uses SQLite in the data directory", false: ""}[embedded])
+	f.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "listen address of checkout, /metrics, /healthz and /readyz")
+	f.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	f.Int32Var(&c.partitions, "partitions", 6, "partitions of topics created at start")
+	f.Int16Var(&c.rf, "replication-factor", 1, "replication factor of topics created at start (3 on a real cluster)")
+	f.IntVar(&c.minISR, "min-insync-replicas", 0, "min.insync.replicas of topics created at start (0: broker default; 2 on a real cluster)")
+	f.StringVar(&c.instances, "instances", "", "group members per service, e.g. payments=3,orders=2 (default 1 each)")
+	f.StringVar(&c.ordering, "ordering", "key", "ordering mode of the consumer services: partition, key or unordered")
+	f.IntVar(&c.concurrency, "concurrency", 16, "handler calls in parallel per group member")
+	f.StringVar(&c.openingCredit, "opening-credit", system.DefaultOpeningCredit.String(), "opening wallet balance of each known customer, in GBP")
+	f.StringVar(&c.seedData, "seed-data", "data/online-retail/online_retail.csv.gz", "Online Retail CSV (plain or .gz) the catalog and wallets are seeded from on first start")
+	f.StringVar(&c.retryDelays, "retry-delays", "1s,10s", "delays of the retry topics, comma separated durations (empty: no retry topics, straight to the DLQ)")
+	f.IntVar(&c.maxAttempts, "max-attempts", 3, "in-place attempts per record before a retry topic or the DLQ")
+}
+
+func (c *common) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.logLevel)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// config turns the flags into a system.Config; brokers, registry and db are
+// filled by the caller when empty.
+func (c *common) config() (system.Config, error) {
+	var cfg system.Config
+	log, err := c.logger()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Logger = log
+	cfg.Brokers = splitList(c.brokers)
+	cfg.RegistryURL = c.registry
+	if c.registryUser != "" {
+		cfg.RegistryOpts = append(cfg.RegistryOpts, sr.BasicAuth(c.registryUser, c.registryPass))
+	}
+	cfg.DSN = c.db
+	cfg.HTTPAddr = c.httpAddr
+	if c.partitions < 1 {
+		return cfg, fmt.Errorf("--partitions %d: want >= 1", c.partitions)
+	}
+	if c.rf < 1 {
+		return cfg, fmt.Errorf("--replication-factor %d: want >= 1", c.rf)
+	}
+	cfg.Layout = ops.Layout{Partitions: c.partitions, ReplicationFactor: c.rf, MinInsyncReplicas: c.minISR}
+	for _, d := range splitList(c.retryDelays) {
+		v, err := time.ParseDuration(d)
+		if err != nil || v <= 0 {
+			return cfg, fmt.Errorf("--retry-delays %q: %q is not a positive duration like 1s or 500ms", c.retryDelays, d)
+		}
+		cfg.Layout.RetryDelays = append(cfg.Layout.RetryDelays, v)
+	}
+	if cfg.Instances, err = parseInstances(c.instances); err != nil {
+		return cfg, err
+	}
+	if cfg.Ordering, err = processor.ParseOrdering(c.ordering); err != nil {
+		return cfg, fmt.Errorf("--ordering: %w", err)
+	}
+	if c.concurrency < 1 {
+		return cfg, fmt.Errorf("--concurrency %d: want >= 1", c.concurrency)
+	}
+	cfg.Concurrency = c.concurrency
+	if c.maxAttempts < 1 {
+		return cfg, fmt.Errorf("--max-attempts %d: want >= 1", c.maxAttempts)
+	}
+	cfg.MaxAttempts = c.maxAttempts
+	credit, err := order.ParseMoney(c.openingCredit)
+	if err != nil || credit < 0 {
+		return cfg, fmt.Errorf("--opening-credit %q: want a non-negative amount in GBP such as 2000 or 150.50", c.openingCredit)
+	}
+	cfg.OpeningCredit = credit
+	cfg.SeedFile = c.seedData
+	return cfg, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parseInstances(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, kv := range splitList(s) {
+		name, n, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--instances %q: %q is not service=count", s, kv)
+		}
+		valid := false
+		for _, svc := range order.Groups {
+			valid = valid || svc == name
+		}
+		if !valid {
+			return nil, fmt.Errorf("--instances %q: unknown service %q (want one of %s)", s, name, strings.Join(order.Groups, ", "))
+		}
+		v, err := strconv.Atoi(n)
+		if err != nil || v < 1 || v > 64 {
+			return nil, fmt.Errorf("--instances %q: count %q for %s must be a whole number from 1 to 64", s, n, name)
+		}
+		out[name] = v
+	}
+	return out, nil
+}

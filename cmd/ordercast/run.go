@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ordercast/ordercast/system"
+)
+
+func newRun() *cobra.Command {
+	var f common
+	cmd := &cobra.Command{
+		Use:   "run SERVICE [SERVICE...]",
+		Short: "Run services as this process against an external Kafka cluster",
+		Long: `Runs one or more of: ` + strings.Join(system.AllServices, ", ") + `.
+Several processes of one service form one consumer group and share its partitions.
+Needs --brokers (or KAFKA_BROKERS), --registry (or SCHEMA_REGISTRY_URL) and --db (or ORDERCAST_DB).`,
+		Example: `  ordercast run payments --brokers 127.0.0.1:19092 --registry http://127.0.0.1:8081 --db postgres://ordercast@127.0.0.1/ordercast --http 127.0.0.1:9101
+  KAFKA_BROKERS=k1:9092,k2:9092 ordercast run checkout --http 0.0.0.0:8080 ...`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, a := range args {
+				ok := false
+				for _, s := range system.AllServices {
+					ok = ok || a == s
+				}
+				if !ok {
+					return fmt.Errorf("unknown service %q: want one of %s", a, strings.Join(system.AllServices, ", "))
+				}
+			}
+			cfg, err := f.config()
+			if err != nil {
+				return err
+			}
+			switch {
+			case len(cfg.Brokers) == 0:
+				return fmt.Errorf("--brokers (or KAFKA_BROKERS) is required: the Kafka bootstrap servers, e.g. 127.0.0.1:9092")
+			case cfg.RegistryURL == "":
+				return fmt.Errorf("--registry (or SCHEMA_REGISTRY_URL) is required: the schema registry URL, e.g. http://127.0.0.1:8081")
+			case cfg.DSN == "":
+				return fmt.Errorf("--db (or ORDERCAST_DB) is required: sqlite:PATH or postgres://user:pass@host/db")
+			}
+			cfg.Services = args
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			sys, err := system.Start(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "ordercast run %s: serving on http://%s\n", strings.Join(args, " "), sys.HTTPAddr())
+			<-ctx.Done()
+			return sys.Stop(context.Background())
+		},
+	}
+	f.register(cmd, false)
+	return cmd
+}

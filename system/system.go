@@ -1,0 +1,393 @@
+// Package system assembles the order system: it opens the database and the
+// schema registry, makes sure the topics exist, seeds the catalog and the
+// wallets, and runs checkout and the consumer services (each consumer group
+// with its configured number of members) until the context ends.
+//
+// `ordercast up` runs every service in one process on the embedded stack;
+// `ordercast run SERVICE` runs one service against an external cluster. Both
+// go through Start.
+package system
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/ordercast/ordercast/ops"
+	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/outbox"
+	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/service/checkout"
+	"github.com/ordercast/ordercast/service/fulfillment"
+	"github.com/ordercast/ordercast/service/notifications"
+	"github.com/ordercast/ordercast/service/orders"
+	"github.com/ordercast/ordercast/service/payments"
+	"github.com/ordercast/ordercast/store"
+)
+
+// Service names accepted by Config.Services and `ordercast run`.
+const (
+	ServiceCheckout      = "checkout"
+	ServiceOrders        = order.GroupOrders
+	ServicePayments      = order.GroupPayments
+	ServiceNotifications = order.GroupNotifications
+	ServiceFulfillment   = order.GroupFulfillment
+)
+
+// AllServices lists every service in start order.
+var AllServices = []string{ServiceOrders, ServicePayments, ServiceNotifications, ServiceFulfillment, ServiceCheckout}
+
+// Config is the system's configuration. Zero values take the documented
+// defaults in Defaults.
+type Config struct {
+	Brokers     []string
+	RegistryURL string
+	// RegistryOpts add schema registry client options (basic auth, TLS).
+	RegistryOpts []sr.ClientOpt
+	DSN          string
+	// Services to run; default all.
+	Services []string
+	// Instances is the number of group members per consumer service
+	// (default 1 each). Each member is a separate Kafka client and group
+	// member, so the partition sharing of a group is real.
+	Instances map[string]int
+	// HTTPAddr is checkout's listen address (also serving /metrics,
+	// /healthz, /readyz). Default 127.0.0.1:8080.
+	HTTPAddr string
+	// MetricsAddr serves /metrics, /healthz and /readyz for processes
+	// without checkout (`ordercast run payments`). Default: same as HTTPAddr.
+	Ordering    processor.Ordering
+	Concurrency int
+	Layout      ops.Layout
+	// OpeningCredit is each known customer's opening wallet balance.
+	OpeningCredit order.Money
+	// SeedFile is the Online Retail CSV the catalog and wallets are seeded
+	// from when the catalog table is empty.
+	SeedFile string
+	// ClientOpts add franz-go options (TLS, SASL) to every Kafka client.
+	ClientOpts []kgo.Opt
+	Logger     *slog.Logger
+	// Registerer receives all metrics; default a new registry served on
+	// /metrics.
+	Registry *prometheus.Registry
+	// MaxAttempts and Backoff tune in-place retries of the consumer groups.
+	MaxAttempts int
+}
+
+// System is a running order system.
+type System struct {
+	cfg      Config
+	DB       *store.DB
+	Serde    *schema.Serde
+	Checkout *checkout.Service
+	Producer *kgo.Client
+	adminCl  *kgo.Client
+	Admin    *kadm.Client
+	Relay    *outbox.Relay
+
+	procs    []*processor.Processor
+	txns     []*processor.TxnProcessor
+	httpSrv  *http.Server
+	httpAddr string
+
+	runCtx context.Context
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+	errMu  sync.Mutex
+	errs   []error
+}
+
+func (c *Config) defaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(c.Services) == 0 {
+		c.Services = AllServices
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = "127.0.0.1:8080"
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	if c.Layout.Partitions == 0 {
+		c.Layout.Partitions = 6
+	}
+	if c.Layout.ReplicationFactor == 0 {
+		c.Layout.ReplicationFactor = 1
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 3
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+}
+
+func (c *Config) runs(svc string) bool {
+	for _, s := range c.Services {
+		if s == svc {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Config) instances(svc string) int {
+	if n := c.Instances[svc]; n > 0 {
+		return n
+	}
+	return 1
+}
+
+// Start opens the database (migrating it), registers the schemas, creates
+// missing topics, seeds the catalog and wallets if the catalog is empty, and
+// starts the services in the background. It returns once checkout is
+// listening; use Wait to block and Stop to shut down. Errors name what is
+// unreachable and which flag sets it.
+func Start(ctx context.Context, cfg Config) (*System, error) {
+	cfg.defaults()
+	log := cfg.Logger
+	s := &System{cfg: cfg}
+	var err error
+	if s.DB, err = store.Open(ctx, cfg.DSN); err != nil {
+		return nil, fmt.Errorf("database %q (--db): %w", cfg.DSN, err)
+	}
+	if err := s.DB.Migrate(ctx); err != nil {
+		s.DB.Close()
+		return nil, err
+	}
+	regOpts := append([]sr.ClientOpt{sr.URLs(cfg.RegistryURL)}, cfg.RegistryOpts...)
+	srCl, err := sr.NewClient(regOpts...)
+	if err != nil {
+		s.DB.Close()
+		return nil, fmt.Errorf("schema registry %q (--registry): %w", cfg.RegistryURL, err)
+	}
+	if s.Serde, err = schema.New(ctx, srCl); err != nil {
+		s.DB.Close()
+		return nil, fmt.Errorf("schema registry %q (--registry): %w", cfg.RegistryURL, err)
+	}
+	kopts := append(append([]kgo.Opt{}, cfg.ClientOpts...), kgo.SeedBrokers(cfg.Brokers...))
+	if s.adminCl, err = kgo.NewClient(kopts...); err != nil {
+		s.DB.Close()
+		return nil, fmt.Errorf("kafka client (--brokers %v): %w", cfg.Brokers, err)
+	}
+	s.Admin = kadm.NewClient(s.adminCl)
+	created, err := ops.EnsureTopics(ctx, s.Admin, ops.SystemTopics(cfg.Layout))
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("topics (is the broker at %v reachable? --brokers): %w", cfg.Brokers, err)
+	}
+	if len(created) > 0 {
+		log.Info("topics created", "topics", created)
+	}
+	if cfg.runs(ServiceCheckout) || cfg.runs(ServicePayments) {
+		if err := Seed(ctx, s.DB, cfg.SeedFile, cfg.OpeningCredit, log); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	s.Producer, err = kgo.NewClient(append(kopts,
+		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotent by default in franz-go
+		kgo.ProducerLinger(0),
+	)...)
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.runCtx, s.stop = context.WithCancel(context.Background())
+	metrics := processor.NewMetrics(cfg.Registry)
+	popts := func(group string, topics []string, ordering processor.Ordering, retries bool) []processor.Opt {
+		o := []processor.Opt{
+			processor.Brokers(cfg.Brokers...), processor.Group(group), processor.Topics(topics...),
+			processor.WithOrdering(ordering), processor.Concurrency(cfg.Concurrency),
+			processor.MaxAttempts(cfg.MaxAttempts), processor.Logger(log),
+			processor.WithMetrics(metrics), processor.ClientOpts(cfg.ClientOpts...),
+			processor.Producer(s.Producer),
+		}
+		if retries && len(cfg.Layout.RetryDelays) > 0 {
+			o = append(o, processor.RetryTopics(cfg.Layout.RetryDelays...))
+		}
+		return o
+	}
+	consumers := []struct {
+		name    string
+		topics  []string
+		handler processor.Handler
+	}{
+		{ServiceOrders, orders.Topics, (&orders.Service{DB: s.DB, Serde: s.Serde, Logger: log}).Handle},
+		{ServiceNotifications, notifications.Topics, (&notifications.Service{DB: s.DB, Serde: s.Serde, Logger: log}).Handle},
+	}
+	if cfg.runs(ServicePayments) {
+		s.Relay = outbox.NewRelay(s.DB, s.Producer, outbox.WithLogger(log))
+		consumers = append(consumers, struct {
+			name    string
+			topics  []string
+			handler processor.Handler
+		}{ServicePayments, payments.Topics, (&payments.Service{DB: s.DB, Serde: s.Serde, Logger: log, Relay: s.Relay}).Handle})
+		s.goRun("outbox relay", s.Relay.Run)
+	}
+	for _, c := range consumers {
+		if !cfg.runs(c.name) {
+			continue
+		}
+		for i := range cfg.instances(c.name) {
+			p, err := processor.New(append(popts(c.name, c.topics, cfg.Ordering, true),
+				processor.WithHandler(c.handler), processor.ClientID(fmt.Sprintf("%s-%d-%s", c.name, i+1, order.NewID("")[:6])))...)
+			if err != nil {
+				s.Stop(context.Background())
+				return nil, err
+			}
+			s.procs = append(s.procs, p)
+			s.goRun(c.name, p.Run)
+		}
+	}
+	if cfg.runs(ServiceFulfillment) {
+		f := &fulfillment.Service{Serde: s.Serde, Logger: log}
+		for i := range cfg.instances(ServiceFulfillment) {
+			t, err := processor.NewTransactional(fmt.Sprintf("ordercast-fulfillment-%d", i+1), f.Transform,
+				popts(ServiceFulfillment, fulfillment.Topics, processor.OrderPartition, false)...)
+			if err != nil {
+				s.Stop(context.Background())
+				return nil, err
+			}
+			s.txns = append(s.txns, t)
+			s.goRun(ServiceFulfillment, t.Run)
+		}
+	}
+	mux := http.NewServeMux()
+	if cfg.runs(ServiceCheckout) {
+		s.Checkout, err = checkout.New(ctx, checkout.Config{DB: s.DB, Serde: s.Serde, Producer: s.Producer, Logger: log, Registerer: cfg.Registry})
+		if err != nil {
+			s.Stop(context.Background())
+			return nil, err
+		}
+		mux.Handle("/orders", s.Checkout.Handler())
+		mux.Handle("/orders/", s.Checkout.Handler())
+	}
+	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		s.Stop(context.Background())
+		return nil, fmt.Errorf("http address %s is not free (--http): %w", cfg.HTTPAddr, err)
+	}
+	s.httpAddr = ln.Addr().String()
+	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.httpSrv.Serve(ln) }()
+	log.Info("order system started", "http", s.httpAddr, "services", cfg.Services, "brokers", cfg.Brokers)
+	return s, nil
+}
+
+// HTTPAddr is the address checkout and /metrics listen on.
+func (s *System) HTTPAddr() string { return s.httpAddr }
+
+func (s *System) goRun(name string, run func(context.Context) error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := run(s.runCtx); err != nil && !errors.Is(err, context.Canceled) {
+			s.cfg.Logger.Error("service stopped with an error", "service", name, "error", err)
+			s.errMu.Lock()
+			s.errs = append(s.errs, fmt.Errorf("%s: %w", name, err))
+			s.errMu.Unlock()
+		}
+	}()
+}
+
+// Health is the readiness view of every member in this process.
+type Health struct {
+	Ready   bool               `json:"ready"`
+	Members []processor.Health `json:"members"`
+	Outbox  int                `json:"outboxPending"`
+	Reasons []string           `json:"reasons,omitempty"`
+}
+
+// Health reports whether every member joined its group and no partition is
+// blocked on a DLQ write.
+func (s *System) Health(ctx context.Context) Health {
+	h := Health{Ready: true}
+	for _, p := range s.procs {
+		ph := p.Health()
+		h.Members = append(h.Members, ph)
+		if !ph.Joined {
+			h.Ready = false
+			h.Reasons = append(h.Reasons, ph.ClientID+" has not joined group "+ph.Group)
+		}
+		if len(ph.Blocked) > 0 {
+			h.Ready = false
+			h.Reasons = append(h.Reasons, ph.ClientID+": "+fmt.Sprint(ph.Blocked))
+		}
+	}
+	for _, t := range s.txns {
+		th := t.Health()
+		h.Members = append(h.Members, th)
+		if !th.Joined {
+			h.Ready = false
+			h.Reasons = append(h.Reasons, th.ClientID+" has not joined group "+th.Group)
+		}
+	}
+	if s.Relay != nil {
+		h.Outbox, _ = s.Relay.Pending(ctx)
+	}
+	return h
+}
+
+func (s *System) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	h := s.Health(ctx)
+	if _, err := s.Admin.BrokerMetadata(ctx); err != nil {
+		h.Ready = false
+		h.Reasons = append(h.Reasons, "broker unreachable: "+err.Error())
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if !h.Ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = jsonEncode(w, h)
+}
+
+// Stop stops taking HTTP requests, stops every member (each drains its
+// in-flight records, commits and leaves its group), then closes the clients
+// and the database. It returns the errors services stopped with.
+func (s *System) Stop(ctx context.Context) error {
+	if s.httpSrv != nil {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = s.httpSrv.Shutdown(sctx)
+		cancel()
+	}
+	if s.stop != nil {
+		s.stop()
+	}
+	s.wg.Wait()
+	s.close()
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return errors.Join(s.errs...)
+}
+
+func (s *System) close() {
+	if s.Producer != nil {
+		s.Producer.Close()
+	}
+	if s.adminCl != nil {
+		s.adminCl.Close()
+	}
+	if s.DB != nil {
+		s.DB.Close()
+	}
+}
