@@ -1,0 +1,87 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/outbox"
+	"github.com/ordercast/ordercast/store"
+)
+
+// A payment and its paymentProcessed record commit in one transaction; the
+// relay publishes the record to Kafka (here the in-process kfake broker).
+func ExampleRelay() {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "outbox-example")
+	defer os.RemoveAll(dir)
+	db, err := store.Open(ctx, "sqlite:"+filepath.Join(dir, "ordercast.db"))
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	if err := db.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "paymentProcessed"))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	client, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	relay := outbox.NewRelay(db, client)
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- relay.Run(relayCtx) }()
+
+	err = db.InTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, db.Rebind(`INSERT INTO payments
+			(order_id, customer_id, status, method, amount_milli, reason, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+			"ord_1", "17850", "PAID", "WALLET", 15300, "", 1700000000000); err != nil {
+			return err
+		}
+		return outbox.Enqueue(ctx, tx, db, outbox.Message{
+			Topic:   "paymentProcessed",
+			Key:     []byte("17850"),
+			Value:   []byte(`{"eventId":"evt_pay_1","orderId":"ord_1","status":"PAID"}`),
+			Headers: []outbox.Header{{Key: "content-type", Value: []byte("application/json")}},
+		})
+	})
+	if err != nil {
+		panic(err)
+	}
+	relay.Notify() // publish now rather than at the next poll
+
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...),
+		kgo.ConsumeTopics("paymentProcessed"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		panic(err)
+	}
+	defer consumer.Close()
+	for got := false; !got; {
+		consumer.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			fmt.Printf("%s key=%s %s\n", r.Topic, r.Key, r.Value)
+			got = true
+		})
+	}
+	for n, _ := relay.Pending(ctx); n != 0; n, _ = relay.Pending(ctx) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopRelay()
+	fmt.Println("relay stopped:", <-relayDone)
+	// Output:
+	// paymentProcessed key=17850 {"eventId":"evt_pay_1","orderId":"ord_1","status":"PAID"}
+	// relay stopped: <nil>
+}

@@ -1,0 +1,6 @@
+package outbox
+
+// SetAfterProduce installs a hook that runs after a batch was produced and
+// before it is marked sent (tests only). An error from it ends Run with that
+// error and leaves the rows unmarked, as a crash at that point would.
+func (r *Relay) SetAfterProduce(fn func(ids []int64) error) { r.afterProduce = fn }

@@ -1,0 +1,360 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/store"
+)
+
+// Relay defaults.
+const (
+	// DefaultBatchSize is how many rows one relay step reads and produces.
+	DefaultBatchSize = 500
+	// DefaultPollInterval is how long an idle relay waits for a Notify
+	// before it looks at the table again (rows enqueued by another process
+	// are only found by polling).
+	DefaultPollInterval = 200 * time.Millisecond
+	// DefaultMinBackoff is the pause after the first failed step; it
+	// doubles per consecutive failure up to DefaultMaxBackoff.
+	DefaultMinBackoff = 100 * time.Millisecond
+	// DefaultMaxBackoff is the longest pause between failed steps.
+	DefaultMaxBackoff = 5 * time.Second
+)
+
+// Relay publishes the outbox of one database to Kafka. Create it with
+// [NewRelay] and start it with [Relay.Run]. Notify and Pending are safe for
+// concurrent use, also while Run runs; Run runs at most once at a time.
+type Relay struct {
+	db     *store.DB
+	client *kgo.Client
+
+	batchSize              int
+	pollInterval           time.Duration
+	minBackoff, maxBackoff time.Duration
+	logger                 *slog.Logger
+	onError                func(error)
+
+	wake    chan struct{} // one slot: a pending Notify
+	running atomic.Bool
+
+	// afterProduce, when set (tests only, see export_test.go), runs after
+	// a batch was produced and before it is marked sent, with the ids about
+	// to be marked; an error from it ends Run without marking, as a crash
+	// at that point would.
+	afterProduce func(ids []int64) error
+}
+
+// Opt configures a Relay.
+type Opt func(*Relay)
+
+// WithBatchSize sets how many rows one step reads and produces together
+// (default DefaultBatchSize). Values below 1 are ignored.
+func WithBatchSize(n int) Opt {
+	return func(r *Relay) {
+		if n >= 1 {
+			r.batchSize = n
+		}
+	}
+}
+
+// WithPollInterval sets how long an idle relay waits before it looks for
+// new rows when nobody calls Notify (default DefaultPollInterval). Values
+// below 1 ms are ignored.
+func WithPollInterval(d time.Duration) Opt {
+	return func(r *Relay) {
+		if d >= time.Millisecond {
+			r.pollInterval = d
+		}
+	}
+}
+
+// WithBackoff sets the bounds of the exponential pause after a failed step
+// (defaults DefaultMinBackoff and DefaultMaxBackoff). It is ignored unless
+// 0 < min <= max.
+func WithBackoff(min, max time.Duration) Opt {
+	return func(r *Relay) {
+		if min > 0 && min <= max {
+			r.minBackoff, r.maxBackoff = min, max
+		}
+	}
+}
+
+// WithLogger sets the logger for failed steps (default slog.Default()).
+func WithLogger(l *slog.Logger) Opt {
+	return func(r *Relay) {
+		if l != nil {
+			r.logger = l
+		}
+	}
+}
+
+// WithOnError sets a function called, on Run's goroutine, with the error of
+// each failed step (a produce or database failure) before the relay backs
+// off; for metrics and alerts. It must not block for long.
+func WithOnError(fn func(error)) Opt {
+	return func(r *Relay) { r.onError = fn }
+}
+
+// NewRelay returns a relay that publishes db's outbox with client.
+//
+// The caller owns and configures the client: an idempotent producer (the
+// kgo default; do not pass kgo.DisableIdempotentWrite) with acks=all (the kgo
+// default, kgo.RequiredAcks(kgo.AllISRAcks())), not transactional, with no
+// default produce topic needed (each row names its topic). Idempotence keeps
+// the per-partition order across the producer's internal retries. The relay
+// does not close the client.
+func NewRelay(db *store.DB, client *kgo.Client, opts ...Opt) *Relay {
+	r := &Relay{
+		db:           db,
+		client:       client,
+		batchSize:    DefaultBatchSize,
+		pollInterval: DefaultPollInterval,
+		minBackoff:   DefaultMinBackoff,
+		maxBackoff:   DefaultMaxBackoff,
+		logger:       slog.Default(),
+		wake:         make(chan struct{}, 1),
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// Notify wakes the relay to look for new rows now instead of at the next
+// poll. It never blocks, and several calls before the relay wakes count as
+// one. Call it after committing a transaction that enqueued rows. Safe for
+// concurrent use; a Notify before Run starts makes Run's first wait return at
+// once.
+func (r *Relay) Notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Pending returns the number of rows of the relay's outbox not yet marked
+// sent; see the package function [Pending].
+func (r *Relay) Pending(ctx context.Context) (int, error) { return Pending(ctx, r.db) }
+
+// Run publishes the outbox until ctx is done, then returns nil. Each step
+// reads up to the batch size of unsent rows in id order, produces them with
+// ProduceSync (the records are handed to the client in id order, so each
+// partition receives them in that order), and marks sent, in one UPDATE, the
+// longest run of rows from the start of the batch that Kafka acknowledged. A
+// full batch is followed by the next step at once; otherwise the relay waits
+// for Notify, the poll interval or ctx.
+//
+// When a step fails (a record not acknowledged, or a database error), the
+// relay logs it, calls the WithOnError function, waits a backoff (doubling
+// from the minimum to the maximum, reset by a successful step) and tries
+// again from the first unsent row, which was not marked: it never skips a row
+// and never marks a later row before an earlier one. Records after the failed
+// one that Kafka did acknowledge are produced again (duplicates, absorbed by
+// the consumers' inboxes); to keep that cheap, the retry produces only the
+// first unsent row, and full batches resume once it succeeds. The marking
+// UPDATE runs even when ctx ends during the step (bounded to 10 s), so a
+// clean shutdown does not re-publish what it already published.
+//
+// Run returns ErrRunning if the relay is already running, and an error
+// wrapping kgo.ErrClientClosed if the client was closed.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer r.running.Store(false)
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	wait := func(d time.Duration, wakeable bool) bool {
+		timer.Reset(d)
+		defer timer.Stop()
+		var wake <-chan struct{}
+		if wakeable {
+			wake = r.wake
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-wake:
+		case <-timer.C:
+		}
+		return true
+	}
+
+	limit := r.batchSize
+	failures := 0
+	for ctx.Err() == nil {
+		n, err := r.step(ctx, limit)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var fatal *fatalError
+			if errors.As(err, &fatal) {
+				return fatal.err
+			}
+			failures++
+			backoff := r.backoff(failures)
+			r.logger.Warn("outbox relay step failed; retrying from the first unsent row",
+				"err", err, "consecutive_failures", failures, "backoff", backoff)
+			if r.onError != nil {
+				r.onError(err)
+			}
+			limit = 1
+			if !wait(backoff, false) {
+				return nil
+			}
+			continue
+		}
+		failures = 0
+		if n >= limit {
+			limit = r.batchSize // a full batch (or a successful probe): more may be waiting
+			continue
+		}
+		limit = r.batchSize
+		if !wait(r.pollInterval, true) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// backoff returns the pause after the given number of consecutive failures.
+func (r *Relay) backoff(failures int) time.Duration {
+	d := r.minBackoff
+	for i := 1; i < failures && d < r.maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, r.maxBackoff)
+}
+
+// row is one unsent outbox row.
+type row struct {
+	id  int64
+	rec *kgo.Record
+}
+
+// step relays up to limit rows and returns how many it read (all of them
+// produced and marked, unless err is set).
+func (r *Relay) step(ctx context.Context, limit int) (int, error) {
+	rows, err := r.load(ctx, limit)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	recs := make([]*kgo.Record, len(rows))
+	for i, rw := range rows {
+		recs[i] = rw.rec
+	}
+	results := r.client.ProduceSync(ctx, recs...)
+	errs := make(map[*kgo.Record]error, len(results))
+	for _, res := range results {
+		if res.Err != nil {
+			errs[res.Record] = res.Err
+		}
+	}
+	// The acknowledged prefix: results arrive in completion order, so look
+	// each record up rather than trusting positions.
+	acked := len(rows)
+	var produceErr error
+	for i, rw := range rows {
+		if e, ok := errs[rw.rec]; ok {
+			acked = i
+			produceErr = fmt.Errorf("outbox: produce row %d to %s: %w", rw.id, rw.rec.Topic, e)
+			if errors.Is(e, kgo.ErrClientClosed) {
+				produceErr = &fatalError{produceErr}
+			}
+			break
+		}
+	}
+	ids := make([]int64, acked)
+	for i := range ids {
+		ids[i] = rows[i].id
+	}
+	if r.afterProduce != nil {
+		if err := r.afterProduce(ids); err != nil {
+			return 0, &fatalError{err}
+		}
+	}
+	if acked > 0 {
+		// Mark even if ctx ended meanwhile: these records are in Kafka.
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err := r.markSent(mctx, ids)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+	}
+	if produceErr != nil {
+		return acked, produceErr
+	}
+	return len(rows), nil
+}
+
+// load reads up to limit unsent rows in id order.
+func (r *Relay) load(ctx context.Context, limit int) ([]row, error) {
+	q := r.db.Rebind(`SELECT id, topic, record_key, value, headers FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT ?`)
+	rs, err := r.db.QueryContext(ctx, q, limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read unsent rows: %w", err)
+	}
+	defer rs.Close()
+	var out []row
+	for rs.Next() {
+		var (
+			id         int64
+			topic      string
+			key, value []byte
+			headers    sql.NullString
+		)
+		if err := rs.Scan(&id, &topic, &key, &value, &headers); err != nil {
+			return nil, fmt.Errorf("outbox: read unsent rows: %w", err)
+		}
+		rec := &kgo.Record{Topic: topic, Key: key, Value: value}
+		if headers.Valid && headers.String != "" {
+			var hs []Header
+			if err := json.Unmarshal([]byte(headers.String), &hs); err != nil {
+				return nil, fmt.Errorf("outbox: row %d: decode headers: %w", id, err)
+			}
+			rec.Headers = make([]kgo.RecordHeader, len(hs))
+			for i, h := range hs {
+				rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+			}
+		}
+		out = append(out, row{id: id, rec: rec})
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: read unsent rows: %w", err)
+	}
+	return out, nil
+}
+
+// markSent sets sent_at on exactly the given ids, in one UPDATE. (Not an id
+// range: on PostgreSQL a row with an id inside the range may have committed
+// after the batch was read, and must not be marked unsent-but-sent.)
+func (r *Relay) markSent(ctx context.Context, ids []int64) error {
+	q := `UPDATE outbox SET sent_at = ? WHERE id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, time.Now().UnixMilli())
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	err := r.db.InTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, r.db.Rebind(q), args...)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("outbox: mark %d rows sent: %w", len(ids), err)
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// SchemaVersion is the highest migration version [DB.Migrate] applies: the
+// version of the schema this build of Ordercast expects.
+const SchemaVersion = 1
+
+// migration is one versioned schema change. Its statements are written once
+// for both dialects with two placeholders: {{ID}} for an auto-increment
+// BIGINT primary key column type and {{BLOB}} for a binary column type.
+type migration struct {
+	version int
+	name    string
+	stmts   []string
+}
+
+// migrations are applied in order; a released one is never edited, only
+// followed by a new one.
+var migrations = []migration{
+	{version: 1, name: "initial schema", stmts: []string{
+		// checkout's product catalog; prices in thousandths of GBP.
+		`CREATE TABLE IF NOT EXISTS catalog (
+			stock_code       TEXT PRIMARY KEY,
+			description      TEXT NOT NULL,
+			unit_price_milli BIGINT NOT NULL
+		)`,
+		// checkout's Idempotency-Key records: one per key; payload is the
+		// encoded event to re-send while status is 'pending'.
+		`CREATE TABLE IF NOT EXISTS checkout_requests (
+			idempotency_key TEXT PRIMARY KEY,
+			request_hash    TEXT NOT NULL,
+			order_id        TEXT NOT NULL,
+			event_id        TEXT NOT NULL,
+			status          TEXT NOT NULL CHECK (status IN ('pending', 'published')),
+			payload         {{BLOB}},
+			response_status INTEGER,
+			response_body   TEXT,
+			created_at      BIGINT NOT NULL,
+			published_at    BIGINT
+		)`,
+		`CREATE INDEX IF NOT EXISTS checkout_requests_pending
+			ON checkout_requests (created_at) WHERE status = 'pending'`,
+		// the orders service's copy of each order.
+		`CREATE TABLE IF NOT EXISTS orders (
+			order_id    TEXT PRIMARY KEY,
+			customer_id TEXT,
+			country     TEXT,
+			total_milli BIGINT NOT NULL,
+			line_count  INTEGER NOT NULL,
+			reference   TEXT,
+			created_at  BIGINT NOT NULL,
+			stored_at   BIGINT NOT NULL
+		)`,
+		`CREATE INDEX IF NOT EXISTS orders_customer ON orders (customer_id)`,
+		`CREATE TABLE IF NOT EXISTS order_lines (
+			order_id         TEXT NOT NULL REFERENCES orders (order_id) DEFERRABLE INITIALLY DEFERRED,
+			line_no          INTEGER NOT NULL,
+			stock_code       TEXT NOT NULL,
+			description      TEXT,
+			quantity         BIGINT NOT NULL,
+			unit_price_milli BIGINT NOT NULL,
+			line_total_milli BIGINT NOT NULL,
+			PRIMARY KEY (order_id, line_no)
+		)`,
+		// status milestones of an order, written by whichever service sees
+		// them, in any order (no foreign key to orders on purpose).
+		`CREATE TABLE IF NOT EXISTS order_status (
+			order_id TEXT NOT NULL,
+			kind     TEXT NOT NULL,
+			detail   TEXT,
+			at       BIGINT NOT NULL,
+			PRIMARY KEY (order_id, kind)
+		)`,
+		`CREATE TABLE IF NOT EXISTS wallets (
+			customer_id   TEXT PRIMARY KEY,
+			opening_milli BIGINT NOT NULL,
+			balance_milli BIGINT NOT NULL
+		)`,
+		`CREATE TABLE IF NOT EXISTS payments (
+			order_id     TEXT PRIMARY KEY,
+			customer_id  TEXT,
+			status       TEXT NOT NULL,
+			method       TEXT NOT NULL,
+			amount_milli BIGINT NOT NULL,
+			reason       TEXT,
+			processed_at BIGINT NOT NULL
+		)`,
+		// one row per wallet debit. Deliberately not unique on order_id: an
+		// invariant check counts rows per order to detect a double charge.
+		`CREATE TABLE IF NOT EXISTS wallet_ledger (
+			id           {{ID}},
+			customer_id  TEXT NOT NULL,
+			order_id     TEXT NOT NULL,
+			amount_milli BIGINT NOT NULL,
+			created_at   BIGINT NOT NULL
+		)`,
+		`CREATE INDEX IF NOT EXISTS wallet_ledger_order ON wallet_ledger (order_id)`,
+		`CREATE INDEX IF NOT EXISTS wallet_ledger_customer ON wallet_ledger (customer_id)`,
+		// the notification sink; notification_id is stable per (order, kind).
+		`CREATE TABLE IF NOT EXISTS notifications (
+			notification_id TEXT PRIMARY KEY,
+			order_id        TEXT NOT NULL,
+			kind            TEXT NOT NULL,
+			customer_id     TEXT,
+			body            TEXT,
+			created_at      BIGINT NOT NULL
+		)`,
+		`CREATE INDEX IF NOT EXISTS notifications_order ON notifications (order_id)`,
+		// package inbox: one row per (consumer group, event id) applied.
+		`CREATE TABLE IF NOT EXISTS inbox (
+			consumer_group TEXT NOT NULL,
+			event_id       TEXT NOT NULL,
+			topic          TEXT NOT NULL,
+			"partition"    INTEGER NOT NULL,
+			"offset"       BIGINT NOT NULL,
+			processed_at   BIGINT NOT NULL,
+			PRIMARY KEY (consumer_group, event_id)
+		)`,
+		// package outbox: records to publish, relayed in id order.
+		`CREATE TABLE IF NOT EXISTS outbox (
+			id         {{ID}},
+			topic      TEXT NOT NULL,
+			record_key {{BLOB}},
+			value      {{BLOB}},
+			headers    TEXT,
+			created_at BIGINT NOT NULL,
+			sent_at    BIGINT
+		)`,
+		`CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (id) WHERE sent_at IS NULL`,
+	}},
+}
+
+// migrationLockKey is the PostgreSQL advisory lock that serialises Migrate
+// between processes ("ordercast" in ASCII, truncated to fit an int64).
+const migrationLockKey = 0x6f72646572636173
+
+// schemaSQL returns stmt with the dialect placeholders filled in.
+func (db *DB) schemaSQL(stmt string) string {
+	id := "INTEGER PRIMARY KEY AUTOINCREMENT"
+	if db.Dialect == Postgres {
+		id = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+	}
+	return strings.NewReplacer("{{ID}}", id, "{{BLOB}}", db.BlobType()).Replace(stmt)
+}
+
+// Migrate brings the schema up to SchemaVersion: it creates the
+// schema_migrations(version, applied_at) table if missing and applies, in
+// order, each migration whose version is not recorded there, recording it.
+// Running it again, or from several processes at once, is safe: it all
+// happens in one transaction (on PostgreSQL under an advisory lock, on SQLite
+// under the write lock), so a failure leaves the schema as it was and a
+// concurrent Migrate waits and then finds nothing to do. It returns the first
+// failing statement's error, wrapped with its migration version.
+func (db *DB) Migrate(ctx context.Context) error {
+	return db.InTx(ctx, func(tx *sql.Tx) error {
+		if db.Dialect == Postgres {
+			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLockKey)); err != nil {
+				return fmt.Errorf("store: migrate: lock: %w", err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version    BIGINT PRIMARY KEY,
+			applied_at BIGINT NOT NULL
+		)`); err != nil {
+			return fmt.Errorf("store: migrate: create schema_migrations: %w", err)
+		}
+		applied := map[int]bool{}
+		rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+		if err != nil {
+			return fmt.Errorf("store: migrate: read versions: %w", err)
+		}
+		for rows.Next() {
+			var v int
+			if err := rows.Scan(&v); err != nil {
+				rows.Close()
+				return fmt.Errorf("store: migrate: read versions: %w", err)
+			}
+			applied[v] = true
+		}
+		if err := rows.Close(); err != nil {
+			return fmt.Errorf("store: migrate: read versions: %w", err)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("store: migrate: read versions: %w", err)
+		}
+		for _, m := range migrations {
+			if applied[m.version] {
+				continue
+			}
+			for i, stmt := range m.stmts {
+				if _, err := tx.ExecContext(ctx, db.schemaSQL(stmt)); err != nil {
+					return fmt.Errorf("store: migrate: version %d (%s) statement %d: %w", m.version, m.name, i+1, err)
+				}
+			}
+			if _, err := tx.ExecContext(ctx, db.Rebind(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`),
+				m.version, time.Now().UnixMilli()); err != nil {
+				return fmt.Errorf("store: migrate: record version %d: %w", m.version, err)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,130 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// InTx runs fn in one read-write transaction and commits it, retrying the
+// whole transaction (a new BEGIN, fn again, COMMIT) when it fails with a
+// retryable error (see [IsRetryable]): SQLite busy/locked, PostgreSQL
+// serialization_failure (40001) or deadlock_detected (40P01). It makes at most
+// DB.MaxTxAttempts attempts (DefaultMaxTxAttempts when zero), sleeping a short
+// jittered backoff (5 ms doubling, at most 500 ms) between them, and stops
+// early when ctx is done.
+//
+// fn must do all its database work through tx, must not start another
+// transaction on db (on SQLite that would wait for the lock this one holds),
+// and must be safe to run more than once: do only database work in it, and
+// leave side effects outside the database (producing to Kafka, HTTP calls)
+// until InTx has returned nil. If fn returns an error or panics, the
+// transaction is rolled back and nothing it did is kept; fn's error is
+// returned as it is (errors.Is works on it), or retried first if it is
+// retryable (wrap driver errors with %w so that they are recognised). A panic
+// is re-raised after the rollback. Errors of BEGIN and COMMIT are wrapped
+// with "store: begin"/"store: commit". When every attempt failed with a
+// retryable error, the last one is returned wrapped with the attempt count.
+//
+// Isolation. SQLite: every InTx transaction is BEGIN IMMEDIATE, so it holds
+// the database's single write lock from its first statement to COMMIT and
+// read-write transactions run one after the other: serializable by
+// construction. Inside one process InTx also queues its transactions on an
+// in-process one-slot semaphore before BEGIN, so they hand the lock over in
+// FIFO order without SQLite's sleep-and-poll busy handler; other processes on
+// the same file are still kept out by the lock itself and busy_timeout.
+// PostgreSQL: the server default, READ COMMITTED. That is enough for the
+// inbox pattern: the inbox insert of (group, event id) is the first statement
+// and its primary key serialises duplicates (a second transaction inserting
+// the same key waits for the first, then inserts nothing if it committed, or
+// proceeds if it rolled back), so two transactions never apply the same event.
+// Effects that read-modify-write shared rows (a wallet balance) must still be
+// written as atomic statements (UPDATE ... SET balance = balance - ? WHERE ...
+// AND balance >= ?) or lock what they read (SELECT ... FOR UPDATE, which
+// SQLite does not accept, so prefer the former); under READ COMMITTED a plain
+// SELECT followed by an UPDATE can lose an update.
+//
+// InTx is safe for concurrent use. Calls on SQLite serialise; calls on
+// PostgreSQL run in parallel up to the pool size.
+func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	attempts := db.MaxTxAttempts
+	if attempts <= 0 {
+		attempts = DefaultMaxTxAttempts
+	}
+	for attempt := 1; ; attempt++ {
+		err := db.runTx(ctx, fn)
+		if err == nil || !IsRetryable(err) {
+			return err
+		}
+		if attempt >= attempts {
+			if attempt == 1 {
+				return err
+			}
+			return fmt.Errorf("store: transaction failed %d times: %w", attempt, err)
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		if db.OnTxRetry != nil {
+			db.OnTxRetry(attempt, err)
+		}
+		if !sleepCtx(ctx, txBackoff(attempt)) {
+			return err
+		}
+	}
+}
+
+// runTx is one attempt of InTx.
+func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	if db.writeSem != nil {
+		select {
+		case db.writeSem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-db.writeSem }()
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: begin: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			// Also runs while a panic in fn unwinds; the panic goes on.
+			_ = tx.Rollback()
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	done = true // Commit ends the transaction whether or not it succeeds.
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	return nil
+}
+
+// txBackoff is the pause before attempt+1: 5 ms doubling per attempt, capped
+// at 500 ms, with up to 50% random jitter so that colliding transactions do
+// not collide again.
+func txBackoff(attempt int) time.Duration {
+	d := 5 * time.Millisecond << min(attempt-1, 7)
+	d = min(d, 500*time.Millisecond)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleepCtx sleeps d or until ctx is done, and reports whether it slept the
+// whole d.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
