@@ -34,9 +34,9 @@ import (
 // Meta is where the event was consumed from, recorded in the inbox row for
 // tracing (which record applied an event); it plays no part in deduplication.
 type Meta struct {
-	Topic     string
-	Partition int32
-	Offset    int64
+	Topic     string // the record's topic
+	Partition int32  // the record's partition
+	Offset    int64  // the record's offset in that partition
 }
 
 // errDuplicate rolls back the transaction of an event already processed.

@@ -42,18 +42,18 @@ import (
 
 // Header is one Kafka record header.
 type Header struct {
-	Key   string `json:"k"`
-	Value []byte `json:"v"`
+	Key   string `json:"k"` // header key
+	Value []byte `json:"v"` // header value (stored base64 in the headers JSON column)
 }
 
 // Message is a Kafka record to publish. Key and Value may be nil (a nil key
 // leaves the partition to the producer's partitioner; a nil value is a
 // tombstone). Headers are kept in order.
 type Message struct {
-	Topic   string
-	Key     []byte
-	Value   []byte
-	Headers []Header
+	Topic   string   // required
+	Key     []byte   // record key; nil for none
+	Value   []byte   // record value; nil for a tombstone
+	Headers []Header // record headers, in order; stored as JSON
 }
 
 // Enqueue writes m to the outbox inside the caller's transaction tx on db
