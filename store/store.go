@@ -19,6 +19,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"net/url"
 	"strconv"
 	"strings"
@@ -102,7 +103,7 @@ type DB struct {
 // Open opens and pings the database named by dsn:
 //
 //   - "postgres://..." or "postgresql://...": PostgreSQL through pgx (see
-//     pgdriver.go); the DSN is parsed by pgx.ParseConfig unchanged (pgx
+//     github.com/jackc/pgx/v5/stdlib); the DSN is parsed by pgx unchanged (pgx
 //     keywords and run-time parameters such as search_path are accepted). The pool is limited
 //     to PostgresMaxOpenConns connections.
 //   - "sqlite:PATH", "sqlite://PATH", "file:PATH?..." or a bare PATH: a SQLite
@@ -149,11 +150,10 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 }
 
 func openPostgres(ctx context.Context, dsn string) (*DB, error) {
-	connector, err := newPGConnector(dsn) // see pgdriver.go
+	sqlDB, err := sql.Open("pgx", dsn) // pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib)
 	if err != nil {
 		return nil, fmt.Errorf("store: open postgres: %w", err)
 	}
-	sqlDB := sql.OpenDB(connector)
 	sqlDB.SetMaxOpenConns(PostgresMaxOpenConns)
 	sqlDB.SetMaxIdleConns(PostgresMaxOpenConns)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
