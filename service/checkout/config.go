@@ -1,0 +1,106 @@
+package checkout
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/store"
+)
+
+// Limits of POST /orders.
+const (
+	// DefaultMaxBodyBytes is the default Config.MaxBodyBytes: 1 MiB.
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultProduceTimeout is the default Config.ProduceTimeout.
+	DefaultProduceTimeout = 10 * time.Second
+	// MaxLines is the most lines one order may have (422 too_many_lines
+	// above it).
+	MaxLines = 5_000
+	// MaxQuantity is the largest quantity of one line (422 bad_quantity
+	// above it, and at or below 0).
+	MaxQuantity = 1_000_000
+	// MaxCustomerIDLen is the longest customer id accepted; a customer id
+	// is 1 to MaxCustomerIDLen characters of [A-Za-z0-9_-].
+	MaxCustomerIDLen = 64
+	// MaxIdempotencyKeyLen is the longest Idempotency-Key accepted, in
+	// bytes (keys are printable ASCII).
+	MaxIdempotencyKeyLen = 200
+)
+
+// Config configures a Service. DB, Serde and Producer are required; every
+// other field has a default for its zero value.
+type Config struct {
+	// DB is the database holding the catalog, checkout_requests and the
+	// tables GET /orders/{id} reads (orders, order_status, notifications).
+	// It must be migrated (store.DB.Migrate). Required.
+	DB *store.DB
+
+	// Serde encodes the orderCreated event (Confluent wire-format Avro) and
+	// decodes stored payloads. Required.
+	Serde *schema.Serde
+
+	// Producer publishes the orderCreated events. The caller owns it and
+	// configures it for durability: idempotent (kgo's default) with
+	// acks=all (kgo.RequiredAcks(kgo.AllISRAcks()), also kgo's default), so
+	// that "acknowledged" means written to every in-sync replica. It must
+	// not be transactional. Required.
+	Producer *kgo.Client
+
+	// Logger receives the service's logs (quiet: errors and warnings,
+	// debug for each acceptance). Nil discards them.
+	Logger *slog.Logger
+
+	// Registerer registers the service's Prometheus metrics (see
+	// metrics.go). Nil means the metrics are kept but not registered.
+	// Registering on a Registerer that already has them is an error from
+	// New.
+	Registerer prometheus.Registerer
+
+	// ProduceTimeout bounds how long POST /orders waits for the broker to
+	// acknowledge the orderCreated event before answering 503
+	// broker_unavailable; it also bounds how long a request waits for
+	// another in-process request with the same Idempotency-Key. Closest
+	// Kafka setting: delivery.timeout.ms, but per request and without
+	// failing the record when the producer cannot safely do so. Default
+	// DefaultProduceTimeout (10s); zero means the default; negative is an
+	// error.
+	ProduceTimeout time.Duration
+
+	// MaxBodyBytes is the largest POST /orders body accepted, in bytes;
+	// a larger one is answered 413 body_too_large. Default
+	// DefaultMaxBodyBytes (1 MiB); zero means the default; negative is an
+	// error.
+	MaxBodyBytes int64
+}
+
+// withDefaults returns c with its defaults filled in, or an error naming the
+// first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.DB == nil:
+		return c, ErrNoDB
+	case c.Serde == nil:
+		return c, ErrNoSerde
+	case c.Producer == nil:
+		return c, ErrNoProducer
+	case c.ProduceTimeout < 0:
+		return c, fmt.Errorf("checkout: Config.ProduceTimeout is %v, want >= 0 (0 means %v)", c.ProduceTimeout, DefaultProduceTimeout)
+	case c.MaxBodyBytes < 0:
+		return c, fmt.Errorf("checkout: Config.MaxBodyBytes is %d, want >= 0 (0 means %d)", c.MaxBodyBytes, DefaultMaxBodyBytes)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ProduceTimeout == 0 {
+		c.ProduceTimeout = DefaultProduceTimeout
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	return c, nil
+}

@@ -1,0 +1,87 @@
+// Package checkout is Ordercast's checkout service: the HTTP API at which
+// orders enter the system. It validates an order, prices it from the catalog
+// table, publishes one orderCreated event per accepted order and answers 202
+// only once the broker has acknowledged that event.
+//
+// # HTTP API
+//
+//	POST /orders        body order.PlaceOrderRequest, optional Idempotency-Key header
+//	                    202 order.PlaceOrderResponse once the event is acknowledged
+//	GET  /orders/{id}   200 OrderView: status, stage history, notifications
+//
+// Every error is an order.ErrorResponse{Code, Error} with Content-Type
+// application/json; the codes are the order.Reason* constants and the Code*
+// constants of this package. Status codes: 400 (malformed_json,
+// bad_customer_id, bad_idempotency_key), 404 (not_found), 405
+// (method_not_allowed, with an Allow header), 413 (body_too_large), 422
+// (no_lines, too_many_lines, bad_quantity, unknown_stock_code,
+// amount_overflow, idempotency_key_reused), 500 (internal), 503
+// (broker_unavailable, database_unavailable; both carry Retry-After and are
+// safe to retry with the same Idempotency-Key). The request's Content-Type is
+// not checked: any body is parsed as JSON.
+//
+// # Pricing
+//
+// Prices come only from the catalog table, loaded into memory by [New] and
+// replaced as a whole by [Service.ReloadCatalog]. Stock codes are normalized
+// with order.NormalizeStockCode on both sides. Whatever else a client sends
+// (a price field, a total) is ignored.
+//
+// # Publication and idempotency
+//
+// Every accepted order is a row of table checkout_requests, keyed by the
+// client's Idempotency-Key or, without one, by "order:<orderId>"; the table
+// is therefore the durable list of every order checkout accepted ([Service.Accepted]
+// counts its published rows). A request is handled as follows:
+//
+//  1. Outside any transaction: decode and validate the body and hash its
+//     canonical form (sha256 of the re-marshalled request with normalized
+//     stock codes), so that whitespace, field order, unknown fields and the
+//     case of stock codes do not change the hash.
+//  2. In one transaction: look the key up. A row with another hash answers
+//     422 idempotency_key_reused. A 'published' row is replayed: its stored
+//     response_status and response_body, byte for byte, with the header
+//     Idempotent-Replayed: true. A 'pending' row yields its stored payload,
+//     the very event (same order id, same event id) to publish again. A new
+//     key is priced, its event encoded, and inserted as 'pending' WITH that
+//     payload (INSERT ... ON CONFLICT DO NOTHING; a lost race re-reads the
+//     winner's row and follows the existing-key path).
+//  3. The payload is produced to order.TopicOrderCreated, keyed by
+//     order.KeyFor(customerId, orderId), and waited for at most
+//     Config.ProduceTimeout.
+//  4. On the broker's acknowledgement the row is updated to 'published' with
+//     the 202 response and published_at, and the 202 is sent. On a produce
+//     error or timeout the answer is 503 broker_unavailable and the row stays
+//     'pending': a retry with the same key publishes the same event again.
+//
+// Because the row and its payload are written before producing, a crash
+// anywhere leads at worst to the same event being published twice, never to
+// a second order; consumers deduplicate on the event id (their inboxes).
+//
+// Concurrent requests with the same key. Inside one process they are
+// serialised on a per-key lock: the second waits (at most ProduceTimeout) for
+// the first to finish, then finds the row published and replays it, so no
+// duplicate record is produced. Across processes (several checkout
+// instances) nothing waits: an instance that finds a 'pending' row re-publishes
+// its payload at once. That can put the same event on the topic twice, which
+// the consumers' inboxes absorb; polling instead would delay every retry after
+// a failed produce (the common case of a pending row) for a reason that is
+// rare, and a duplicate of the same event id is harmless by design.
+//
+// A produce that outlives ProduceTimeout (the idempotent producer cannot
+// always fail a record that was already sent) is still followed in the
+// background: the 503 has been sent, but if the broker acknowledges later the
+// row is marked 'published' then, so a retry replays the 202. [Service.Close]
+// waits for these.
+//
+// Requests without an Idempotency-Key cannot be retried safely by the client:
+// their row is keyed by the new order id, so a retry is a new order. A row
+// left 'pending' by such a request after a 503 is not re-published by
+// checkout (the client was told the order failed).
+//
+// # Concurrency
+//
+// A [Service] is safe for concurrent use by any number of goroutines and
+// HTTP requests. It does not own the DB, the Serde or the producer client:
+// the caller closes them, after [Service.Close].
+package checkout

@@ -1,0 +1,62 @@
+package checkout
+
+import (
+	"errors"
+	"net/http"
+)
+
+// Error codes that checkout answers with besides the order.Reason* rejection
+// reasons. Like those they are stable strings, sent in
+// order.ErrorResponse.Code and used as the code label of the rejected-orders
+// metric.
+const (
+	// CodeBadIdempotencyKey: the Idempotency-Key header is empty, repeated,
+	// longer than MaxIdempotencyKeyLen, not printable ASCII, or uses the
+	// reserved "order:" prefix. HTTP 400.
+	CodeBadIdempotencyKey = "bad_idempotency_key"
+	// CodeBrokerUnavailable: the orderCreated event was not acknowledged by
+	// the broker within Config.ProduceTimeout, or another request with the
+	// same Idempotency-Key was still publishing it. The order is not
+	// accepted yet; retry with the same Idempotency-Key. HTTP 503.
+	CodeBrokerUnavailable = "broker_unavailable"
+	// CodeDatabaseUnavailable: the database failed (or timed out) while
+	// recording the request. Nothing was published; retry. HTTP 503.
+	CodeDatabaseUnavailable = "database_unavailable"
+	// CodeNotFound: GET /orders/{id} for an id that checkout and the orders
+	// service do not know, or a path that is not part of the API. HTTP 404.
+	CodeNotFound = "not_found"
+	// CodeMethodNotAllowed: a known path with the wrong method; the Allow
+	// header lists the right ones. HTTP 405.
+	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeInternal: a bug or corrupt stored data (an event that does not
+	// encode, a stored payload that does not decode). HTTP 500.
+	CodeInternal = "internal"
+)
+
+// Configuration errors returned by New.
+var (
+	// ErrNoDB: Config.DB is nil.
+	ErrNoDB = errors.New("checkout: Config.DB is required")
+	// ErrNoSerde: Config.Serde is nil.
+	ErrNoSerde = errors.New("checkout: Config.Serde is required")
+	// ErrNoProducer: Config.Producer is nil.
+	ErrNoProducer = errors.New("checkout: Config.Producer is required")
+)
+
+// apiError is an HTTP error answer: status, code and message of an
+// order.ErrorResponse.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.message }
+
+func reject(status int, code, message string) *apiError {
+	return &apiError{status: status, code: code, message: message}
+}
+
+func unprocessable(code, message string) *apiError {
+	return reject(http.StatusUnprocessableEntity, code, message)
+}

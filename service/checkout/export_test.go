@@ -1,0 +1,11 @@
+package checkout
+
+// RequestHash returns the canonical hash that POST /orders stores for body,
+// for tests that write checkout_requests rows themselves.
+func RequestHash(body []byte) (string, error) {
+	req, aerr := parseRequest(body)
+	if aerr != nil {
+		return "", aerr
+	}
+	return requestHash(req), nil
+}

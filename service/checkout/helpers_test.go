@@ -1,0 +1,319 @@
+package checkout_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/service/checkout"
+	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/store/storetest"
+)
+
+// Catalog rows every test environment is seeded with.
+var testCatalog = []struct {
+	code, desc string
+	price      int64
+}{
+	{"85123A", "WHITE HANGING HEART T-LIGHT HOLDER", 2550},
+	{"71053", "WHITE METAL LANTERN", 3390},
+	{"84406B", "CREAM CUPID HEARTS COAT HANGER", 2750},
+	{"POST", "POSTAGE", 18000},
+	{"FREE", "free sample", 0},
+	{"HUGE", "priced so that two of them overflow int64", 5_000_000_000_000_000_000},
+}
+
+// testEnv is a checkout Service over a migrated database, an embedded broker
+// (kfake, topic orderCreated with 3 partitions) and an in-memory registry.
+type testEnv struct {
+	t        *testing.T
+	db       *store.DB
+	cluster  *kfake.Cluster
+	producer *kgo.Client
+	serde    *schema.Serde
+	reg      *prometheus.Registry
+	svc      *checkout.Service
+	handler  http.Handler
+}
+
+type envOpt func(*checkout.Config)
+
+func withProduceTimeout(d time.Duration) envOpt {
+	return func(c *checkout.Config) { c.ProduceTimeout = d }
+}
+
+func withMaxBody(n int64) envOpt { return func(c *checkout.Config) { c.MaxBodyBytes = n } }
+
+// newEnv builds a test environment on a fresh SQLite database.
+func newEnv(t *testing.T, opts ...envOpt) *testEnv {
+	t.Helper()
+	return newEnvOn(t, storetest.SQLite(t), opts...)
+}
+
+// newEnvOn builds a test environment on db (migrated, empty).
+func newEnvOn(t *testing.T, db *store.DB, opts ...envOpt) *testEnv {
+	t.Helper()
+	ctx := testCtx(t)
+	for _, p := range testCatalog {
+		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO catalog (stock_code, description, unit_price_milli) VALUES (?, ?, ?)`),
+			p.code, p.desc, p.price); err != nil {
+			t.Fatalf("seed catalog: %v", err)
+		}
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, order.TopicOrderCreated))
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	t.Cleanup(cluster.Close)
+	producer, err := kgo.NewClient(
+		kgo.SeedBrokers(cluster.ListenAddrs()...),
+		kgo.RequiredAcks(kgo.AllISRAcks()), // the default for an idempotent producer; said for the reader
+		// Retry quickly after a fault is removed: kgo retries a failed
+		// produce after a metadata refresh, at most every MetadataMinAge
+		// (5s by default).
+		kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond }),
+		kgo.MetadataMinAge(20*time.Millisecond),
+	)
+	if err != nil {
+		t.Fatalf("producer: %v", err)
+	}
+	t.Cleanup(producer.Close)
+	registry := srfake.New()
+	t.Cleanup(registry.Close)
+	rcl, err := sr.NewClient(sr.URLs(registry.URL()))
+	if err != nil {
+		t.Fatalf("registry client: %v", err)
+	}
+	serde, err := schema.New(ctx, rcl)
+	if err != nil {
+		t.Fatalf("serde: %v", err)
+	}
+	reg := prometheus.NewRegistry()
+	cfg := checkout.Config{DB: db, Serde: serde, Producer: producer, Registerer: reg, ProduceTimeout: 5 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := checkout.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("checkout.New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := svc.Close(ctx); err != nil {
+			t.Errorf("checkout Close: %v", err)
+		}
+	})
+	return &testEnv{t: t, db: db, cluster: cluster, producer: producer, serde: serde, reg: reg, svc: svc, handler: svc.Handler()}
+}
+
+// testCtx is a context bounded well under the package's time budget.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// response is an answer of the handler.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) errorCode(t *testing.T) string {
+	t.Helper()
+	var e order.ErrorResponse
+	if err := json.Unmarshal(r.body, &e); err != nil {
+		t.Fatalf("error body %q is not an ErrorResponse: %v", r.body, err)
+	}
+	if e.Code == "" || e.Error == "" {
+		t.Fatalf("error body %q lacks code or error", r.body)
+	}
+	return e.Code
+}
+
+func (r response) accepted(t *testing.T) order.PlaceOrderResponse {
+	t.Helper()
+	if r.status != http.StatusAccepted {
+		t.Fatalf("status %d, want 202; body %s", r.status, r.body)
+	}
+	var ok order.PlaceOrderResponse
+	if err := json.Unmarshal(r.body, &ok); err != nil {
+		t.Fatalf("202 body %q: %v", r.body, err)
+	}
+	if ok.OrderID == "" || ok.Status != "accepted" {
+		t.Fatalf("202 body %q: want an order id and status accepted", r.body)
+	}
+	return ok
+}
+
+// do sends a request to the handler; header pairs are name, value.
+func (e *testEnv) do(method, path, body string, header ...string) response {
+	e.t.Helper()
+	req := httptest.NewRequestWithContext(testCtx(e.t), method, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	return e.serve(req)
+}
+
+func (e *testEnv) serve(req *http.Request) response {
+	rec := httptest.NewRecorder()
+	e.handler.ServeHTTP(rec, req)
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		e.t.Errorf("%s %s: Content-Type %q, want application/json", req.Method, req.URL.Path, ct)
+	}
+	return response{status: rec.Code, header: rec.Header(), body: bytes.Clone(rec.Body.Bytes())}
+}
+
+func (e *testEnv) post(body string, header ...string) response {
+	e.t.Helper()
+	return e.do(http.MethodPost, "/orders", body, header...)
+}
+
+// topicCount is the number of records on orderCreated (sum of the
+// partitions' end offsets).
+func (e *testEnv) topicCount() int64 {
+	e.t.Helper()
+	adm := kadm.NewClient(e.producer)
+	ends, err := adm.ListEndOffsets(testCtx(e.t), order.TopicOrderCreated)
+	if err != nil {
+		e.t.Fatalf("list end offsets: %v", err)
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			e.t.Fatalf("end offset of %d: %v", o.Partition, o.Err)
+		}
+		n += o.Offset
+	})
+	return n
+}
+
+// consumed is one record of orderCreated, decoded.
+type consumed struct {
+	key string
+	ev  order.OrderCreated
+}
+
+// consume reads orderCreated from the start until it has n records (polling
+// with a deadline) and decodes them.
+func (e *testEnv) consume(n int) []consumed {
+	e.t.Helper()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(e.cluster.ListenAddrs()...),
+		kgo.ConsumeTopics(order.TopicOrderCreated),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	if err != nil {
+		e.t.Fatalf("consumer: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(testCtx(e.t), 10*time.Second)
+	defer cancel()
+	var out []consumed
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			e.t.Fatalf("consumed %d records of orderCreated before the deadline, want %d", len(out), n)
+		}
+		fs.EachError(func(t string, p int32, err error) { e.t.Fatalf("fetch %s/%d: %v", t, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			var c consumed
+			c.key = string(r.Key)
+			if _, err := e.serde.Decode(order.TopicOrderCreated, r.Value, &c.ev); err != nil {
+				e.t.Fatalf("decode record at %d/%d: %v", r.Partition, r.Offset, err)
+			}
+			out = append(out, c)
+		})
+	}
+	return out
+}
+
+// requestRow reads a checkout_requests row's status and order id.
+func (e *testEnv) requestRow(key string) (status, orderID string) {
+	e.t.Helper()
+	err := e.db.QueryRowContext(testCtx(e.t), e.db.Rebind(`SELECT status, order_id FROM checkout_requests WHERE idempotency_key = ?`), key).
+		Scan(&status, &orderID)
+	if err != nil {
+		e.t.Fatalf("read checkout request %q: %v", key, err)
+	}
+	return status, orderID
+}
+
+func (e *testEnv) accepted() int {
+	e.t.Helper()
+	n, err := e.svc.Accepted(testCtx(e.t))
+	if err != nil {
+		e.t.Fatalf("Accepted: %v", err)
+	}
+	return n
+}
+
+// metric returns the value of a counter or gauge with the given labels (0
+// if absent).
+func (e *testEnv) metric(name string, labels ...string) float64 {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatalf("gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		select {
+		case <-time.After(5 * time.Millisecond): // poll interval, not synchronisation
+		case <-t.Context().Done():
+			t.Fatalf("test ended while waiting for %s", what)
+		}
+	}
+}

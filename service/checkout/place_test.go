@@ -1,0 +1,335 @@
+package checkout_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/service/checkout"
+)
+
+// linesJSON returns n lines of one unit of 85123A.
+func linesJSON(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"lines":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"stockCode":"85123A","quantity":1}`)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+func TestPlaceOrderRejections(t *testing.T) {
+	e := newEnv(t)
+	oneLine := `{"lines":[{"stockCode":"85123A","quantity":1}]}`
+	big := `{"lines":[{"stockCode":"85123A","quantity":1}],"reference":"` + strings.Repeat("x", checkout.DefaultMaxBodyBytes) + `"}`
+	cases := []struct {
+		name     string
+		method   string
+		path     string
+		body     string
+		header   []string
+		status   int
+		code     string
+		contains []string // in the error message
+	}{
+		{name: "empty body", body: ``, status: 400, code: order.ReasonMalformedJSON},
+		{name: "truncated", body: `{"lines":[`, status: 400, code: order.ReasonMalformedJSON},
+		{name: "trailing garbage", body: oneLine + ` x`, status: 400, code: order.ReasonMalformedJSON},
+		{name: "two objects", body: oneLine + oneLine, status: 400, code: order.ReasonMalformedJSON},
+		{name: "array", body: `[` + oneLine + `]`, status: 400, code: order.ReasonMalformedJSON},
+		{name: "null", body: `null`, status: 400, code: order.ReasonMalformedJSON},
+		{name: "quantity is a string", body: `{"lines":[{"stockCode":"85123A","quantity":"1"}]}`, status: 400, code: order.ReasonMalformedJSON},
+		{name: "quantity is fractional", body: `{"lines":[{"stockCode":"85123A","quantity":1.5}]}`, status: 400, code: order.ReasonMalformedJSON},
+		{name: "body too large", body: big, status: 413, code: order.ReasonBodyTooLarge},
+		{name: "no lines key", body: `{"customerId":"17850"}`, status: 422, code: order.ReasonNoLines},
+		{name: "empty lines", body: `{"lines":[]}`, status: 422, code: order.ReasonNoLines},
+		{name: "too many lines", body: linesJSON(checkout.MaxLines + 1), status: 422, code: order.ReasonTooManyLines},
+		{name: "zero quantity", body: `{"lines":[{"stockCode":"85123A","quantity":1},{"stockCode":"71053","quantity":0}]}`,
+			status: 422, code: order.ReasonBadQuantity, contains: []string{"lines[1]", "quantity 0"}},
+		{name: "negative quantity", body: `{"lines":[{"stockCode":"85123A","quantity":-3}]}`,
+			status: 422, code: order.ReasonBadQuantity, contains: []string{"lines[0]", "-3"}},
+		{name: "quantity too large", body: `{"lines":[{"stockCode":"85123A","quantity":1000001}]}`,
+			status: 422, code: order.ReasonBadQuantity, contains: []string{"lines[0]", "1000001"}},
+		{name: "unknown stock code", body: `{"lines":[{"stockCode":"85123A","quantity":1},{"stockCode":" nope9 ","quantity":1}]}`,
+			status: 422, code: order.ReasonUnknownStockCode, contains: []string{"lines[1]", `"NOPE9"`}},
+		{name: "empty stock code", body: `{"lines":[{"stockCode":"","quantity":1}]}`, status: 422, code: order.ReasonUnknownStockCode},
+		{name: "empty customer id", body: `{"customerId":"","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonBadCustomerID},
+		{name: "customer id with a space", body: `{"customerId":"17 850","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonBadCustomerID},
+		{name: "customer id not ASCII", body: `{"customerId":"jürgen","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonBadCustomerID},
+		{name: "customer id too long", body: `{"customerId":"` + strings.Repeat("a", 65) + `","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonBadCustomerID},
+		{name: "line total overflow", body: `{"lines":[{"stockCode":"HUGE","quantity":2}]}`, status: 422, code: order.ReasonAmountOverflow},
+		{name: "order total overflow", body: `{"lines":[{"stockCode":"HUGE","quantity":1},{"stockCode":"HUGE","quantity":1}]}`, status: 422, code: order.ReasonAmountOverflow},
+		{name: "idempotency key too long", body: oneLine, header: []string{"Idempotency-Key", strings.Repeat("k", 201)}, status: 400, code: checkout.CodeBadIdempotencyKey},
+		{name: "idempotency key empty", body: oneLine, header: []string{"Idempotency-Key", ""}, status: 400, code: checkout.CodeBadIdempotencyKey},
+		{name: "idempotency key repeated", body: oneLine, header: []string{"Idempotency-Key", "a", "Idempotency-Key", "b"}, status: 400, code: checkout.CodeBadIdempotencyKey},
+		{name: "idempotency key reserved prefix", body: oneLine, header: []string{"Idempotency-Key", "order:ord_1"}, status: 400, code: checkout.CodeBadIdempotencyKey},
+		{name: "GET /orders", method: "GET", path: "/orders", status: 405, code: checkout.CodeMethodNotAllowed},
+		{name: "PUT /orders", method: "PUT", path: "/orders", body: oneLine, status: 405, code: checkout.CodeMethodNotAllowed},
+		{name: "DELETE /orders/{id}", method: "DELETE", path: "/orders/ord_1", status: 405, code: checkout.CodeMethodNotAllowed},
+		{name: "POST /orders/{id}", method: "POST", path: "/orders/ord_1", body: oneLine, status: 405, code: checkout.CodeMethodNotAllowed},
+		{name: "unknown path", method: "GET", path: "/nope", status: 404, code: checkout.CodeNotFound},
+		{name: "unknown order", method: "GET", path: "/orders/ord_unknown", status: 404, code: checkout.CodeNotFound},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			method, path := tc.method, tc.path
+			if method == "" {
+				method, path = http.MethodPost, "/orders"
+			}
+			e.t = t
+			r := e.do(method, path, tc.body, tc.header...)
+			if r.status != tc.status {
+				t.Fatalf("status %d, want %d; body %s", r.status, tc.status, r.body)
+			}
+			if code := r.errorCode(t); code != tc.code {
+				t.Fatalf("code %q, want %q; body %s", code, tc.code, r.body)
+			}
+			var msg order.ErrorResponse
+			_ = json.Unmarshal(r.body, &msg)
+			for _, s := range tc.contains {
+				if !strings.Contains(msg.Error, s) {
+					t.Errorf("message %s does not contain %q", r.body, s)
+				}
+			}
+			if r.status == 405 && r.header.Get("Allow") == "" {
+				t.Errorf("405 without an Allow header")
+			}
+		})
+	}
+	e.t = t
+	if n := e.topicCount(); n != 0 {
+		t.Errorf("%d records on the topic after rejections only, want 0", n)
+	}
+	if n := e.accepted(); n != 0 {
+		t.Errorf("Accepted = %d after rejections only, want 0", n)
+	}
+	if got := e.metric("ordercast_checkout_orders_rejected_total", "code", order.ReasonBadQuantity); got != 3 {
+		t.Errorf("rejected_total{code=bad_quantity} = %v, want 3", got)
+	}
+	if got := e.metric("ordercast_checkout_http_requests_total", "route", "POST /orders", "code", "422"); got == 0 {
+		t.Errorf("http_requests_total{route=POST /orders,code=422} = 0")
+	}
+}
+
+// A body over the limit is refused also when its length is not announced.
+func TestPlaceOrderBodyLimitWithoutContentLength(t *testing.T) {
+	e := newEnv(t, withMaxBody(64))
+	body := `{"lines":[{"stockCode":"85123A","quantity":1}],"reference":"` + strings.Repeat("x", 64) + `"}`
+	req := httptest.NewRequestWithContext(testCtx(t), http.MethodPost, "/orders", struct{ *strings.Reader }{strings.NewReader(body)})
+	req.ContentLength = -1
+	r := e.serve(req)
+	if r.status != http.StatusRequestEntityTooLarge || r.errorCode(t) != order.ReasonBodyTooLarge {
+		t.Fatalf("got %d %s, want 413 body_too_large", r.status, r.body)
+	}
+}
+
+func TestPlaceOrderAccepted(t *testing.T) {
+	e := newEnv(t)
+	// Lower-case and padded stock codes, client-side prices and totals that
+	// must be ignored, no Content-Type.
+	body := `{
+		"customerId": "17850", "country": "United Kingdom", "reference": "536365",
+		"total": "0.01",
+		"lines": [
+			{"stockCode": " 85123a", "quantity": 6, "unitPrice": "0.01", "unitPriceMilli": 1},
+			{"stockCode": "71053", "quantity": 2, "lineTotalMilli": 5},
+			{"stockCode": "FREE", "quantity": 1}
+		]}`
+	req := httptest.NewRequestWithContext(testCtx(t), http.MethodPost, "/orders", strings.NewReader(body))
+	before := time.Now().UTC().Truncate(time.Millisecond)
+	r := e.serve(req)
+	ok := r.accepted(t)
+	if !strings.HasPrefix(ok.OrderID, "ord_") {
+		t.Errorf("order id %q lacks the ord_ prefix", ok.OrderID)
+	}
+	const wantTotal = 6*2550 + 2*3390 // 22080
+	if ok.Total != order.Money(wantTotal).String() {
+		t.Errorf("total %q, want %s", ok.Total, order.Money(wantTotal))
+	}
+	if loc := r.header.Get("Location"); loc != "/orders/"+ok.OrderID {
+		t.Errorf("Location %q", loc)
+	}
+
+	recs := e.consume(1)
+	c := recs[0]
+	if c.key != "17850" {
+		t.Errorf("record key %q, want the customer id", c.key)
+	}
+	ev := c.ev
+	if ev.OrderID != ok.OrderID || !strings.HasPrefix(ev.EventID, "evt_") {
+		t.Errorf("event ids %q/%q, want order %q and an evt_ id", ev.OrderID, ev.EventID, ok.OrderID)
+	}
+	if ev.CustomerID != "17850" || ev.Country != "United Kingdom" || ev.Reference != "536365" {
+		t.Errorf("event header fields %+v", ev.Order)
+	}
+	want := []order.Line{
+		{StockCode: "85123A", Description: "WHITE HANGING HEART T-LIGHT HOLDER", Quantity: 6, UnitPrice: 2550, LineTotal: 15300},
+		{StockCode: "71053", Description: "WHITE METAL LANTERN", Quantity: 2, UnitPrice: 3390, LineTotal: 6780},
+		{StockCode: "FREE", Description: "free sample", Quantity: 1, UnitPrice: 0, LineTotal: 0},
+	}
+	if len(ev.Lines) != len(want) {
+		t.Fatalf("lines %+v, want %+v", ev.Lines, want)
+	}
+	for i := range want {
+		if ev.Lines[i] != want[i] {
+			t.Errorf("line %d = %+v, want %+v", i, ev.Lines[i], want[i])
+		}
+	}
+	if ev.Total != wantTotal {
+		t.Errorf("event total %d, want %d", ev.Total, wantTotal)
+	}
+	if ev.CreatedAt.Location() != time.UTC || ev.CreatedAt.Nanosecond()%int(time.Millisecond) != 0 ||
+		ev.CreatedAt.Before(before) || ev.CreatedAt.After(time.Now()) {
+		t.Errorf("createdAt %v: want now, UTC, millisecond precision", ev.CreatedAt)
+	}
+
+	if status, id := e.requestRow("order:" + ok.OrderID); status != "published" || id != ok.OrderID {
+		t.Errorf("keyless request row: %s %s, want published %s", status, id, ok.OrderID)
+	}
+	if n := e.accepted(); n != 1 {
+		t.Errorf("Accepted = %d, want 1", n)
+	}
+	if got := e.metric("ordercast_checkout_orders_accepted_total"); got != 1 {
+		t.Errorf("orders_accepted_total = %v, want 1", got)
+	}
+}
+
+func TestPlaceOrderGuestKeyedByOrderID(t *testing.T) {
+	e := newEnv(t)
+	ok := e.post(`{"lines":[{"stockCode":"POST","quantity":1}]}`).accepted(t)
+	c := e.consume(1)[0]
+	if c.key != ok.OrderID || c.ev.CustomerID != "" {
+		t.Errorf("guest record key %q customer %q, want key %q", c.key, c.ev.CustomerID, ok.OrderID)
+	}
+	// A customerId of null is a guest too.
+	ok2 := e.post(`{"customerId":null,"lines":[{"stockCode":"POST","quantity":1}]}`).accepted(t)
+	if ok2.OrderID == ok.OrderID {
+		t.Errorf("two requests without a key got the same order id")
+	}
+}
+
+func TestPlaceOrderMaxLines(t *testing.T) {
+	e := newEnv(t)
+	ok := e.post(linesJSON(checkout.MaxLines)).accepted(t)
+	if want := order.Money(checkout.MaxLines * 2550).String(); ok.Total != want {
+		t.Errorf("total %s, want %s", ok.Total, want)
+	}
+	if n := len(e.consume(1)[0].ev.Lines); n != checkout.MaxLines {
+		t.Errorf("event has %d lines, want %d", n, checkout.MaxLines)
+	}
+}
+
+func TestReloadCatalog(t *testing.T) {
+	e := newEnv(t)
+	body := `{"lines":[{"stockCode":"22752","quantity":1}]}`
+	if r := e.post(body); r.status != 422 || r.errorCode(t) != order.ReasonUnknownStockCode {
+		t.Fatalf("before reload: %d %s", r.status, r.body)
+	}
+	ctx := testCtx(t)
+	if _, err := e.db.ExecContext(ctx, e.db.Rebind(`INSERT INTO catalog (stock_code, description, unit_price_milli) VALUES (?, ?, ?)`),
+		"22752", "SET 7 BABUSHKA NESTING BOXES", 7650); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.ReloadCatalog(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok := e.post(body).accepted(t); ok.Total != "7.650" {
+		t.Errorf("total %s, want 7.650", ok.Total)
+	}
+	if n := e.svc.CatalogSize(); n != len(testCatalog)+1 {
+		t.Errorf("CatalogSize = %d, want %d", n, len(testCatalog)+1)
+	}
+}
+
+func TestNewConfigErrors(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	full := checkout.Config{DB: e.db, Serde: e.serde, Producer: e.producer}
+	cases := []struct {
+		name string
+		edit func(*checkout.Config)
+		want error
+	}{
+		{"no db", func(c *checkout.Config) { c.DB = nil }, checkout.ErrNoDB},
+		{"no serde", func(c *checkout.Config) { c.Serde = nil }, checkout.ErrNoSerde},
+		{"no producer", func(c *checkout.Config) { c.Producer = nil }, checkout.ErrNoProducer},
+		{"negative timeout", func(c *checkout.Config) { c.ProduceTimeout = -time.Second }, nil},
+		{"negative body limit", func(c *checkout.Config) { c.MaxBodyBytes = -1 }, nil},
+		{"metrics registered twice", func(c *checkout.Config) { c.Registerer = e.reg }, nil},
+	}
+	for _, tc := range cases {
+		cfg := full
+		tc.edit(&cfg)
+		_, err := checkout.New(ctx, cfg)
+		if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%s: New error %v, want %v", tc.name, err, cmpErr(tc.want))
+		}
+	}
+	// A second Service without a Registerer works.
+	if _, err := checkout.New(ctx, full); err != nil {
+		t.Errorf("New without Registerer: %v", err)
+	}
+}
+
+func cmpErr(err error) string {
+	if err == nil {
+		return "an error"
+	}
+	return fmt.Sprint(err)
+}
+
+// Close returns at once when nothing is in flight.
+func TestCloseIdle(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(testCtx(t), time.Second)
+	defer cancel()
+	if err := e.svc.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Over a real HTTP server: a Content-Type other than JSON is tolerated.
+func TestOverHTTP(t *testing.T) {
+	e := newEnv(t)
+	srv := httptest.NewServer(e.svc.Handler())
+	defer srv.Close()
+	ctx := testCtx(t)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders",
+		strings.NewReader(`{"customerId":"17850","lines":[{"stockCode":"85123A","quantity":6}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ok order.PlaceOrderResponse
+	err = json.NewDecoder(resp.Body).Decode(&ok)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusAccepted || ok.Total != "15.300" {
+		t.Fatalf("POST: %d %+v %v", resp.StatusCode, ok, err)
+	}
+	greq, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+resp.Header.Get("Location"), nil)
+	gresp, err := srv.Client().Do(greq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v checkout.OrderView
+	err = json.NewDecoder(gresp.Body).Decode(&v)
+	gresp.Body.Close()
+	if err != nil || gresp.StatusCode != http.StatusOK || v.OrderID != ok.OrderID || v.Status != checkout.StageAccepted {
+		t.Fatalf("GET: %d %+v %v", gresp.StatusCode, v, err)
+	}
+}
