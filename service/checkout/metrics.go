@@ -14,7 +14,7 @@ import (
 //	ordercast_checkout_http_requests_total{route,method,code}     counter
 //	ordercast_checkout_http_request_duration_seconds{route,method} histogram
 //	ordercast_checkout_orders_accepted_total                       counter: orders first acknowledged by the broker
-//	ordercast_checkout_orders_rejected_total{code}                 counter: error answers by ErrorResponse code
+//	ordercast_checkout_orders_rejected_total{code}                 counter: POST /orders error answers by ErrorResponse code
 //	ordercast_checkout_idempotent_replays_total                    counter: stored answers replayed
 //	ordercast_checkout_republished_total                           counter: pending events produced again
 //	ordercast_checkout_produce_duration_seconds{result}            histogram: ok, error or timeout
@@ -51,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "orders_rejected_total",
-			Help: "Error answers, by ErrorResponse code (validation rejections and 5xx alike).",
+			Help: "POST /orders answered with an error, by ErrorResponse code (validation rejections and 5xx alike).",
 		}, []string{"code"}),
 		replays: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "idempotent_replays_total",

@@ -54,6 +54,7 @@ func (s *Service) handlePlace(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	s.metrics.rejected.WithLabelValues(aerr.code).Inc()
 	s.writeError(w, aerr)
 }
 

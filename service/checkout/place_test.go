@@ -117,6 +117,9 @@ func TestPlaceOrderRejections(t *testing.T) {
 	if got := e.metric("ordercast_checkout_orders_rejected_total", "code", order.ReasonBadQuantity); got != 3 {
 		t.Errorf("rejected_total{code=bad_quantity} = %v, want 3", got)
 	}
+	if got := e.metric("ordercast_checkout_orders_rejected_total", "code", checkout.CodeNotFound); got != 0 {
+		t.Errorf("rejected_total{code=not_found} = %v: a GET is not an order", got)
+	}
 	if got := e.metric("ordercast_checkout_http_requests_total", "route", "POST /orders", "code", "422"); got == 0 {
 		t.Errorf("http_requests_total{route=POST /orders,code=422} = 0")
 	}

@@ -126,9 +126,8 @@ func (s *Service) methodNotAllowed(allow string) http.HandlerFunc {
 	}
 }
 
-// writeError sends e as an order.ErrorResponse and counts it.
+// writeError sends e as an order.ErrorResponse.
 func (s *Service) writeError(w http.ResponseWriter, e *apiError) {
-	s.metrics.rejected.WithLabelValues(e.code).Inc()
 	if e.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
