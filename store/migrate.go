@@ -10,7 +10,7 @@ import (
 
 // SchemaVersion is the highest migration version [DB.Migrate] applies: the
 // version of the schema this build of Ordercast expects.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migration is one versioned schema change. Its statements are written once
 // for both dialects with two placeholders: {{ID}} for an auto-increment
@@ -134,6 +134,9 @@ var migrations = []migration{
 			sent_at    BIGINT
 		)`,
 		`CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (id) WHERE sent_at IS NULL`,
+	}},
+	{version: 2, name: "index checkout requests by order id", stmts: []string{
+		`CREATE INDEX IF NOT EXISTS checkout_requests_order ON checkout_requests (order_id)`,
 	}},
 }
 

@@ -370,6 +370,13 @@ func (s *System) Stop(ctx context.Context) error {
 		_ = s.httpSrv.Shutdown(sctx)
 		cancel()
 	}
+	if s.Checkout != nil {
+		// Records whose acknowledgement outlived their request are
+		// recorded as published before the producer closes.
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = s.Checkout.Close(cctx)
+		cancel()
+	}
 	if s.stop != nil {
 		s.stop()
 	}
