@@ -6,7 +6,7 @@ package order
 //	{"customerId": "17850", "country": "United Kingdom", "reference": "536365",
 //	 "lines": [{"stockCode": "85123A", "quantity": 6}]}
 type PlaceOrderRequest struct {
-	CustomerID string        `json:"customerId,omitempty"` // optional: empty or absent means a guest
+	CustomerID string        `json:"customerId,omitempty"` // optional: absent or null means a guest; "" is rejected (400 bad_customer_id)
 	Country    string        `json:"country,omitempty"`
 	Reference  string        `json:"reference,omitempty"`
 	Lines      []RequestLine `json:"lines"`
