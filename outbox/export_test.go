@@ -4,3 +4,9 @@ package outbox
 // before it is marked sent (tests only). An error from it ends Run with that
 // error and leaves the rows unmarked, as a crash at that point would.
 func (r *Relay) SetAfterProduce(fn func(ids []int64) error) { r.afterProduce = fn }
+
+// SetAfterCommit installs a hook that runs, in the exactly-once mode, after
+// a transaction committed and before its rows are marked sent (tests only).
+// An error from it ends Run with that error and leaves the rows unmarked, as
+// a crash at that point would.
+func (r *Relay) SetAfterCommit(fn func(ids []int64) error) { r.afterCommit = fn }

@@ -7,12 +7,25 @@
 // [Relay] then reads unsent rows in id order, produces them with a Kafka
 // client, and marks them sent.
 //
-// Delivery is at least once. A crash (or a failed UPDATE) after Kafka
-// acknowledged a batch but before the rows were marked sent publishes those
-// records again on the next run; consumers absorb the duplicates with their
-// inbox (package inbox), keyed by the event id inside the record. A record is
-// never skipped: a record that cannot be produced is retried, with backoff,
-// until it can, and the rows after it wait (watch [Relay.Pending]).
+// Two delivery modes:
+//
+//   - Exactly once ([NewTransactionalRelay], what the order system runs):
+//     each batch is produced in a Kafka transaction together with a progress
+//     marker record naming the batch's ids, on a compacted topic of the
+//     relay's own; the rows are marked sent after the commit, and a restarted
+//     relay first fences its predecessors (same transactional id) and marks
+//     the rows of the last committed marker. A read_committed consumer sees
+//     each row once whatever crashes; see NewTransactionalRelay for the
+//     argument and for what it does not cover.
+//   - At least once ([NewRelay] with any idempotent client): a crash (or a
+//     failed UPDATE) after Kafka acknowledged a batch but before the rows were
+//     marked sent publishes those records again on the next run; consumers
+//     absorb the duplicates with their inbox (package inbox), keyed by the
+//     event id inside the record.
+//
+// In both, a record is never skipped: a record that cannot be produced is
+// retried, with backoff, until it can, and the rows after it wait (watch
+// [Relay.Pending]).
 //
 // Order: rows are produced in id order and a row is marked sent only when it
 // and every row before it in its batch were acknowledged, so for records of
@@ -23,10 +36,10 @@
 // may be relayed first; transactions that follow each other (as the handling
 // of one key's events in one partition does) keep their order.
 //
-// Run one relay per database (per outbox table): two relays on one table
-// would each publish every row, doubling the duplicates and interleaving their
-// order. A leader lock to run it on one of several instances is out of scope
-// here; the embedded deployment runs one.
+// At least once, run one relay per database (per outbox table): two relays
+// on one table would each publish every row, doubling the duplicates and
+// interleaving their order. Exactly once, several relays per database are
+// safe (one is active, the others are fenced and stand by).
 package outbox
 
 import (

@@ -47,11 +47,22 @@ type Relay struct {
 	wake    chan struct{} // one slot: a pending Notify
 	running atomic.Bool
 
+	// txn is set for the exactly-once mode (NewTransactionalRelay).
+	txn *txnConfig
+
+	stats struct {
+		published, transactions, aborted, recovered, fenced, takeovers, mismatches atomic.Int64
+	}
+
 	// afterProduce, when set (tests only, see export_test.go), runs after
 	// a batch was produced and before it is marked sent, with the ids about
 	// to be marked; an error from it ends Run without marking, as a crash
 	// at that point would.
 	afterProduce func(ids []int64) error
+	// afterCommit, when set (tests only), runs in the exactly-once mode
+	// after a transaction committed and before its rows are marked sent;
+	// an error from it ends Run without marking, as a crash there would.
+	afterCommit func(ids []int64) error
 }
 
 // Opt configures a Relay.
@@ -172,6 +183,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer r.running.Store(false)
+	if r.txn != nil {
+		return r.runTxn(ctx)
+	}
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -294,6 +308,7 @@ func (r *Relay) step(ctx context.Context, limit int) (int, error) {
 		if err != nil {
 			return 0, err
 		}
+		r.stats.published.Add(int64(acked))
 	}
 	if produceErr != nil {
 		return acked, produceErr

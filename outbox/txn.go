@@ -1,0 +1,633 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/store"
+)
+
+// Exactly-once mode defaults and names.
+const (
+	// DefaultTakeoverAfter is how long a fenced (standby) relay waits for
+	// the outbox to make progress before it takes over from the relay
+	// that fenced it.
+	DefaultTakeoverAfter = 5 * time.Second
+	// DefaultTransactionTimeout bounds one relay transaction at the
+	// broker (transaction.timeout.ms): a relay that stalls longer has its
+	// transaction aborted by the coordinator.
+	DefaultTransactionTimeout = 30 * time.Second
+	// markerVersion is the version of the progress marker's JSON value.
+	markerVersion = 1
+)
+
+// TransactionalID returns the transactional id of the exactly-once relay
+// named name: "ordercast-outbox-" + name.
+func TransactionalID(name string) string { return "ordercast-outbox-" + name }
+
+// MarkerTopic returns the progress marker topic of the exactly-once relay
+// named name: "ordercast.outbox." + name (one partition, compacted).
+func MarkerTopic(name string) string { return "ordercast.outbox." + name }
+
+// txnConfig is the exactly-once mode's configuration.
+type txnConfig struct {
+	name          string
+	clientOpts    []kgo.Opt
+	rf            int16
+	minISR        int
+	txnTimeout    time.Duration
+	takeoverAfter time.Duration
+}
+
+// WithMarkerTopic sets the replication factor and min.insync.replicas of
+// the progress marker topic when the exactly-once relay creates it (default
+// -1 and 0: the broker's defaults). Use 3 and 2 on a real cluster. Ignored by
+// a relay made with NewRelay.
+func WithMarkerTopic(replicationFactor int16, minInsyncReplicas int) Opt {
+	return func(r *Relay) {
+		if r.txn != nil {
+			r.txn.rf, r.txn.minISR = replicationFactor, minInsyncReplicas
+		}
+	}
+}
+
+// WithTakeoverAfter sets how long a standby relay (one that was fenced by
+// another relay with the same transactional id) waits while rows are pending
+// and the oldest unsent row does not change before it takes over (default
+// DefaultTakeoverAfter). Values <= 0 are ignored, as is the option on a relay
+// made with NewRelay.
+func WithTakeoverAfter(d time.Duration) Opt {
+	return func(r *Relay) {
+		if r.txn != nil && d > 0 {
+			r.txn.takeoverAfter = d
+		}
+	}
+}
+
+// WithTransactionTimeout sets the relay's transaction.timeout.ms (default
+// DefaultTransactionTimeout). Values below 1 s are ignored, as is the option
+// on a relay made with NewRelay.
+func WithTransactionTimeout(d time.Duration) Opt {
+	return func(r *Relay) {
+		if r.txn != nil && d >= time.Second {
+			r.txn.txnTimeout = d
+		}
+	}
+}
+
+// NewTransactionalRelay returns a relay that publishes db's outbox exactly
+// once for read_committed readers. name identifies the outbox (one name per
+// database): the relay's transactional id is TransactionalID(name) and its
+// progress marker topic MarkerTopic(name). clientOpts configure the Kafka
+// clients the relay creates and owns (kgo.SeedBrokers, TLS, SASL); do not
+// pass a transactional id, acks or producer-id options.
+//
+// How it works. Each step reads up to the batch size of unsent rows in id
+// order and, in one Kafka transaction, produces them and one progress marker
+// record (key name, value: the exact ids of the batch and a checksum of
+// their contents) to the marker topic, then commits, then marks the rows
+// sent. Kafka commits the rows and the marker together or neither. A crash
+// after the commit and before the marking leaves the rows unmarked but the
+// marker committed; a crash before the commit leaves an open transaction.
+// Every (re)start of the relay, and every failed step, starts a new session:
+// a new client whose InitProducerID (1) fences any other producer with the
+// transactional id — a zombie relay of an earlier process can no longer
+// commit anything — and (2) makes the coordinator abort a transaction left
+// open (or finish one that was committing) before it answers. Only then does
+// the relay read the last committed marker (read_committed, up to the last
+// stable offset) and mark the rows it names as sent, before publishing
+// anything else. So a row is in a committed transaction at most once, and
+// read_committed consumers (the runtime's default) see each row exactly once;
+// an aborted attempt is visible only to read_uncommitted readers.
+//
+// Why the marker names exact ids, not "everything up to id N": on
+// PostgreSQL ids are taken at insert time, so a lower id may commit after
+// a higher one was relayed. Only the last committed marker can name
+// unmarked rows, since a step starts only after the previous step's rows
+// were marked.
+//
+// Several relays on one database (one per service instance) are safe: they
+// share the transactional id, so the last one to start fences the others.
+// A fenced relay goes to standby and takes over (fencing in turn) once rows
+// are pending and the oldest unsent row has not changed for
+// WithTakeoverAfter. The checksum guards against a marker topic left over
+// from another database (a deleted SQLite file with a kept broker): a marker
+// whose rows do not match is not trusted, and its rows are published again.
+//
+// What it does not cover: the database and Kafka are not committed
+// atomically (there is no two-phase commit); the marker makes the pair
+// recoverable, it does not make it atomic, so it holds only while the marker
+// topic is kept (deleting it while rows are committed but unmarked
+// re-publishes them). read_uncommitted readers see aborted attempts. A
+// consumer with effects outside Kafka (a database, an e-mail) still needs its
+// own inbox: its crash between effect and offset commit is its own.
+//
+// NewTransactionalRelay creates no client yet; Run does, and creates the
+// marker topic (one partition, cleanup.policy=compact) if it is missing. It
+// returns an error if name is empty or not a valid topic name suffix.
+func NewTransactionalRelay(db *store.DB, name string, clientOpts []kgo.Opt, opts ...Opt) (*Relay, error) {
+	if name == "" || strings.ContainsFunc(name, func(c rune) bool {
+		return !(c == '.' || c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9')
+	}) {
+		return nil, fmt.Errorf("outbox: relay name %q: want letters, digits, '.', '_' or '-'", name)
+	}
+	r := NewRelay(db, nil)
+	r.txn = &txnConfig{
+		name:          name,
+		clientOpts:    append([]kgo.Opt{}, clientOpts...),
+		rf:            -1,
+		txnTimeout:    DefaultTransactionTimeout,
+		takeoverAfter: DefaultTakeoverAfter,
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
+}
+
+// Stats are a relay's counters since it was created. Safe to read while
+// Run runs.
+type Stats struct {
+	// Published counts rows published and marked sent by this relay.
+	Published int64 `json:"published"`
+	// Transactions counts committed transactions (exactly-once mode).
+	Transactions int64 `json:"transactions"`
+	// Aborted counts transactions aborted or whose commit outcome was
+	// unknown (their rows are decided by the next session's marker read).
+	Aborted int64 `json:"aborted"`
+	// Recovered counts rows marked sent from the progress marker at the
+	// start of a session: committed to Kafka by a relay that stopped
+	// (crashed) before marking them. Each is a duplicate avoided.
+	Recovered int64 `json:"recovered"`
+	// Fenced counts the times another relay with the same transactional
+	// id fenced this one (it then stands by).
+	Fenced int64 `json:"fenced"`
+	// Takeovers counts the times this relay left standby to take over.
+	Takeovers int64 `json:"takeovers"`
+	// MarkerMismatches counts markers whose rows did not match this
+	// database (not trusted; those rows are published again).
+	MarkerMismatches int64 `json:"markerMismatches"`
+}
+
+// Stats returns the relay's counters.
+func (r *Relay) Stats() Stats {
+	return Stats{
+		Published:        r.stats.published.Load(),
+		Transactions:     r.stats.transactions.Load(),
+		Aborted:          r.stats.aborted.Load(),
+		Recovered:        r.stats.recovered.Load(),
+		Fenced:           r.stats.fenced.Load(),
+		Takeovers:        r.stats.takeovers.Load(),
+		MarkerMismatches: r.stats.mismatches.Load(),
+	}
+}
+
+// sleep waits d, or until Notify when wakeable; false when ctx ended.
+func (r *Relay) sleep(ctx context.Context, d time.Duration, wakeable bool) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var wake <-chan struct{}
+	if wakeable {
+		wake = r.wake
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-wake:
+	case <-t.C:
+	}
+	return true
+}
+
+// isFenced reports whether err says another producer with our
+// transactional id took over.
+func isFenced(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.TransactionalIDNotFound)
+}
+
+// runTxn is Run in the exactly-once mode: sessions until ctx ends.
+func (r *Relay) runTxn(ctx context.Context) error {
+	failures := 0
+	standby := false
+	for ctx.Err() == nil {
+		if standby {
+			if !r.awaitTakeover(ctx) {
+				return nil
+			}
+			r.stats.takeovers.Add(1)
+			r.logger.Info("outbox relay taking over: the outbox made no progress while standing by", "relay", r.txn.name)
+			standby = false
+		}
+		err := r.session(ctx, failures > 0)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var fatal *fatalError
+		if errors.As(err, &fatal) {
+			return fatal.err
+		}
+		if isFenced(err) {
+			r.stats.fenced.Add(1)
+			r.logger.Info("outbox relay fenced by another relay with the same transactional id; standing by",
+				"relay", r.txn.name, "err", err)
+			standby, failures = true, 0
+			continue
+		}
+		failures++
+		backoff := r.backoff(failures)
+		r.logger.Warn("outbox relay session failed; starting a new one from the progress marker",
+			"relay", r.txn.name, "err", err, "consecutive_failures", failures, "backoff", backoff)
+		if r.onError != nil {
+			r.onError(err)
+		}
+		if !r.sleep(ctx, backoff, false) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// awaitTakeover stands by until rows are pending and the oldest unsent row
+// has not changed for takeoverAfter, or ctx ends (false).
+func (r *Relay) awaitTakeover(ctx context.Context) bool {
+	last, since := int64(-1), time.Now()
+	for {
+		if !r.sleep(ctx, r.pollInterval, true) {
+			return false
+		}
+		var oldest sql.NullInt64
+		if err := r.db.QueryRowContext(ctx, `SELECT MIN(id) FROM outbox WHERE sent_at IS NULL`).Scan(&oldest); err != nil {
+			continue
+		}
+		if !oldest.Valid || oldest.Int64 != last {
+			last, since = oldest.Int64, time.Now()
+			if !oldest.Valid {
+				last = -1
+			}
+			continue
+		}
+		if time.Since(since) >= r.txn.takeoverAfter {
+			return true
+		}
+	}
+}
+
+// session runs one client: init (fencing), recovery from the marker, then
+// steps until an error or ctx ends. probe makes the first step relay one
+// row only (after a failure).
+func (r *Relay) session(ctx context.Context, probe bool) error {
+	tc := r.txn
+	opts := append(append([]kgo.Opt{}, tc.clientOpts...),
+		kgo.TransactionalID(TransactionalID(tc.name)),
+		kgo.TransactionTimeout(tc.txnTimeout),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return &fatalError{fmt.Errorf("outbox: relay client: %w", err)}
+	}
+	defer cl.Close()
+	created, err := r.ensureMarkerTopic(ctx, cl)
+	if err != nil {
+		return err
+	}
+	// InitProducerID: fences every other producer with this transactional
+	// id and resolves the transaction a predecessor left open, so that the
+	// marker read below is final.
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("outbox: init producer id for %s: %w", TransactionalID(tc.name), err)
+	}
+	if !created { // a topic this session created holds no marker
+		if err := r.recover(ctx, cl); err != nil {
+			return err
+		}
+	}
+	limit := r.batchSize
+	if probe {
+		limit = 1
+	}
+	for ctx.Err() == nil {
+		n, err := r.txnStep(ctx, cl, limit)
+		if err != nil {
+			return err
+		}
+		if n >= limit {
+			limit = r.batchSize
+			continue
+		}
+		limit = r.batchSize
+		if !r.sleep(ctx, r.pollInterval, true) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// ensureMarkerTopic creates the marker topic if missing and checks that it
+// has one partition; created reports whether this call created it.
+func (r *Relay) ensureMarkerTopic(ctx context.Context, cl *kgo.Client) (created bool, err error) {
+	topic := MarkerTopic(r.txn.name)
+	adm := kadm.NewClient(cl)
+	tds, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return false, fmt.Errorf("outbox: list marker topic %s: %w", topic, err)
+	}
+	if td, ok := tds[topic]; ok && td.Err == nil {
+		if n := len(td.Partitions); n != 1 {
+			return false, &fatalError{fmt.Errorf("outbox: marker topic %s has %d partitions, want 1 (delete it; the relay recreates it)", topic, n)}
+		}
+		return false, nil
+	}
+	compact := "compact"
+	cfg := map[string]*string{"cleanup.policy": &compact}
+	if r.txn.minISR > 0 {
+		v := strconv.Itoa(r.txn.minISR)
+		cfg["min.insync.replicas"] = &v
+	}
+	resp, err := adm.CreateTopic(ctx, 1, r.txn.rf, cfg, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, kerr.TopicAlreadyExists): // another relay was quicker
+		return false, nil
+	default:
+		return false, fmt.Errorf("outbox: create marker topic %s (replication factor %d): %w", topic, r.txn.rf, err)
+	}
+}
+
+// txnStep relays up to limit rows in one transaction and returns how many
+// (all committed and marked unless err is set).
+func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, limit int) (int, error) {
+	rows, err := r.load(ctx, limit)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	ids := make([]int64, len(rows))
+	recs := make([]*kgo.Record, 0, len(rows)+1)
+	sums := make([]rowSum, len(rows))
+	for i, rw := range rows {
+		ids[i] = rw.id
+		recs = append(recs, rw.rec)
+		sums[i] = rowSum{id: rw.id, topic: rw.rec.Topic, key: rw.rec.Key, value: rw.rec.Value}
+	}
+	mv, err := json.Marshal(marker{V: markerVersion, IDs: toRanges(ids), Sum: checksum(sums), At: time.Now().UnixMilli()})
+	if err != nil {
+		return 0, &fatalError{err}
+	}
+	recs = append(recs, &kgo.Record{Topic: MarkerTopic(r.txn.name), Key: []byte(r.txn.name), Value: mv})
+
+	if err := cl.BeginTransaction(); err != nil {
+		return 0, fmt.Errorf("outbox: begin transaction: %w", err)
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		r.stats.aborted.Add(1)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_ = cl.AbortBufferedRecords(actx)
+		_ = cl.EndTransaction(actx, kgo.TryAbort)
+		cancel()
+		return 0, fmt.Errorf("outbox: produce %d rows from id %d (transaction aborted): %w", len(rows), ids[0], err)
+	}
+	if r.afterProduce != nil {
+		if err := r.afterProduce(ids); err != nil {
+			return 0, &fatalError{err}
+		}
+	}
+	// Not cancelled by ctx: a cancelled EndTxn leaves the outcome unknown.
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	err = cl.EndTransaction(ectx, kgo.TryCommit)
+	cancel()
+	if err != nil {
+		r.stats.aborted.Add(1)
+		return 0, fmt.Errorf("outbox: commit transaction of %d rows from id %d (outcome unknown until the next session reads the marker): %w", len(rows), ids[0], err)
+	}
+	r.stats.transactions.Add(1)
+	if r.afterCommit != nil {
+		if err := r.afterCommit(ids); err != nil {
+			return 0, &fatalError{err}
+		}
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	err = r.markSent(mctx, ids)
+	cancel()
+	if err != nil {
+		return 0, err // the next session marks them from the marker
+	}
+	r.stats.published.Add(int64(len(ids)))
+	return len(rows), nil
+}
+
+// recover reads the last committed marker and marks its rows sent.
+func (r *Relay) recover(ctx context.Context, cl *kgo.Client) error {
+	m, err := r.readMarker(ctx, cl)
+	if err != nil || m == nil {
+		return err
+	}
+	var ids []int64
+	for _, rg := range m.IDs {
+		for id := rg[0]; id <= rg[1]; id++ {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, unsent, err := r.loadForCheck(ctx, m.IDs)
+	if err != nil {
+		return err
+	}
+	if len(unsent) == 0 {
+		return nil // marked already (the usual case)
+	}
+	if len(rows) != len(ids) || checksum(rows) != m.Sum {
+		r.stats.mismatches.Add(1)
+		r.logger.Error("outbox relay: the last progress marker does not match this database's rows; not trusting it, its rows are published again (was the database replaced while the broker was kept?)",
+			"relay", r.txn.name, "marker_topic", MarkerTopic(r.txn.name), "first_id", ids[0], "rows", len(ids), "found", len(rows))
+		return nil
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	err = r.markSent(mctx, unsent)
+	cancel()
+	if err != nil {
+		return err
+	}
+	r.stats.recovered.Add(int64(len(unsent)))
+	r.logger.Info("outbox relay: marked rows sent that an earlier relay committed to Kafka before stopping",
+		"relay", r.txn.name, "rows", len(unsent), "first_id", unsent[0])
+	return nil
+}
+
+// loadForCheck reads the rows of the given id ranges: all of them for the
+// checksum, and the ids of those not marked sent.
+func (r *Relay) loadForCheck(ctx context.Context, ranges [][2]int64) (rows []rowSum, unsent []int64, err error) {
+	q := r.db.Rebind(`SELECT id, topic, record_key, value, sent_at FROM outbox WHERE id >= ? AND id <= ? ORDER BY id`)
+	for _, rg := range ranges {
+		rs, err := r.db.QueryContext(ctx, q, rg[0], rg[1])
+		if err != nil {
+			return nil, nil, fmt.Errorf("outbox: read marker rows: %w", err)
+		}
+		for rs.Next() {
+			var (
+				s    rowSum
+				sent sql.NullInt64
+			)
+			if err := rs.Scan(&s.id, &s.topic, &s.key, &s.value, &sent); err != nil {
+				rs.Close()
+				return nil, nil, fmt.Errorf("outbox: read marker rows: %w", err)
+			}
+			rows = append(rows, s)
+			if !sent.Valid {
+				unsent = append(unsent, s.id)
+			}
+		}
+		err = rs.Err()
+		rs.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("outbox: read marker rows: %w", err)
+		}
+	}
+	return rows, unsent, nil
+}
+
+// marker is the progress marker's value: the exact ids of the rows its
+// transaction published, as inclusive ranges, and their checksum.
+type marker struct {
+	V   int        `json:"v"`
+	IDs [][2]int64 `json:"ids"`
+	Sum string     `json:"sum"`
+	At  int64      `json:"at"` // unix ms, informational
+}
+
+// toRanges compresses ascending ids into inclusive ranges.
+func toRanges(ids []int64) [][2]int64 {
+	var out [][2]int64
+	for _, id := range ids {
+		if n := len(out); n > 0 && out[n-1][1]+1 == id {
+			out[n-1][1] = id
+			continue
+		}
+		out = append(out, [2]int64{id, id})
+	}
+	return out
+}
+
+// rowSum is what the checksum covers of a row.
+type rowSum struct {
+	id         int64
+	topic      string
+	key, value []byte
+}
+
+// checksum is FNV-1a 64 over each row's id, topic, key and value (length
+// prefixed, nil distinct from empty), in id order, as 16 hex digits.
+func checksum(rows []rowSum) string {
+	h := fnv.New64a()
+	var b [8]byte
+	put := func(p []byte, isNil bool) {
+		n := int64(len(p))
+		if isNil {
+			n = -1
+		}
+		binary.BigEndian.PutUint64(b[:], uint64(n))
+		h.Write(b[:])
+		h.Write(p)
+	}
+	for _, rw := range rows {
+		binary.BigEndian.PutUint64(b[:], uint64(rw.id))
+		h.Write(b[:])
+		put([]byte(rw.topic), false)
+		put(rw.key, rw.key == nil)
+		put(rw.value, rw.value == nil)
+	}
+	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// readMarker returns the last committed marker of this relay, or nil if
+// there is none. It reads backwards from the last stable offset in growing
+// windows.
+func (r *Relay) readMarker(ctx context.Context, cl *kgo.Client) (*marker, error) {
+	topic := MarkerTopic(r.txn.name)
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offset
+	if err != nil {
+		return nil, fmt.Errorf("outbox: marker topic %s end offset: %w", topic, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: marker topic %s start offset: %w", topic, err)
+	}
+	end, ok1 := ends.Lookup(topic, 0)
+	start, ok2 := starts.Lookup(topic, 0)
+	if !ok1 || !ok2 || end.Err != nil || start.Err != nil {
+		return nil, fmt.Errorf("outbox: marker topic %s partition 0 offsets unavailable: %v %v", topic, end.Err, start.Err)
+	}
+	if end.Offset <= start.Offset {
+		return nil, nil
+	}
+	for window := int64(16); ; window *= 8 {
+		from := max(start.Offset, end.Offset-window)
+		m, err := r.scanMarkers(ctx, from, end.Offset)
+		if err != nil || m != nil || from == start.Offset {
+			return m, err
+		}
+	}
+}
+
+// scanMarkers reads [from, end) of the marker partition as a
+// read_committed reader and returns the last marker with this relay's key.
+func (r *Relay) scanMarkers(ctx context.Context, from, end int64) (*marker, error) {
+	topic := MarkerTopic(r.txn.name)
+	rd, err := kgo.NewClient(append(append([]kgo.Opt{}, r.txn.clientOpts...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(from)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), // the last offset below the LSO is usually a commit marker
+	)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var last *kgo.Record
+	for done := false; !done; {
+		fs := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("outbox: reading marker topic %s from %d to %d: %w", topic, from, end, ctx.Err())
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			if rec.Offset >= end {
+				done = true
+				return
+			}
+			if !rec.Attrs.IsControl() && string(rec.Key) == r.txn.name {
+				last = rec
+			}
+			if rec.Offset >= end-1 {
+				done = true
+			}
+		})
+	}
+	if last == nil {
+		return nil, nil
+	}
+	var m marker
+	if err := json.Unmarshal(last.Value, &m); err != nil || m.V != markerVersion {
+		return nil, &fatalError{fmt.Errorf("outbox: marker at %s/0@%d is not a version %d marker (%v): is another program writing to this topic?", topic, last.Offset, markerVersion, err)}
+	}
+	return &m, nil
+}

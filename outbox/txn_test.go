@@ -1,0 +1,310 @@
+package outbox_test
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/outbox"
+	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/store/storetest"
+)
+
+// txnRelay makes an exactly-once relay named name on db against addrs.
+func txnRelay(t *testing.T, db *store.DB, addrs []string, name string, opts ...outbox.Opt) *outbox.Relay {
+	t.Helper()
+	opts = append([]outbox.Opt{outbox.WithLogger(quiet), outbox.WithPollInterval(20 * time.Millisecond),
+		outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond)}, opts...)
+	r, err := outbox.NewTransactionalRelay(db, name, []kgo.Opt{kgo.SeedBrokers(addrs...)}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// readTopic reads every data record of topic up to its end: the last stable
+// offset as a read_committed reader (committed), or the high watermark as a
+// read_uncommitted one (aborted transactions' records included).
+func readTopic(t *testing.T, addrs []string, topic string, committed bool) []*kgo.Record {
+	t.Helper()
+	ctx := ctxT(t)
+	adm, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	list := kadm.NewClient(adm).ListEndOffsets
+	iso := kgo.ReadUncommitted()
+	if committed {
+		list, iso = kadm.NewClient(adm).ListCommittedOffsets, kgo.ReadCommitted()
+	}
+	ends, err := list(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+		}
+	})
+	if len(want) == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(iso),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords(), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s: %d partitions not read to their end", topic, len(want))
+		}
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			end, ok := want[p.Partition]
+			for _, r := range p.Records {
+				if ok && r.Offset < end && !r.Attrs.IsControl() {
+					out = append(out, r)
+				}
+				if ok && r.Offset+1 >= end {
+					delete(want, p.Partition)
+				}
+			}
+		})
+	}
+	return out
+}
+
+// seqs returns the sorted sequence numbers of recs.
+func seqs(t *testing.T, recs []*kgo.Record) []int {
+	t.Helper()
+	out := make([]int, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, seqOf(t, r))
+	}
+	sort.Ints(out)
+	return out
+}
+
+func upTo(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i + 1
+	}
+	return out
+}
+
+func TestTxnRelayPublishesOnceInOrder(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		addrs := cluster(t)
+		enqueue(t, db, "t", 3, upTo(15)...)
+		enqueue(t, db, "t", 3, upTo(40)[15:]...)
+		relay := txnRelay(t, db, addrs, "orders", outbox.WithBatchSize(7))
+		stop := run(t, relay)
+		waitFor(t, "all rows marked sent", func() bool { return pending(t, db) == 0 })
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		committed := readTopic(t, addrs, "t", true)
+		if got := seqs(t, committed); fmt.Sprint(got) != fmt.Sprint(upTo(40)) {
+			t.Fatalf("read_committed got %v", got)
+		}
+		if n := len(readTopic(t, addrs, "t", false)); n != 40 {
+			t.Fatalf("read_uncommitted sees %d records, want 40 (nothing aborted)", n)
+		}
+		for p, s := range byPartition(t, committed) {
+			if !sort.IntsAreSorted(s) {
+				t.Fatalf("partition %d out of id order: %v", p, s)
+			}
+		}
+		markers := readTopic(t, addrs, outbox.MarkerTopic("orders"), true)
+		if len(markers) != 6 { // ceil(40/7)
+			t.Fatalf("%d markers, want one per transaction (6)", len(markers))
+		}
+		if st := relay.Stats(); st.Published != 40 || st.Transactions != 6 || st.Recovered != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+	})
+}
+
+// TestTxnRelayCrashBetweenCommitAndMark: the relay dies after Kafka
+// committed a batch and before the rows were marked; the next relay marks
+// them from the progress marker and publishes nothing twice, not even for
+// read_uncommitted readers.
+func TestTxnRelayCrashBetweenCommitAndMark(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		addrs := cluster(t)
+		enqueue(t, db, "t", 2, 1, 2, 3, 4, 5)
+		crash := errors.New("simulated crash between commit and mark")
+		first := txnRelay(t, db, addrs, "pay")
+		var committedIDs []int64
+		first.SetAfterCommit(func(ids []int64) error {
+			committedIDs = ids
+			return crash
+		})
+		if err := first.Run(ctxT(t)); !errors.Is(err, crash) {
+			t.Fatalf("Run: %v, want the simulated crash", err)
+		}
+		if len(committedIDs) != 5 || pending(t, db) != 5 {
+			t.Fatalf("committed ids %v, pending %d; want 5 committed and all 5 unmarked", committedIDs, pending(t, db))
+		}
+		enqueue(t, db, "t", 2, 6)
+
+		second := txnRelay(t, db, addrs, "pay")
+		stop := run(t, second)
+		waitFor(t, "rows marked", func() bool { return pending(t, db) == 0 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got := seqs(t, readTopic(t, addrs, "t", true)); fmt.Sprint(got) != fmt.Sprint(upTo(6)) {
+			t.Fatalf("read_committed got %v, want each of 1..6 once", got)
+		}
+		if got := seqs(t, readTopic(t, addrs, "t", false)); fmt.Sprint(got) != fmt.Sprint(upTo(6)) {
+			t.Fatalf("read_uncommitted got %v, want each of 1..6 once (nothing re-published)", got)
+		}
+		if st := second.Stats(); st.Recovered != 5 || st.Published != 1 {
+			t.Fatalf("second relay stats %+v, want 5 recovered and 1 published", st)
+		}
+	})
+}
+
+// TestTxnRelayCrashBetweenProduceAndCommit: the relay dies with its
+// transaction open; the next relay's InitProducerID aborts it and the rows
+// are published again: twice in the log, once for read_committed readers.
+func TestTxnRelayCrashBetweenProduceAndCommit(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		addrs := cluster(t)
+		enqueue(t, db, "t", 2, 1, 2, 3, 4, 5)
+		crash := errors.New("simulated crash before commit")
+		first := txnRelay(t, db, addrs, "pay")
+		first.SetAfterProduce(func([]int64) error { return crash })
+		if err := first.Run(ctxT(t)); !errors.Is(err, crash) {
+			t.Fatalf("Run: %v", err)
+		}
+		second := txnRelay(t, db, addrs, "pay")
+		stop := run(t, second)
+		waitFor(t, "rows marked", func() bool { return pending(t, db) == 0 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got := seqs(t, readTopic(t, addrs, "t", true)); fmt.Sprint(got) != fmt.Sprint(upTo(5)) {
+			t.Fatalf("read_committed got %v, want each of 1..5 once", got)
+		}
+		if n := len(readTopic(t, addrs, "t", false)); n != 10 {
+			t.Fatalf("read_uncommitted sees %d records, want 10 (5 aborted, 5 committed)", n)
+		}
+	})
+}
+
+// TestTxnRelayZombieIsFenced: relay A stalls with a produced, uncommitted
+// batch (a paused process); relay B starts, fences it and publishes
+// everything; A's commit then fails, A stands by, and takes over once B is
+// gone and rows are waiting.
+func TestTxnRelayZombieIsFenced(t *testing.T) {
+	db := storetest.SQLite(t)
+	addrs := cluster(t)
+	enqueue(t, db, "t", 3, upTo(10)...)
+
+	stalled, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a := txnRelay(t, db, addrs, "pay", outbox.WithTakeoverAfter(200*time.Millisecond))
+	a.SetAfterProduce(func([]int64) error {
+		once.Do(func() {
+			close(stalled)
+			<-resume
+		})
+		return nil
+	})
+	run(t, a)
+	<-stalled
+
+	b := txnRelay(t, db, addrs, "pay")
+	stopB := run(t, b)
+	waitFor(t, "B publishes every row", func() bool { return pending(t, db) == 0 })
+	close(resume) // A tries to commit with a fenced epoch
+	waitFor(t, "A fenced", func() bool { return a.Stats().Fenced >= 1 })
+	if st := a.Stats(); st.Transactions != 0 {
+		t.Fatalf("the zombie committed: %+v", st)
+	}
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+
+	enqueue(t, db, "t", 3, 11, 12)
+	waitFor(t, "A takes over and publishes", func() bool { return pending(t, db) == 0 })
+	if st := a.Stats(); st.Takeovers < 1 || st.Published != 2 {
+		t.Fatalf("A stats %+v, want a takeover and 2 rows published", st)
+	}
+	if got := seqs(t, readTopic(t, addrs, "t", true)); fmt.Sprint(got) != fmt.Sprint(upTo(12)) {
+		t.Fatalf("read_committed got %v, want each of 1..12 once", got)
+	}
+}
+
+// TestTxnRelaysConcurrently: three relays on one outbox while rows keep
+// coming; they fence each other, and read_committed readers see every row
+// once, in id order per key.
+func TestTxnRelaysConcurrently(t *testing.T) {
+	db := storetest.SQLite(t)
+	addrs := cluster(t)
+	var relays []*outbox.Relay
+	for range 3 {
+		r := txnRelay(t, db, addrs, "pay", outbox.WithBatchSize(5), outbox.WithTakeoverAfter(100*time.Millisecond))
+		relays = append(relays, r)
+		run(t, r)
+	}
+	const n = 200
+	for s := 1; s <= n; s += 10 {
+		enqueue(t, db, "t", 4, upTo(s + 9)[s-1:]...)
+		relays[s%3].Notify()
+	}
+	waitFor(t, "all rows sent", func() bool { return pending(t, db) == 0 })
+	recs := readTopic(t, addrs, "t", true)
+	if got := seqs(t, recs); fmt.Sprint(got) != fmt.Sprint(upTo(n)) {
+		t.Fatalf("read_committed: %d records, want 1..%d once each", len(got), n)
+	}
+	for p, s := range byPartition(t, recs) {
+		if !sort.IntsAreSorted(s) {
+			t.Fatalf("partition %d out of id order: %v", p, s)
+		}
+	}
+}
+
+// TestTxnRelayMarkerOfAnotherDatabase: a marker committed for one database
+// is not trusted by a relay on another one whose rows have the same ids.
+func TestTxnRelayMarkerOfAnotherDatabase(t *testing.T) {
+	addrs := cluster(t)
+	db1, db2 := storetest.SQLite(t), storetest.SQLite(t)
+	enqueue(t, db1, "t", 1, 1, 2, 3)
+	first := txnRelay(t, db1, addrs, "pay")
+	first.SetAfterCommit(func([]int64) error { return errors.New("crash") })
+	_ = first.Run(ctxT(t))
+
+	enqueue(t, db2, "t", 1, 101, 102, 103) // ids 1..3, other contents
+	second := txnRelay(t, db2, addrs, "pay")
+	run(t, second)
+	waitFor(t, "db2's rows published", func() bool { return pending(t, db2) == 0 })
+	if st := second.Stats(); st.MarkerMismatches != 1 || st.Recovered != 0 || st.Published != 3 {
+		t.Fatalf("stats %+v, want 1 mismatch, 0 recovered, 3 published", st)
+	}
+	if got := seqs(t, readTopic(t, addrs, "t", true)); fmt.Sprint(got) != "[1 2 3 101 102 103]" {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestNewTransactionalRelayValidatesName(t *testing.T) {
+	db := storetest.SQLite(t)
+	for _, name := range []string{"", "a b", "x/y"} {
+		if _, err := outbox.NewTransactionalRelay(db, name, nil); err == nil {
+			t.Errorf("name %q accepted", name)
+		}
+	}
+}
