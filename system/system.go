@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/ordercast/ordercast/outbox"
 	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/service"
 	"github.com/ordercast/ordercast/service/checkout"
 	"github.com/ordercast/ordercast/service/fulfillment"
 	"github.com/ordercast/ordercast/service/notifications"
@@ -84,6 +86,20 @@ type Config struct {
 	Registry *prometheus.Registry
 	// MaxAttempts and Backoff tune in-place retries of the consumer groups.
 	MaxAttempts int
+	// MemberID names this process among the processes running the same
+	// services on one cluster. It is part of fulfillment's transactional
+	// ids ("ordercast-fulfillment-<MemberID>-<n>"), which must be unique per
+	// member and should survive its restarts: a restarted member then fences
+	// its predecessor's open transaction at once instead of waiting for the
+	// transaction timeout. Two processes with one MemberID fence each other
+	// (still correct, much slower). Default: env ORDERCAST_MEMBER_ID, else
+	// the host name.
+	MemberID string
+	// SessionTimeout sets every member's group session timeout (and the
+	// rebalance timeout to twice it, the heartbeat interval to a sixth).
+	// Default: env ORDERCAST_SESSION_TIMEOUT, else the runtime's (45 s).
+	// Kafka settings: session.timeout.ms, max.poll.interval.ms.
+	SessionTimeout time.Duration
 }
 
 // System is a running order system.
@@ -134,6 +150,15 @@ func (c *Config) defaults() {
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
+	if c.MemberID == "" {
+		c.MemberID = os.Getenv(EnvMemberID)
+	}
+	if c.MemberID == "" {
+		c.MemberID, _ = os.Hostname()
+	}
+	if c.MemberID == "" {
+		c.MemberID = "local"
+	}
 }
 
 func (c *Config) runs(svc string) bool {
@@ -161,7 +186,15 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	cfg.defaults()
 	log := cfg.Logger
 	s := &System{cfg: cfg}
-	var err error
+	flt, err := parseFaults(os.Getenv(EnvFault))
+	if err != nil {
+		return nil, err
+	}
+	if v := os.Getenv(EnvSessionTimeout); v != "" && cfg.SessionTimeout == 0 {
+		if cfg.SessionTimeout, err = time.ParseDuration(v); err != nil || cfg.SessionTimeout <= 0 {
+			return nil, fmt.Errorf("%s %q: want a positive duration such as 6s", EnvSessionTimeout, v)
+		}
+	}
 	if s.DB, err = store.Open(ctx, cfg.DSN); err != nil {
 		return nil, fmt.Errorf("database %q (--db): %w", cfg.DSN, err)
 	}
@@ -209,6 +242,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	}
 	s.runCtx, s.stop = context.WithCancel(context.Background())
 	metrics := processor.NewMetrics(cfg.Registry)
+	svcMetrics := service.NewMetrics(cfg.Registry)
 	popts := func(group string, topics []string, ordering processor.Ordering, retries bool) []processor.Opt {
 		o := []processor.Opt{
 			processor.Brokers(cfg.Brokers...), processor.Group(group), processor.Topics(topics...),
@@ -216,6 +250,10 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			processor.MaxAttempts(cfg.MaxAttempts), processor.Logger(log),
 			processor.WithMetrics(metrics), processor.ClientOpts(cfg.ClientOpts...),
 			processor.Producer(s.Producer),
+		}
+		if cfg.SessionTimeout > 0 {
+			o = append(o, processor.SessionTimeout(cfg.SessionTimeout), processor.RebalanceTimeout(2*cfg.SessionTimeout),
+				processor.ClientOpts(kgo.HeartbeatInterval(cfg.SessionTimeout/6)))
 		}
 		if retries && len(cfg.Layout.RetryDelays) > 0 {
 			o = append(o, processor.RetryTopics(cfg.Layout.RetryDelays...))
@@ -227,16 +265,25 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		topics  []string
 		handler processor.Handler
 	}{
-		{ServiceOrders, orders.Topics, (&orders.Service{DB: s.DB, Serde: s.Serde, Logger: log}).Handle},
-		{ServiceNotifications, notifications.Topics, (&notifications.Service{DB: s.DB, Serde: s.Serde, Logger: log}).Handle},
+		{ServiceOrders, orders.Topics, (&orders.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}).Handle},
+		{ServiceNotifications, notifications.Topics, (&notifications.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}).Handle},
 	}
 	if cfg.runs(ServicePayments) {
-		s.Relay = outbox.NewRelay(s.DB, s.Producer, outbox.WithLogger(log))
+		// Exactly once for read_committed readers: a duplicate
+		// paymentProcessed would make fulfillment (Kafka-only EOS) request a
+		// second shipment. Every payments process runs one; they share the
+		// transactional id, one publishes and the others stand by.
+		s.Relay, err = outbox.NewTransactionalRelay(s.DB, ServicePayments, append(append([]kgo.Opt{}, kopts...), flt.relayHooks()...),
+			outbox.WithLogger(log), outbox.WithMarkerTopic(cfg.Layout.ReplicationFactor, cfg.Layout.MinInsyncReplicas))
+		if err != nil {
+			s.close()
+			return nil, err
+		}
 		consumers = append(consumers, struct {
 			name    string
 			topics  []string
 			handler processor.Handler
-		}{ServicePayments, payments.Topics, (&payments.Service{DB: s.DB, Serde: s.Serde, Logger: log, Relay: s.Relay}).Handle})
+		}{ServicePayments, payments.Topics, (&payments.Service{DB: s.DB, Serde: s.Serde, Logger: log, Relay: s.Relay, Metrics: svcMetrics}).Handle})
 		s.goRun("outbox relay", s.Relay.Run)
 	}
 	for _, c := range consumers {
@@ -245,7 +292,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 		for i := range cfg.instances(c.name) {
 			p, err := processor.New(append(popts(c.name, c.topics, cfg.Ordering, true),
-				processor.WithHandler(c.handler), processor.ClientID(fmt.Sprintf("%s-%d-%s", c.name, i+1, order.NewID("")[:6])))...)
+				processor.WithHandler(flt.handler(c.name, c.handler)), processor.ClientID(fmt.Sprintf("%s-%d-%s", c.name, i+1, order.NewID("")[:6])))...)
 			if err != nil {
 				s.Stop(context.Background())
 				return nil, err
@@ -257,8 +304,9 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	if cfg.runs(ServiceFulfillment) {
 		f := &fulfillment.Service{Serde: s.Serde, Logger: log}
 		for i := range cfg.instances(ServiceFulfillment) {
-			t, err := processor.NewTransactional(fmt.Sprintf("ordercast-fulfillment-%d", i+1), f.Transform,
-				popts(ServiceFulfillment, fulfillment.Topics, processor.OrderPartition, false)...)
+			txnID := fmt.Sprintf("ordercast-fulfillment-%s-%d", cfg.MemberID, i+1)
+			t, err := processor.NewTransactional(txnID, f.Transform,
+				append(popts(ServiceFulfillment, fulfillment.Topics, processor.OrderPartition, false), processor.ClientOpts(flt.txnHooks(txnID)...))...)
 			if err != nil {
 				s.Stop(context.Background())
 				return nil, err
@@ -267,6 +315,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			s.goRun(ServiceFulfillment, t.Run)
 		}
 	}
+	s.registerMetrics()
 	mux := http.NewServeMux()
 	if cfg.runs(ServiceCheckout) {
 		s.Checkout, err = checkout.New(ctx, checkout.Config{DB: s.DB, Serde: s.Serde, Producer: s.Producer, Logger: log, Registerer: cfg.Registry})

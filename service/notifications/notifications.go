@@ -16,7 +16,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/inbox"
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/schema"
@@ -49,6 +48,8 @@ type Service struct {
 	DB     *store.DB
 	Serde  *schema.Serde
 	Logger *slog.Logger
+	// Metrics, if set, counts the duplicates the inbox skipped.
+	Metrics *service.Metrics
 }
 
 // Handle is the processor.Handler of the notifications group.
@@ -76,7 +77,7 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 }
 
 func (s *Service) notify(ctx context.Context, r *kgo.Record, eventID, orderID, customerID, kind, body string) error {
-	_, err := inbox.Process(ctx, s.DB, order.GroupNotifications, eventID, service.Meta(r), func(ctx context.Context, tx *sql.Tx) error {
+	_, err := service.Process(ctx, s.DB, s.Metrics, order.GroupNotifications, eventID, r, func(ctx context.Context, tx *sql.Tx) error {
 		var cust any
 		if customerID != "" {
 			cust = customerID

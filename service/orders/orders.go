@@ -13,7 +13,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/inbox"
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/schema"
@@ -37,6 +36,8 @@ type Service struct {
 	DB     *store.DB
 	Serde  *schema.Serde
 	Logger *slog.Logger
+	// Metrics, if set, counts the duplicates the inbox skipped.
+	Metrics *service.Metrics
 }
 
 // Handle is the processor.Handler of the orders group. It returns a permanent
@@ -49,7 +50,7 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
 			return err
 		}
-		_, err := inbox.Process(ctx, s.DB, order.GroupOrders, ev.EventID, service.Meta(r), func(ctx context.Context, tx *sql.Tx) error {
+		_, err := service.Process(ctx, s.DB, s.Metrics, order.GroupOrders, ev.EventID, r, func(ctx context.Context, tx *sql.Tx) error {
 			return s.store(ctx, tx, &ev)
 		})
 		return err
@@ -98,7 +99,7 @@ func (s *Service) store(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated)
 }
 
 func (s *Service) status(ctx context.Context, r *kgo.Record, eventID, orderID, kind, detail string, at time.Time) error {
-	_, err := inbox.Process(ctx, s.DB, order.GroupOrders, eventID, service.Meta(r), func(ctx context.Context, tx *sql.Tx) error {
+	_, err := service.Process(ctx, s.DB, s.Metrics, order.GroupOrders, eventID, r, func(ctx context.Context, tx *sql.Tx) error {
 		return insertStatus(ctx, s.DB, tx, orderID, kind, detail, at.UnixMilli())
 	})
 	return err

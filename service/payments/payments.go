@@ -18,7 +18,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/inbox"
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/outbox"
 	"github.com/ordercast/ordercast/processor"
@@ -44,6 +43,8 @@ type Service struct {
 	// Relay, if set, is notified after each committed payment so the event
 	// is published without waiting for the relay's next poll.
 	Relay *outbox.Relay
+	// Metrics, if set, counts the duplicates the inbox skipped.
+	Metrics *service.Metrics
 }
 
 // Handle is the processor.Handler of the payments group.
@@ -55,7 +56,7 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 	if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
 		return err
 	}
-	applied, err := inbox.Process(ctx, s.DB, order.GroupPayments, ev.EventID, service.Meta(r), func(ctx context.Context, tx *sql.Tx) error {
+	applied, err := service.Process(ctx, s.DB, s.Metrics, order.GroupPayments, ev.EventID, r, func(ctx context.Context, tx *sql.Tx) error {
 		return s.charge(ctx, tx, &ev)
 	})
 	if err != nil {

@@ -1,0 +1,157 @@
+package system
+
+// Test knobs for the crash harness (package chaos). They are read from the
+// environment by Start, so that `ordercast run` processes started by the
+// harness get them without flags; all are unset in production, where they
+// change nothing.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ordercast/ordercast/processor"
+)
+
+// Environment variables read by Start.
+const (
+	// EnvFault arms crash points: a comma-separated list of point:probability,
+	// e.g. "crash-after-effect:0.002,crash-after-txn-offsets:0.05". At an armed
+	// point the process writes "ordercast fault: <point> ..." to stderr and
+	// SIGKILLs itself with that probability. Test-only.
+	EnvFault = "ORDERCAST_FAULT"
+	// EnvMemberID names this process among processes running the same
+	// services (see Config.MemberID).
+	EnvMemberID = "ORDERCAST_MEMBER_ID"
+	// EnvSessionTimeout sets every member's group session timeout (a Go
+	// duration, e.g. "6s"; see Config.SessionTimeout).
+	EnvSessionTimeout = "ORDERCAST_SESSION_TIMEOUT"
+)
+
+// Crash points of EnvFault.
+const (
+	// FaultAfterEffect: a consumer handler's inbox transaction committed
+	// (effect applied, or a duplicate skipped) and the runtime has not yet
+	// marked the record done nor committed its offset.
+	FaultAfterEffect = "crash-after-effect"
+	// FaultAfterTxnProduce: fulfillment's transactional output was
+	// acknowledged by the broker, the transaction is not committed.
+	FaultAfterTxnProduce = "crash-after-txn-produce"
+	// FaultAfterTxnOffsets: fulfillment's consumed offsets were added to
+	// the transaction (TxnOffsetCommit answered), EndTxn not sent (S13).
+	FaultAfterTxnOffsets = "crash-after-txn-offsets"
+	// FaultAfterRelayCommit: the outbox relay's transaction committed
+	// (EndTxn answered), its rows are not marked sent.
+	FaultAfterRelayCommit = "crash-after-relay-commit"
+)
+
+var faultPoints = []string{FaultAfterEffect, FaultAfterTxnProduce, FaultAfterTxnOffsets, FaultAfterRelayCommit}
+
+// faults are the armed crash points; the zero value arms none.
+type faults struct {
+	p   map[string]float64
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+// parseFaults parses EnvFault's syntax.
+func parseFaults(spec string) (*faults, error) {
+	f := &faults{p: map[string]float64{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))}
+	for _, item := range strings.Split(spec, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, ps, ok := strings.Cut(item, ":")
+		p, err := strconv.ParseFloat(ps, 64)
+		known := false
+		for _, k := range faultPoints {
+			known = known || k == name
+		}
+		if !ok || err != nil || p < 0 || p > 1 || !known {
+			return nil, fmt.Errorf("%s %q: %q is not point:probability with a point among %s and 0 <= probability <= 1", EnvFault, spec, item, strings.Join(faultPoints, ", "))
+		}
+		f.p[name] = p
+	}
+	return f, nil
+}
+
+func (f *faults) armed(point string) bool { return f != nil && f.p[point] > 0 }
+
+// maybeCrash SIGKILLs the process with the point's probability, after
+// saying so on stderr (the harness counts these lines).
+func (f *faults) maybeCrash(point, detail string) {
+	if !f.armed(point) {
+		return
+	}
+	f.mu.Lock()
+	hit := f.rng.Float64() < f.p[point]
+	f.mu.Unlock()
+	if !hit {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "ordercast fault: %s %s pid=%d\n", point, detail, os.Getpid())
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // never returns: the signal is on its way
+}
+
+// handler wraps a consumer handler with the after-effect crash point.
+func (f *faults) handler(group string, h processor.Handler) processor.Handler {
+	if !f.armed(FaultAfterEffect) {
+		return h
+	}
+	return func(ctx context.Context, r *kgo.Record) error {
+		err := h(ctx, r)
+		if err == nil {
+			f.maybeCrash(FaultAfterEffect, fmt.Sprintf("group=%s topic=%s partition=%d offset=%d", group, r.Topic, r.Partition, r.Offset))
+		}
+		return err
+	}
+}
+
+// hook is a kgo hook that crashes after the response to a request key was
+// read (the broker did the work; the client has not acted on it yet).
+type hook struct {
+	f      *faults
+	points map[int16]string // request key -> point
+	detail string
+}
+
+// OnBrokerRead implements kgo.HookBrokerRead.
+func (h hook) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if point, ok := h.points[key]; ok && err == nil {
+		h.f.maybeCrash(point, h.detail)
+	}
+}
+
+// txnHooks returns the kgo options arming fulfillment's crash points.
+func (f *faults) txnHooks(detail string) []kgo.Opt {
+	points := map[int16]string{}
+	if f.armed(FaultAfterTxnProduce) {
+		points[kmsg.Produce.Int16()] = FaultAfterTxnProduce
+	}
+	if f.armed(FaultAfterTxnOffsets) {
+		points[kmsg.TxnOffsetCommit.Int16()] = FaultAfterTxnOffsets
+	}
+	if len(points) == 0 {
+		return nil
+	}
+	return []kgo.Opt{kgo.WithHooks(hook{f: f, points: points, detail: detail})}
+}
+
+// relayHooks returns the kgo options arming the relay's crash point.
+func (f *faults) relayHooks() []kgo.Opt {
+	if !f.armed(FaultAfterRelayCommit) {
+		return nil
+	}
+	return []kgo.Opt{kgo.WithHooks(hook{f: f, points: map[int16]string{kmsg.EndTxn.Int16(): FaultAfterRelayCommit}, detail: "relay=payments"})}
+}
