@@ -25,7 +25,8 @@ import (
 // Environment variables read by Start.
 const (
 	// EnvFault arms crash points: a comma-separated list of point:probability,
-	// e.g. "crash-after-effect:0.002,crash-after-txn-offsets:0.05". At an armed
+	// e.g. "crash-after-effect:0.002,crash-after-txn-offsets:0.05", and
+	// optionally until:UNIX-SECONDS, after which no point fires. At an armed
 	// point the process writes "ordercast fault: <point> ..." to stderr and
 	// SIGKILLs itself with that probability. Test-only.
 	EnvFault = "ORDERCAST_FAULT"
@@ -58,9 +59,10 @@ var faultPoints = []string{FaultAfterEffect, FaultAfterTxnProduce, FaultAfterTxn
 
 // faults are the armed crash points; the zero value arms none.
 type faults struct {
-	p   map[string]float64
-	mu  sync.Mutex
-	rng *rand.Rand
+	p     map[string]float64
+	until time.Time // zero: no end
+	mu    sync.Mutex
+	rng   *rand.Rand
 }
 
 // parseFaults parses EnvFault's syntax.
@@ -72,6 +74,14 @@ func parseFaults(spec string) (*faults, error) {
 			continue
 		}
 		name, ps, ok := strings.Cut(item, ":")
+		if name == "until" {
+			sec, err := strconv.ParseInt(ps, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s %q: until:%q is not Unix seconds", EnvFault, spec, ps)
+			}
+			f.until = time.Unix(sec, 0)
+			continue
+		}
 		p, err := strconv.ParseFloat(ps, 64)
 		known := false
 		for _, k := range faultPoints {
@@ -90,7 +100,7 @@ func (f *faults) armed(point string) bool { return f != nil && f.p[point] > 0 }
 // maybeCrash SIGKILLs the process with the point's probability, after
 // saying so on stderr (the harness counts these lines).
 func (f *faults) maybeCrash(point, detail string) {
-	if !f.armed(point) {
+	if !f.armed(point) || (!f.until.IsZero() && time.Now().After(f.until)) {
 		return
 	}
 	f.mu.Lock()
