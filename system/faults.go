@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,9 +28,10 @@ import (
 const (
 	// EnvFault arms crash points: a comma-separated list of point:probability,
 	// e.g. "crash-after-effect:0.002,crash-after-txn-offsets:0.05", and
-	// optionally until:UNIX-SECONDS, after which no point fires. At an armed
-	// point the process writes "ordercast fault: <point> ..." to stderr and
-	// SIGKILLs itself with that probability. Test-only.
+	// optionally until:UNIX-SECONDS, after which no point fires; SIGUSR1
+	// disarms them too. At an armed point the process writes "ordercast
+	// fault: <point> ..." to stderr and SIGKILLs itself with that
+	// probability. Test-only.
 	EnvFault = "ORDERCAST_FAULT"
 	// EnvMemberID names this process among processes running the same
 	// services (see Config.MemberID).
@@ -59,8 +62,9 @@ var faultPoints = []string{FaultAfterEffect, FaultAfterTxnProduce, FaultAfterTxn
 
 // faults are the armed crash points; the zero value arms none.
 type faults struct {
-	p     map[string]float64
-	until time.Time // zero: no end
+	p        map[string]float64
+	until    time.Time // zero: no end
+	disarmed atomic.Bool
 	mu    sync.Mutex
 	rng   *rand.Rand
 }
@@ -92,6 +96,15 @@ func parseFaults(spec string) (*faults, error) {
 		}
 		f.p[name] = p
 	}
+	if len(f.p) > 0 {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGUSR1)
+		go func() {
+			<-sig
+			f.disarmed.Store(true)
+			fmt.Fprintf(os.Stderr, "ordercast fault: disarmed by SIGUSR1 pid=%d\n", os.Getpid())
+		}()
+	}
 	return f, nil
 }
 
@@ -100,7 +113,7 @@ func (f *faults) armed(point string) bool { return f != nil && f.p[point] > 0 }
 // maybeCrash SIGKILLs the process with the point's probability, after
 // saying so on stderr (the harness counts these lines).
 func (f *faults) maybeCrash(point, detail string) {
-	if !f.armed(point) || (!f.until.IsZero() && time.Now().After(f.until)) {
+	if !f.armed(point) || f.disarmed.Load() || (!f.until.IsZero() && time.Now().After(f.until)) {
 		return
 	}
 	f.mu.Lock()
