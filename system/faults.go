@@ -65,8 +65,8 @@ type faults struct {
 	p        map[string]float64
 	until    time.Time // zero: no end
 	disarmed atomic.Bool
-	mu    sync.Mutex
-	rng   *rand.Rand
+	mu       sync.Mutex
+	rng      *rand.Rand
 }
 
 // parseFaults parses EnvFault's syntax.
