@@ -1,0 +1,295 @@
+package ops
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// GroupInfo is one consumer group's state, members, assignment, committed
+// offsets and lag.
+type GroupInfo struct {
+	Group string `json:"group"`
+	// Type is "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848).
+	Type string `json:"type"`
+	// State is the coordinator's view: Stable, PreparingRebalance,
+	// CompletingRebalance, Empty, Dead (classic); Stable, Assigning,
+	// Reconciling, Empty (KIP-848).
+	State string `json:"state"`
+	// Protocol is the partition assignor in use (cooperative-sticky, uniform,
+	// ...).
+	Protocol    string       `json:"protocol"`
+	Coordinator int32        `json:"coordinator"`
+	Members     []MemberInfo `json:"members"`
+	// Partitions has one row per partition that is assigned to a member or
+	// has a committed offset, sorted by topic and partition.
+	Partitions []PartitionLag `json:"partitions"`
+	// TotalLag sums the known lags (Lag >= 0) of Partitions.
+	TotalLag int64 `json:"totalLag"`
+	// Error is set when the group could not be described or its offsets
+	// fetched; the other fields are then partial.
+	Error string `json:"error,omitempty"`
+
+	notFound bool
+}
+
+// MemberInfo is one group member and the partitions it holds.
+type MemberInfo struct {
+	MemberID   string `json:"memberId"`
+	InstanceID string `json:"instanceId,omitempty"`
+	ClientID   string `json:"clientId"`
+	Host       string `json:"host"`
+	// Assigned maps topic to the partitions the member holds, sorted.
+	Assigned map[string][]int32 `json:"assigned"`
+}
+
+// PartitionLag is one partition of a group.
+type PartitionLag struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// MemberID and ClientID of the member holding it; empty when none does
+	// (an Empty group, or mid-rebalance).
+	MemberID string `json:"memberId,omitempty"`
+	ClientID string `json:"clientId,omitempty"`
+	// Committed is the group's committed offset (the next offset to
+	// consume), -1 when nothing was committed.
+	Committed int64 `json:"committed"`
+	// End is the high watermark (log end offset), -1 when unknown.
+	End int64 `json:"end"`
+	// Lag is End minus Committed (End minus the log start offset when
+	// nothing was committed), never negative; -1 when unknown (see Error).
+	Lag   int64  `json:"lag"`
+	Error string `json:"error,omitempty"`
+}
+
+// DescribeGroups returns the state, members, assignment, committed offsets,
+// end offsets and lag of groups (every group of the cluster when none is
+// named), sorted by name. Lag is computed as kafka-consumer-groups.sh does:
+// high watermark minus committed offset, per partition (kadm's
+// CalculateGroupLag rule, including its fallback to the log start offset
+// for partitions without a commit).
+//
+// Classic groups are described with DescribeGroups; groups on the KIP-848
+// protocol (which Kafka 4 reports as "not a classic group") with
+// ConsumerGroupDescribe. A named group with no members and no committed
+// offsets is reported with an Error wrapping ErrGroupNotFound. The returned
+// error is for failures that leave nothing to report (broker unreachable,
+// authorization).
+func DescribeGroups(ctx context.Context, adm *kadm.Client, groups ...string) ([]GroupInfo, error) {
+	types := map[string]string{}
+	if len(groups) == 0 {
+		listed, err := adm.ListGroups(ctx)
+		if err != nil && len(listed) == 0 {
+			return nil, fmt.Errorf("list groups: %w", err)
+		}
+		for _, g := range listed {
+			if g.ProtocolType == "consumer" || g.ProtocolType == "" {
+				groups = append(groups, g.Group)
+				types[g.Group] = g.GroupType
+			}
+		}
+		if len(groups) == 0 {
+			return []GroupInfo{}, nil
+		}
+	}
+	slices.Sort(groups)
+	groups = slices.Compact(groups)
+	infos := make(map[string]*GroupInfo, len(groups))
+	for _, g := range groups {
+		infos[g] = &GroupInfo{Group: g, Type: "classic", Members: []MemberInfo{}, Partitions: []PartitionLag{}}
+	}
+
+	described, err := adm.DescribeGroups(ctx, groups...)
+	if err != nil && len(described) == 0 {
+		return nil, fmt.Errorf("describe groups: %w", err)
+	}
+	assigned := map[string]map[string]map[int32]*MemberInfo{} // group -> topic -> partition -> member
+	var nextGen []string
+	for _, g := range groups {
+		d, ok := described[g]
+		gi := infos[g]
+		switch {
+		case types[g] == "consumer" || (ok && errors.Is(d.Err, kerr.GroupIDNotFound)):
+			nextGen = append(nextGen, g)
+			continue
+		case !ok:
+			gi.Error = "not described by the broker"
+			continue
+		case d.Err != nil:
+			gi.Error = d.Err.Error()
+			continue
+		}
+		gi.State, gi.Protocol, gi.Coordinator = d.State, d.Protocol, d.Coordinator.NodeID
+		for _, m := range d.Members {
+			mi := MemberInfo{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, Assigned: map[string][]int32{}}
+			if m.InstanceID != nil {
+				mi.InstanceID = *m.InstanceID
+			}
+			if c, ok := m.Assigned.AsConsumer(); ok {
+				for _, t := range c.Topics {
+					mi.Assigned[t.Topic] = append(mi.Assigned[t.Topic], t.Partitions...)
+				}
+			}
+			gi.Members = append(gi.Members, mi)
+		}
+	}
+	if len(nextGen) > 0 {
+		cds, err := adm.DescribeConsumerGroups(ctx, nextGen...)
+		for _, g := range nextGen {
+			gi := infos[g]
+			d, ok := cds[g]
+			switch {
+			case !ok && err != nil:
+				gi.Error = err.Error()
+				continue
+			case !ok:
+				gi.Error = "not described by the broker"
+				continue
+			case errors.Is(d.Err, kerr.GroupIDNotFound):
+				continue // neither a classic nor a KIP-848 group: see below
+			case d.Err != nil:
+				gi.Error = d.Err.Error()
+				continue
+			}
+			gi.Type, gi.State, gi.Protocol, gi.Coordinator = "consumer", d.State, d.AssignorName, d.Coordinator.NodeID
+			for _, m := range d.Members {
+				mi := MemberInfo{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, Assigned: map[string][]int32{}}
+				if m.InstanceID != nil {
+					mi.InstanceID = *m.InstanceID
+				}
+				for t, ps := range m.Assignment {
+					for p := range ps {
+						mi.Assigned[t] = append(mi.Assigned[t], p)
+					}
+				}
+				gi.Members = append(gi.Members, mi)
+			}
+		}
+	}
+	for _, g := range groups {
+		gi := infos[g]
+		assigned[g] = map[string]map[int32]*MemberInfo{}
+		slices.SortFunc(gi.Members, func(a, b MemberInfo) int {
+			return cmp.Or(cmp.Compare(a.ClientID, b.ClientID), cmp.Compare(a.MemberID, b.MemberID))
+		})
+		for i := range gi.Members {
+			m := &gi.Members[i]
+			for t, ps := range m.Assigned {
+				slices.Sort(ps)
+				if assigned[g][t] == nil {
+					assigned[g][t] = map[int32]*MemberInfo{}
+				}
+				for _, p := range ps {
+					assigned[g][t][p] = m
+				}
+			}
+		}
+	}
+
+	fetched := adm.FetchManyOffsets(ctx, groups...)
+	topics := kadm.TopicsSet{}
+	for _, g := range groups {
+		for t, ps := range assigned[g] {
+			for p := range ps {
+				topics.Add(t, p)
+			}
+		}
+		if r, ok := fetched[g]; ok {
+			if r.Err != nil && !errors.Is(r.Err, kerr.GroupIDNotFound) {
+				infos[g].Error = cmp.Or(infos[g].Error, "fetch committed offsets: "+r.Err.Error())
+			}
+			r.Fetched.Each(func(o kadm.OffsetResponse) { topics.Add(o.Topic, o.Partition) })
+		}
+	}
+	var starts, ends kadm.ListedOffsets
+	if names := topics.Topics(); len(names) > 0 {
+		if starts, err = adm.ListStartOffsets(ctx, names...); err != nil && len(starts) == 0 {
+			return nil, fmt.Errorf("start offsets: %w", err)
+		}
+		if ends, err = adm.ListEndOffsets(ctx, names...); err != nil && len(ends) == 0 {
+			return nil, fmt.Errorf("end offsets: %w", err)
+		}
+	}
+
+	out := make([]GroupInfo, 0, len(groups))
+	for _, g := range groups {
+		gi := infos[g]
+		rows := map[string]map[int32]*PartitionLag{}
+		row := func(t string, p int32) *PartitionLag {
+			if rows[t] == nil {
+				rows[t] = map[int32]*PartitionLag{}
+			}
+			r := rows[t][p]
+			if r == nil {
+				r = &PartitionLag{Topic: t, Partition: p, Committed: -1, End: -1, Lag: -1}
+				rows[t][p] = r
+			}
+			return r
+		}
+		for t, ps := range assigned[g] {
+			for p, m := range ps {
+				r := row(t, p)
+				r.MemberID, r.ClientID = m.MemberID, m.ClientID
+			}
+		}
+		fetched[g].Fetched.Each(func(o kadm.OffsetResponse) {
+			r := row(o.Topic, o.Partition)
+			if o.Err != nil {
+				r.Error = "committed offset: " + o.Err.Error()
+				return
+			}
+			r.Committed = o.At
+		})
+		for _, ps := range rows {
+			for _, r := range ps {
+				fillLag(r, starts, ends)
+				gi.Partitions = append(gi.Partitions, *r)
+				if r.Lag > 0 {
+					gi.TotalLag += r.Lag
+				}
+			}
+		}
+		slices.SortFunc(gi.Partitions, func(a, b PartitionLag) int {
+			return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		})
+		if gi.Error == "" && len(gi.Members) == 0 && len(gi.Partitions) == 0 && (gi.State == "Dead" || gi.State == "") {
+			gi.Error = fmt.Sprintf("%s: %v (no members, no committed offsets; `ordercast groups` lists the groups)", g, ErrGroupNotFound)
+			gi.notFound = true
+		}
+		out = append(out, *gi)
+	}
+	return out, nil
+}
+
+// fillLag sets End and Lag of r from the listed offsets, as kadm's
+// CalculateGroupLagWithStartOffsets does.
+func fillLag(r *PartitionLag, starts, ends kadm.ListedOffsets) {
+	if r.Error != "" {
+		return
+	}
+	e, ok := ends.Lookup(r.Topic, r.Partition)
+	switch {
+	case !ok:
+		r.Error = "end offset: missing from the broker's answer"
+		return
+	case e.Err != nil:
+		r.Error = "end offset: " + e.Err.Error()
+		return
+	}
+	r.End = e.Offset
+	switch {
+	case r.Committed >= 0:
+		r.Lag = e.Offset - r.Committed
+	default:
+		r.Lag = e.Offset
+		if s, ok := starts.Lookup(r.Topic, r.Partition); ok && s.Err == nil {
+			r.Lag = e.Offset - s.Offset
+		}
+	}
+	r.Lag = max(r.Lag, 0)
+}

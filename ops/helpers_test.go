@@ -1,0 +1,134 @@
+package ops_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/processor"
+)
+
+// testCluster starts an embedded kfake broker with the given topics
+// (name -> partitions) and returns its seed addresses and an admin client.
+func testCluster(t *testing.T, topics map[string]int32) ([]string, *kadm.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	for name, n := range topics {
+		if _, err := adm.CreateTopic(context.Background(), n, 1, nil, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return addrs, adm
+}
+
+// produce writes recs synchronously; a record with Partition >= 0 set
+// explicitly goes to that partition (manual partitioner).
+func produce(t *testing.T, addrs []string, recs ...*kgo.Record) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	res := cl.ProduceSync(context.Background(), recs...)
+	if err := res.FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*kgo.Record, len(res))
+	for i, r := range res {
+		out[i] = r.Record
+	}
+	return out
+}
+
+// waitFor polls cond every 10ms until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runProcessor starts a processor and returns a function that stops it
+// (also called at cleanup) and waits for Run to return.
+func runProcessor(t *testing.T, opts ...processor.Opt) (stop func()) {
+	t.Helper()
+	p, err := processor.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("Run did not return within 30s of cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// counter counts handled values, concurrency-safe.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+	hs map[string][]kgo.RecordHeader
+}
+
+func newCounter() *counter {
+	return &counter{n: map[string]int{}, hs: map[string][]kgo.RecordHeader{}}
+}
+
+func (c *counter) add(r *kgo.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[string(r.Value)]++
+	c.hs[string(r.Value)] = r.Headers
+}
+
+func (c *counter) get(v string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[v]
+}
+
+func (c *counter) header(v, key string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range c.hs[v] {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
