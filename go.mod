@@ -12,6 +12,7 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	github.com/twmb/franz-go/pkg/sr v1.8.0
+	github.com/twmb/franz-go/plugin/kprom v1.5.0
 	golang.org/x/time v0.16.0
 	modernc.org/sqlite v1.62.0
 )

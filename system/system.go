@@ -218,6 +218,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		return nil, fmt.Errorf("kafka client (--brokers %v): %w", cfg.Brokers, err)
 	}
 	s.Admin = kadm.NewClient(s.adminCl)
+	s.registerOpsMetrics()
 	created, err := ops.EnsureTopics(ctx, s.Admin, ops.SystemTopics(cfg.Layout))
 	if err != nil {
 		s.close()
@@ -235,6 +236,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	s.Producer, err = kgo.NewClient(append(kopts,
 		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotent by default in franz-go
 		kgo.ProducerLinger(0),
+		kgo.ClientID("ordercast-producer"), kafkaHooks(cfg.Registry),
 	)...)
 	if err != nil {
 		s.close()
@@ -250,6 +252,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			processor.MaxAttempts(cfg.MaxAttempts), processor.Logger(log),
 			processor.WithMetrics(metrics), processor.ClientOpts(cfg.ClientOpts...),
 			processor.Producer(s.Producer),
+			processor.ClientOpts(kafkaHooks(cfg.Registry)), // one kprom per member client
 		}
 		if cfg.SessionTimeout > 0 {
 			o = append(o, processor.SessionTimeout(cfg.SessionTimeout), processor.RebalanceTimeout(2*cfg.SessionTimeout),

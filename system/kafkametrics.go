@@ -1,0 +1,72 @@
+package system
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
+
+	"github.com/ordercast/ordercast/ops"
+	"github.com/ordercast/ordercast/order"
+)
+
+// kafkaHooks returns an option that exports one Kafka client's franz-go
+// metrics on reg through the kprom plugin: ordercast_kafka_* (connects,
+// bytes and records produced and fetched, buffered records, ...), labelled
+// client_id and node_id. Each call makes a new kprom.Metrics, because kprom
+// keeps per-client state: pass the option to exactly one client (a client
+// re-created with the same client id, such as a restarted transactional
+// session, replaces the old one's series).
+func kafkaHooks(reg prometheus.Registerer) kgo.Opt {
+	return kgo.WithHooks(kprom.NewMetrics("ordercast_kafka", kprom.Registerer(replacing{reg}), kprom.WithClientLabel()))
+}
+
+// replacing is a Registerer whose MustRegister replaces an already
+// registered equal collector instead of panicking, so that two clients with
+// one client id can never bring the process down over metrics.
+type replacing struct{ prometheus.Registerer }
+
+// MustRegister registers each collector, replacing an existing equal one.
+func (r replacing) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		err := r.Register(c)
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			r.Unregister(are.ExistingCollector)
+			err = r.Register(c)
+		}
+		if err != nil {
+			panic(err)
+		}
+	}
+}
+
+// registerOpsMetrics adds to the system's registry the Go runtime and
+// process collectors (go_*, process_*) and the lag of the consumer groups
+// this process runs, as the brokers see it (ops.LagCollector:
+// ordercast_group_lag{group,topic,partition}, ordercast_group_lag_total{group},
+// ordercast_group_members{group}). Collectors already registered (a Registry
+// shared by two Starts) are kept.
+func (s *System) registerOpsMetrics() {
+	reg := s.cfg.Registry
+	cs := []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+	var groups []string
+	for _, g := range order.Groups {
+		if s.cfg.runs(g) {
+			groups = append(groups, g)
+		}
+	}
+	if len(groups) > 0 {
+		cs = append(cs, ops.NewLagCollector(s.Admin, groups...))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				s.cfg.Logger.Warn("metrics not registered", "error", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package system_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/ordercast/ordercast/ops"
+	"github.com/ordercast/ordercast/system"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestServiceEndpoints: a service process serves /metrics with the Go
+// runtime's metrics, the runtime's consumer metrics, the franz-go client
+// metrics (kprom, per client) and the lag of its group as the broker sees
+// it; /healthz answers and /readyz turns ready once the member joined.
+func TestServiceEndpoints(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	sys, err := system.Start(context.Background(), system.Config{
+		Brokers:     cluster.ListenAddrs(),
+		RegistryURL: reg.URL(),
+		DSN:         "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
+		Services:    []string{system.ServiceOrders},
+		HTTPAddr:    "127.0.0.1:0",
+		Layout:      ops.Layout{Partitions: 2, ReplicationFactor: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sys.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	base := "http://" + sys.HTTPAddr()
+	if code, body := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz: %d %s", code, body)
+	}
+	want := []string{
+		"go_goroutines ",
+		"process_",
+		`ordercast_group_lag_total{group="orders"} 0`,
+		`ordercast_group_members{group="orders"} 1`,
+		`ordercast_kafka_buffered_fetch_records_total{client_id="orders-1-`,
+		`ordercast_kafka_buffered_produce_records_total{client_id="ordercast-producer"}`,
+		`ordercast_kafka_connects_total{client_id="orders-1-`,
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, body := get(t, base+"/metrics")
+		var missing []string
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				missing = append(missing, w)
+			}
+		}
+		if code == http.StatusOK && len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics (%d) lacks %q", code, missing)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for {
+		code, body := get(t, base+"/readyz")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d %s", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
