@@ -25,6 +25,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newUp(), newRun(), newReplay())
+	root.AddCommand(newTopics(), newGroups(), newDLQ())
 	return root
 }
 

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// defaultBrokers is the embedded broker of `ordercast up`.
+const defaultBrokers = "127.0.0.1:9092"
+
+// opsFlags are the flags of the operator commands (topics, groups, dlq).
+type opsFlags struct {
+	brokers string
+	output  string
+	timeout time.Duration
+}
+
+func (o *opsFlags) register(cmd *cobra.Command) {
+	f := cmd.PersistentFlags()
+	f.StringVar(&o.brokers, "brokers", envOr("KAFKA_BROKERS", defaultBrokers), "Kafka bootstrap servers, comma separated (env KAFKA_BROKERS; default: the embedded broker of `ordercast up`)")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table (for people) or json (for scripts)")
+	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "give up after this long")
+}
+
+// start validates the common flags and returns a context bounded by
+// --timeout.
+func (o *opsFlags) start(cmd *cobra.Command) (context.Context, context.CancelFunc, error) {
+	if o.output != "table" && o.output != "json" {
+		return nil, nil, fmt.Errorf("--output %q: want table or json", o.output)
+	}
+	if o.timeout <= 0 {
+		return nil, nil, fmt.Errorf("--timeout %v: want a positive duration such as 30s", o.timeout)
+	}
+	parent := cmd.Context()
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, o.timeout)
+	return ctx, cancel, nil
+}
+
+// kafkaOpts returns the client options for --brokers.
+func (o *opsFlags) kafkaOpts() ([]kgo.Opt, error) {
+	seeds := splitList(o.brokers)
+	if len(seeds) == 0 {
+		return nil, fmt.Errorf("--brokers is empty: give the Kafka bootstrap servers, e.g. %s (the embedded broker of `ordercast up`)", defaultBrokers)
+	}
+	return []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ClientID("ordercast-ops")}, nil
+}
+
+// dialErrors remembers the last failed connection, to say why a broker is
+// unreachable instead of only "context deadline exceeded".
+type dialErrors struct {
+	mu   sync.Mutex
+	last error
+}
+
+// OnBrokerConnect implements kgo.HookBrokerConnect.
+func (d *dialErrors) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil {
+		d.mu.Lock()
+		d.last = err
+		d.mu.Unlock()
+	}
+}
+
+func (d *dialErrors) get() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.last
+}
+
+// connect returns an admin client after checking, within 10s (or --timeout
+// if shorter), that a broker answers. The error names the addresses tried
+// and the flag that changes them.
+func (o *opsFlags) connect(ctx context.Context) (*kgo.Client, *kadm.Client, []kgo.Opt, error) {
+	opts, err := o.kafkaOpts()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	hook := &dialErrors{}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.WithHooks(hook))...)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--brokers %q: %w", o.brokers, err)
+	}
+	adm := kadm.NewClient(cl)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := adm.BrokerMetadata(pctx); err != nil {
+		cl.Close()
+		if derr := hook.get(); derr != nil {
+			err = derr
+		}
+		return nil, nil, nil, fmt.Errorf("cannot reach a Kafka broker at %s (%v): start the embedded one with `ordercast up`, or point --brokers (or KAFKA_BROKERS) at your cluster", o.brokers, err)
+	}
+	return cl, adm, opts, nil
+}
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
