@@ -800,9 +800,9 @@ func (d *DLQ) Purge(ctx context.Context, o PurgeOptions) (*PurgeResult, error) {
 		from := st.position(s.Partition)
 		switch {
 		case to > s.End:
-			return nil, fmt.Errorf("purge %s partition %d to offset %d: past its end %d (the last record is at %d)", d.topic, s.Partition, to, s.End, s.End-1)
+			return nil, fmt.Errorf("purge %s partition %d up to offset %d: past its end (the last offset is %d)", d.topic, s.Partition, to-1, s.End-1)
 		case to < from && !o.Force:
-			return nil, fmt.Errorf("purge %s partition %d to offset %d: %w: it is at %d (pass --force to un-purge; the records are still there)", d.topic, s.Partition, to, ErrBackwards, from)
+			return nil, fmt.Errorf("purge %s partition %d up to offset %d: the purge %w: it is at %d, records below it are purged (pass --force to un-purge; the records are still there)", d.topic, s.Partition, to-1, ErrBackwards, from)
 		case to == from:
 			continue
 		}

@@ -170,7 +170,10 @@ func writeListing(out io.Writer, l *ops.Listing) error {
 		for _, k := range sortedKeys(l.ByClass) {
 			fmt.Fprintf(tw, "%s\t%d\n", dash(k), l.ByClass[k])
 		}
-		fmt.Fprintln(tw, "\t")
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(out)
 		fmt.Fprintln(tw, "ORIGINAL TOPIC\tRECORDS")
 		for _, k := range sortedKeys(l.ByOriginalTopic) {
 			fmt.Fprintf(tw, "%s\t%d\n", dash(k), l.ByOriginalTopic[k])
