@@ -4,6 +4,9 @@
 //	ordercast up --replay FILE ...    ... fed with the Online Retail data, optionally exiting with a report
 //	ordercast run SERVICE --brokers   one service against an external Kafka cluster
 //	ordercast replay FILE --url URL   replay the Online Retail data into a running checkout
+//	ordercast topics list|create      topics with partitions, replication factor, min.insync.replicas
+//	ordercast groups [GROUP...]       consumer groups: members, partitions, committed offsets, lag
+//	ordercast dlq list|show|replay|purge --group G   the dead-letter tools
 //
 // Run `ordercast help COMMAND` for the flags of each.
 package main
