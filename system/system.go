@@ -308,6 +308,9 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		f := &fulfillment.Service{Serde: s.Serde, Logger: log}
 		for i := range cfg.instances(ServiceFulfillment) {
 			txnID := fmt.Sprintf("ordercast-fulfillment-%s-%d", cfg.MemberID, i+1)
+			if err := fenceTransactionalID(ctx, kopts, txnID); err != nil {
+				log.Warn("could not fence the previous incarnation's transactions; they end at their timeout", "transactional_id", txnID, "error", err)
+			}
 			t, err := processor.NewTransactional(txnID, f.Transform,
 				append(popts(ServiceFulfillment, fulfillment.Topics, processor.OrderPartition, false), processor.ClientOpts(flt.txnHooks(txnID)...))...)
 			if err != nil {
@@ -449,4 +452,24 @@ func (s *System) close() {
 	if s.DB != nil {
 		s.DB.Close()
 	}
+}
+
+// fenceTransactionalID initialises the transactional id once
+// (InitProducerID) and lets it go. The coordinator then aborts the
+// transaction a previous incarnation of this member left open (a SIGKILL
+// between produce and commit) at once: the member's own session initialises
+// only when it first produces, which may be long after (no partition, no
+// input), and meanwhile the open transaction holds back the last stable
+// offset of every partition it wrote to, stalling read_committed readers
+// until transaction.timeout.ms.
+func fenceTransactionalID(ctx context.Context, kopts []kgo.Opt, txnID string) error {
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...), kgo.TransactionalID(txnID))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, _, err = cl.ProducerID(ctx)
+	return err
 }
