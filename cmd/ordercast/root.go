@@ -26,6 +26,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newUp(), newRun(), newReplay())
 	root.AddCommand(newTopics(), newGroups(), newDLQ())
+	root.AddCommand(newDevstack(), newChaos())
 	return root
 }
 

@@ -1,0 +1,502 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/audit"
+	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/service/fulfillment"
+	"github.com/ordercast/ordercast/service/notifications"
+	"github.com/ordercast/ordercast/service/orders"
+	"github.com/ordercast/ordercast/service/payments"
+	"github.com/ordercast/ordercast/store"
+)
+
+// Invariant is one checked guarantee.
+type Invariant struct {
+	Name       string `json:"name"`
+	OK         bool   `json:"ok"`
+	Violations int    `json:"violations"`
+	Detail     string `json:"detail"`
+}
+
+// retryTopics is the number of retry topics per group: `ordercast run`'s
+// default --retry-delays 1s,10s.
+const retryTopics = 2
+
+// checker recomputes the guarantees from the database and the topics.
+type checker struct {
+	cl    *kgo.Client
+	adm   *kadm.Client
+	db    *store.DB
+	serde *schema.Serde
+}
+
+// groupTopics returns the topics a consumer group consumes (its retry
+// topics included).
+func groupTopics(group string) []string {
+	var base []string
+	switch group {
+	case order.GroupOrders:
+		base = orders.Topics
+	case order.GroupPayments:
+		base = payments.Topics
+	case order.GroupNotifications:
+		base = notifications.Topics
+	case order.GroupFulfillment:
+		return fulfillment.Topics
+	}
+	return append(append([]string{}, base...), processor.RetryTopicNames(group, retryTopics)...)
+}
+
+// examples formats at most 5 examples.
+func examples(xs []string) string {
+	sort.Strings(xs)
+	if len(xs) > 5 {
+		return strings.Join(xs[:5], "; ") + fmt.Sprintf("; ... (%d more)", len(xs)-5)
+	}
+	return strings.Join(xs, "; ")
+}
+
+// offsets checks, for every group and partition, that each record below the
+// committed offset has its effect (committed offsets never ahead of applied
+// effects), and returns how many data records are at or above it (the lag,
+// counted in records, not offsets: transaction markers are not records).
+//
+// The effect of a record for a group with an inbox is its inbox row, or the
+// record forwarded to one of the group's retry topics or its DLQ (its effect
+// is then owed by that topic, checked the same way). For fulfillment, the
+// effect of a PAID paymentProcessed is a committed shipmentRequested for the
+// order, or the record in fulfillment's DLQ. The offsets are read first and
+// the effects after, so an effect applied meanwhile only helps.
+func (c *checker) offsets(ctx context.Context) (inv Invariant, lag map[string]int, err error) {
+	committed := map[string]kadm.OffsetResponses{}
+	for _, g := range order.Groups {
+		resp, err := c.adm.FetchOffsets(ctx, g)
+		if err != nil {
+			return inv, nil, fmt.Errorf("committed offsets of %s: %w", g, err)
+		}
+		committed[g] = resp
+	}
+	views := map[string]*topicView{}
+	read := func(topic string) (*topicView, error) {
+		if v, ok := views[topic]; ok {
+			return v, nil
+		}
+		v, err := readTopic(ctx, c.cl, topic, true)
+		if err != nil {
+			return nil, err
+		}
+		views[topic] = v
+		return v, nil
+	}
+	lag = map[string]int{}
+	var bad []string
+	for _, g := range order.Groups {
+		effects := map[string]bool{} // event ids (inbox) or order ids (fulfillment) with an effect
+		if g == order.GroupFulfillment {
+			v, err := read(order.TopicShipmentRequested)
+			if err != nil {
+				return inv, nil, err
+			}
+			for _, r := range v.records {
+				if ev, ok := decodeEvent(ctx, c.serde, r); ok {
+					effects[ev.orderID] = true
+				}
+			}
+		} else {
+			ids, err := column(ctx, c.db, c.db.Rebind(`SELECT event_id FROM inbox WHERE consumer_group = ?`), g)
+			if err != nil {
+				return inv, nil, err
+			}
+			for _, id := range ids {
+				effects[id] = true
+			}
+		}
+		forwarded := map[string]bool{} // event ids in a retry topic or the DLQ
+		for _, t := range append(processor.RetryTopicNames(g, retryTopics), processor.DLQTopic(g)) {
+			if g == order.GroupFulfillment && t != processor.DLQTopic(g) {
+				continue
+			}
+			v, err := read(t)
+			if err != nil {
+				return inv, nil, err
+			}
+			for _, r := range v.records {
+				if ev, ok := decodeEvent(ctx, c.serde, r); ok {
+					forwarded[ev.eventID] = true
+				}
+			}
+		}
+		for _, topic := range groupTopics(g) {
+			v, err := read(topic)
+			if err != nil {
+				return inv, nil, err
+			}
+			for _, r := range v.records {
+				at := int64(0)
+				if o, ok := committed[g].Lookup(topic, r.Partition); ok && o.Err == nil {
+					at = o.At
+				}
+				if r.Offset >= at {
+					lag[g]++
+					continue
+				}
+				ev, ok := decodeEvent(ctx, c.serde, r)
+				if !ok {
+					continue // undecodable input belongs in the DLQ; audit checks that
+				}
+				switch {
+				case forwarded[ev.eventID]:
+				case g == order.GroupFulfillment:
+					if ev.status == order.PaymentPaid && !effects[ev.orderID] {
+						bad = append(bad, fmt.Sprintf("%s: %s/%d@%d (order %s, PAID) committed at %d without a shipmentRequested", g, topic, r.Partition, r.Offset, ev.orderID, at))
+					}
+				case !effects[ev.eventID]:
+					bad = append(bad, fmt.Sprintf("%s: %s/%d@%d (event %s) committed at %d without its inbox row", g, topic, r.Partition, r.Offset, ev.eventID, at))
+				}
+			}
+		}
+	}
+	inv = Invariant{Name: "committed_offsets_never_ahead_of_effects", OK: len(bad) == 0, Violations: len(bad),
+		Detail: fmt.Sprintf("%d records below a committed offset without their effect", len(bad))}
+	if len(bad) > 0 {
+		inv.Detail += ": " + examples(bad)
+	}
+	return inv, lag, nil
+}
+
+// charges recomputes every wallet from its opening balance in the order the
+// payments committed (SQLite rowid order; writes are serialised): each order
+// is charged at most once, exactly once when the credit sufficed at that
+// point, refused only when it did not, and each wallet ends at its balance.
+func (c *checker) charges(ctx context.Context) (Invariant, error) {
+	type wallet struct{ opening, balance int64 }
+	wallets := map[string]*wallet{}
+	rows, err := c.db.QueryContext(ctx, `SELECT customer_id, opening_milli, balance_milli FROM wallets`)
+	if err != nil {
+		return Invariant{}, err
+	}
+	for rows.Next() {
+		var id string
+		w := &wallet{}
+		if err := rows.Scan(&id, &w.opening, &w.balance); err != nil {
+			rows.Close()
+			return Invariant{}, err
+		}
+		wallets[id] = w
+	}
+	rows.Close()
+	type debit struct {
+		n   int
+		sum int64
+	}
+	ledger := map[string]*debit{}
+	rows, err = c.db.QueryContext(ctx, `SELECT order_id, amount_milli FROM wallet_ledger`)
+	if err != nil {
+		return Invariant{}, err
+	}
+	for rows.Next() {
+		var id string
+		var amt int64
+		if err := rows.Scan(&id, &amt); err != nil {
+			rows.Close()
+			return Invariant{}, err
+		}
+		if ledger[id] == nil {
+			ledger[id] = &debit{}
+		}
+		ledger[id].n++
+		ledger[id].sum += amt
+	}
+	rows.Close()
+
+	var bad []string
+	balance := map[string]int64{}
+	for id, w := range wallets {
+		balance[id] = w.opening
+	}
+	rows, err = c.db.QueryContext(ctx, `SELECT p.order_id, COALESCE(p.customer_id, ''), p.status, p.method, p.amount_milli, COALESCE(p.reason, ''), COALESCE(o.total_milli, -1)
+		FROM payments p LEFT JOIN orders o ON o.order_id = p.order_id ORDER BY p.rowid`)
+	if err != nil {
+		return Invariant{}, err
+	}
+	paidByWallet, refusedShort := 0, 0
+	for rows.Next() {
+		var oid, cust, status, method, reason string
+		var amt, total int64
+		if err := rows.Scan(&oid, &cust, &status, &method, &amt, &reason, &total); err != nil {
+			rows.Close()
+			return Invariant{}, err
+		}
+		d := ledger[oid]
+		delete(ledger, oid)
+		if total != amt {
+			bad = append(bad, fmt.Sprintf("order %s: payment amount %d, order total %d", oid, amt, total))
+		}
+		_, hasWallet := wallets[cust]
+		switch {
+		case status == order.PaymentPaid && method == order.MethodWallet:
+			paidByWallet++
+			if !hasWallet {
+				bad = append(bad, fmt.Sprintf("order %s: paid by the wallet of %q, which does not exist", oid, cust))
+				continue
+			}
+			if balance[cust] < amt {
+				bad = append(bad, fmt.Sprintf("order %s: charged %d with only %d credit left", oid, amt, balance[cust]))
+			}
+			if d == nil || d.n != 1 || d.sum != -amt {
+				bad = append(bad, fmt.Sprintf("order %s: paid %d but its ledger has %+v (want exactly one debit)", oid, amt, d))
+			}
+			balance[cust] -= amt
+		case status == order.PaymentRefused && reason == payments.ReasonInsufficientCredit:
+			refusedShort++
+			if balance[cust] >= amt {
+				bad = append(bad, fmt.Sprintf("order %s: refused for insufficient credit with %d left for %d (credit sufficed: should be charged)", oid, balance[cust], amt))
+			}
+			if d != nil {
+				bad = append(bad, fmt.Sprintf("order %s: refused but debited %+v", oid, d))
+			}
+		case status == order.PaymentRefused && reason == payments.ReasonNoWallet:
+			if hasWallet || d != nil {
+				bad = append(bad, fmt.Sprintf("order %s: refused for no wallet, wallet %v, ledger %+v", oid, hasWallet, d))
+			}
+		case status == order.PaymentPaid && method == order.MethodCard:
+			if cust != "" || d != nil {
+				bad = append(bad, fmt.Sprintf("order %s: card payment for customer %q, ledger %+v", oid, cust, d))
+			}
+		default:
+			bad = append(bad, fmt.Sprintf("order %s: unexpected payment %s/%s/%s", oid, status, method, reason))
+		}
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return Invariant{}, err
+	}
+	for oid, d := range ledger {
+		bad = append(bad, fmt.Sprintf("order %s: ledger %+v without a wallet payment", oid, d))
+	}
+	for id, w := range wallets {
+		if balance[id] != w.balance {
+			bad = append(bad, fmt.Sprintf("wallet %s: balance %d, recomputed %d", id, w.balance, balance[id]))
+		}
+	}
+	inv := Invariant{Name: "charged_exactly_once_when_credit_sufficed", OK: len(bad) == 0, Violations: len(bad),
+		Detail: fmt.Sprintf("%d wallet payments and %d refusals for insufficient credit replayed in commit order against %d wallets", paidByWallet, refusedShort, len(wallets))}
+	if len(bad) > 0 {
+		inv.Detail += "; " + examples(bad)
+	}
+	return inv, nil
+}
+
+// history checks the client's view: every order it got a 202 for is the
+// published checkout request of that key and stored once; every rejected
+// key has no order; valid synthetic orders were accepted and invalid ones
+// rejected; no order is left without an answer.
+func (c *checker) history(ctx context.Context, outcomes map[string]outcome) (Invariant, error) {
+	type reqRow struct{ orderID, status string }
+	reqs := map[string]reqRow{}
+	rows, err := c.db.QueryContext(ctx, `SELECT idempotency_key, order_id, status FROM checkout_requests`)
+	if err != nil {
+		return Invariant{}, err
+	}
+	for rows.Next() {
+		var k string
+		var r reqRow
+		if err := rows.Scan(&k, &r.orderID, &r.status); err != nil {
+			rows.Close()
+			return Invariant{}, err
+		}
+		reqs[k] = r
+	}
+	rows.Close()
+	stored := map[string]int{}
+	ids, err := column(ctx, c.db, `SELECT order_id FROM orders`)
+	if err != nil {
+		return Invariant{}, err
+	}
+	for _, id := range ids {
+		stored[id]++
+	}
+	var bad []string
+	accepted := 0
+	seenOrder := map[string]string{}
+	for k, o := range outcomes {
+		switch {
+		case o.status == 0:
+			bad = append(bad, fmt.Sprintf("%s (%s): no answer after %d attempts", k, o.kind, o.attempts))
+		case o.status == http.StatusAccepted:
+			accepted++
+			r, ok := reqs[k]
+			if !ok || r.status != "published" || r.orderID != o.orderID {
+				bad = append(bad, fmt.Sprintf("%s: accepted as %s, checkout request %+v", k, o.orderID, r))
+			}
+			if stored[o.orderID] != 1 {
+				bad = append(bad, fmt.Sprintf("%s: order %s stored %d times", k, o.orderID, stored[o.orderID]))
+			}
+			if prev, dup := seenOrder[o.orderID]; dup {
+				bad = append(bad, fmt.Sprintf("keys %s and %s got the same order %s", prev, k, o.orderID))
+			}
+			seenOrder[o.orderID] = k
+			if o.kind == kindInvalid {
+				bad = append(bad, fmt.Sprintf("%s: an invalid order was accepted", k))
+			}
+		default:
+			if r, ok := reqs[k]; ok {
+				bad = append(bad, fmt.Sprintf("%s: rejected (%d %s) but has checkout request %+v", k, o.status, o.reason, r))
+			}
+			if o.kind == kindSynthetic {
+				bad = append(bad, fmt.Sprintf("%s: a valid synthetic order was rejected: %d %s", k, o.status, o.reason))
+			}
+		}
+	}
+	for k, r := range reqs {
+		if _, ok := outcomes[k]; !ok && r.status == "published" {
+			bad = append(bad, fmt.Sprintf("%s: published order %s the client never sent", k, r.orderID))
+		}
+	}
+	inv := Invariant{Name: "history_every_accepted_order_stored_once", OK: len(bad) == 0, Violations: len(bad),
+		Detail: fmt.Sprintf("%d orders sent, %d accepted (202), each checked against checkout_requests and orders", len(outcomes), accepted)}
+	if len(bad) > 0 {
+		inv.Detail += "; " + examples(bad)
+	}
+	return inv, nil
+}
+
+// exactlyOnceTopics checks the two Kafka-level exactly-once outputs for
+// read_committed readers: one paymentProcessed per payment (the
+// transactional outbox relay) and one shipmentRequested per PAID payment
+// (fulfillment), and reports the records of aborted transactions that
+// read_uncommitted readers see.
+func (c *checker) exactlyOnceTopics(ctx context.Context, rep *Report) ([]Invariant, error) {
+	pays := map[string]string{} // order id -> status
+	rows, err := c.db.QueryContext(ctx, `SELECT order_id, status FROM payments`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id, st string
+		if err := rows.Scan(&id, &st); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		pays[id] = st
+	}
+	rows.Close()
+	var out []Invariant
+	for _, t := range []struct {
+		topic, name string
+		want        func(status string) int
+	}{
+		{order.TopicPaymentProcessed, "one_payment_processed_per_payment", func(string) int { return 1 }},
+		{order.TopicShipmentRequested, "one_shipment_requested_per_paid_order", func(st string) int {
+			if st == order.PaymentPaid {
+				return 1
+			}
+			return 0
+		}},
+	} {
+		committedView, err := readTopic(ctx, c.cl, t.topic, true)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := readTopic(ctx, c.cl, t.topic, false)
+		if err != nil {
+			return nil, err
+		}
+		rep.Topics[t.topic] = TopicCounts{Committed: len(committedView.records), Uncommitted: len(raw.records), AbortMarkers: raw.aborts, CommitMarkers: raw.commits}
+		per := map[string]int{}
+		for _, r := range committedView.records {
+			if ev, ok := decodeEvent(ctx, c.serde, r); ok {
+				per[ev.orderID]++
+			} else {
+				per["<undecodable>"]++
+			}
+		}
+		var bad []string
+		for id, st := range pays {
+			if got, want := per[id], t.want(st); got != want {
+				bad = append(bad, fmt.Sprintf("order %s (%s): %d records, want %d", id, st, got, want))
+			}
+			delete(per, id)
+		}
+		for id, n := range per {
+			bad = append(bad, fmt.Sprintf("order %s: %d records without a payment", id, n))
+		}
+		inv := Invariant{Name: t.name, OK: len(bad) == 0, Violations: len(bad),
+			Detail: fmt.Sprintf("%s: %d records for read_committed readers, %d in the log (read_uncommitted), %d abort markers",
+				t.topic, len(committedView.records), len(raw.records), raw.aborts)}
+		if len(bad) > 0 {
+			inv.Detail += "; " + examples(bad)
+		}
+		out = append(out, inv)
+	}
+	for _, topic := range []string{processor.DLQTopic(order.GroupFulfillment), markerTopic} {
+		raw, err := readTopic(ctx, c.cl, topic, false)
+		if err != nil {
+			return nil, err
+		}
+		committedView, err := readTopic(ctx, c.cl, topic, true)
+		if err != nil {
+			return nil, err
+		}
+		rep.Topics[topic] = TopicCounts{Committed: len(committedView.records), Uncommitted: len(raw.records), AbortMarkers: raw.aborts, CommitMarkers: raw.commits}
+	}
+	return out, nil
+}
+
+// notificationsMatchPayments checks one notification per (order, kind) and
+// that the payment notification's kind matches the payment.
+func (c *checker) notificationsMatchPayments(ctx context.Context) (Invariant, error) {
+	bad := 0
+	var details []string
+	for _, q := range []struct{ what, sql string }{
+		{"PAID without payment_confirmed", `SELECT COUNT(*) FROM payments p WHERE p.status = 'PAID' AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.order_id = p.order_id AND n.kind = 'payment_confirmed')`},
+		{"REFUSED without payment_failed", `SELECT COUNT(*) FROM payments p WHERE p.status = 'REFUSED' AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.order_id = p.order_id AND n.kind = 'payment_failed')`},
+		{"both payment kinds", `SELECT COUNT(*) FROM (SELECT order_id FROM notifications WHERE kind IN ('payment_confirmed', 'payment_failed') GROUP BY order_id HAVING COUNT(*) > 1) d`},
+		{"notifications for unknown orders", `SELECT COUNT(*) FROM notifications n WHERE NOT EXISTS (SELECT 1 FROM checkout_requests c WHERE c.order_id = n.order_id AND c.status = 'published')`},
+		{"duplicate (order, kind)", `SELECT COUNT(*) FROM (SELECT order_id, kind FROM notifications GROUP BY order_id, kind HAVING COUNT(*) > 1) d`},
+	} {
+		var n int
+		if err := c.db.QueryRowContext(ctx, q.sql).Scan(&n); err != nil {
+			return Invariant{}, err
+		}
+		if n > 0 {
+			bad += n
+			details = append(details, fmt.Sprintf("%d %s", n, q.what))
+		}
+	}
+	var total int
+	if err := c.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM notifications`).Scan(&total); err != nil {
+		return Invariant{}, err
+	}
+	inv := Invariant{Name: "one_notification_per_order_and_kind", OK: bad == 0, Violations: bad, Detail: fmt.Sprintf("%d notifications", total)}
+	if bad > 0 {
+		inv.Detail += ": " + strings.Join(details, ", ")
+	}
+	return inv, nil
+}
+
+// auditInvariants runs audit.Check and converts its invariants.
+func (c *checker) auditInvariants(ctx context.Context) ([]Invariant, map[string]int, error) {
+	res, err := audit.Check(ctx, c.db, c.cl, c.serde)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []Invariant
+	for _, name := range sortedKeys(res.Invariants) {
+		inv := res.Invariants[name]
+		out = append(out, Invariant{Name: "audit_" + name, OK: inv.OK, Violations: inv.Violations, Detail: inv.Detail})
+	}
+	return out, res.DLQRecords, nil
+}

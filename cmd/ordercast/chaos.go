@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ordercast/ordercast/chaos"
+)
+
+func newChaos() *cobra.Command {
+	var (
+		cfg        chaos.Config
+		faults     string
+		crashRates string
+		binary     string
+	)
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Crash-test the system: services as separate processes, orders flowing, faults injected, invariants checked",
+		Long: `Starts ` + "`ordercast devstack`" + ` and --instances processes of each consumer service (` + "`ordercast run SERVICE`" + `,
+this same binary) plus --checkouts checkout processes, sends orders through checkout (the sale invoices of
+--workload plus --rate synthetic orders per second), and for --duration injects faults at random (seeded
+by --seed):
+
+  kill    SIGKILL a random service process (restarted after a pause)
+  term    SIGTERM a random service process (clean shutdown; restarted)
+  stop    SIGSTOP a random process past the session timeout, then SIGCONT (a zombie)
+  scale   one consumer group 1 -> 4 -> 1 processes, then back
+  broker  restart the embedded broker and registry on the same data directory
+  crash-after-effect        a consumer SIGKILLs itself after its inbox transaction, before the offset commit
+  crash-after-txn-produce   fulfillment SIGKILLs itself after its output was acknowledged, before the commit
+  crash-after-txn-offsets   fulfillment SIGKILLs itself after adding the offsets to its transaction (S13)
+  crash-after-relay-commit  the outbox relay SIGKILLs itself after its Kafka commit, before marking the rows
+
+Then it stops the faults, waits until every order went through every service and every lag is 0, and
+checks: every accepted order stored exactly once; each order charged at most once, and exactly once
+when the credit sufficed (wallets replayed in commit order); one notification per (order, kind); exactly
+one paymentProcessed per payment and one shipmentRequested per paid order for read_committed readers;
+committed offsets never ahead of applied effects (also during the faults); lag 0. It prints the faults it
+injected and the redeliveries they caused, writes DATA-DIR/report.json, DATA-DIR/history.jsonl and one
+log per process in DATA-DIR/logs/, and exits 1 on any violation.`,
+		Example: `  ordercast chaos --duration 2m --seed 7 --data-dir /tmp/chaos
+  ordercast chaos --duration 30m --instances 3 --rate 40 --faults kill,stop,scale,broker,crash-after-effect --data-dir /tmp/soak`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Binary = binary
+			if cfg.Binary == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--binary: cannot find this executable (%v); pass the ordercast binary's path", err)
+				}
+				cfg.Binary = exe
+			}
+			cfg.Faults = splitList(faults)
+			if crashRates != "" {
+				cfg.CrashRates = map[string]float64{}
+				for _, kv := range splitList(crashRates) {
+					k, v, ok := strings.Cut(kv, "=")
+					p, err := strconv.ParseFloat(v, 64)
+					if !ok || err != nil || p < 0 || p > 1 {
+						return fmt.Errorf("--crash-rates %q: %q is not point=probability (0..1)", crashRates, kv)
+					}
+					cfg.CrashRates[k] = p
+				}
+			}
+			if entries, err := os.ReadDir(cfg.DataDir); err == nil && len(entries) > 0 {
+				return fmt.Errorf("--data-dir %s is not empty: the harness needs a fresh one (its checks count every order in it)", cfg.DataDir)
+			}
+			cfg.Out = os.Stderr
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			rep, err := chaos.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if !rep.OK {
+				return &exitError{code: 1, msg: "invariants violated; see " + cfg.DataDir + "/report.json, history.jsonl and logs/"}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "", "fresh directory for the run's broker log, registry, SQLite, logs, history and report (required)")
+	f.DurationVar(&cfg.Duration, "duration", 2*time.Minute, "how long orders flow while faults are injected")
+	f.Int64Var(&cfg.Seed, "seed", 1, "seed of the harness's random choices (faults, targets, timing, synthetic orders)")
+	f.IntVar(&cfg.Instances, "instances", 2, "processes per consumer service (1 to 4)")
+	f.IntVar(&cfg.Checkouts, "checkouts", 2, "checkout processes")
+	f.StringVar(&faults, "faults", "", "comma-separated faults to inject (default all): kill, term, stop, scale, broker, crash-after-effect, crash-after-txn-produce, crash-after-txn-offsets, crash-after-relay-commit")
+	f.DurationVar(&cfg.FaultEvery, "fault-every", 4*time.Second, "mean pause between two injected process faults")
+	f.StringVar(&crashRates, "crash-rates", "", "override crash point probabilities, e.g. crash-after-effect=0.01,crash-after-txn-offsets=0.05")
+	f.StringVar(&cfg.Workload, "workload", "data/online-retail/online_retail_2010-12-01.csv", "Online Retail CSV whose sale invoices are sent as orders (empty: none)")
+	f.Float64Var(&cfg.Rate, "rate", 15, "synthetic orders per second during --duration (negative: none)")
+	f.StringVar(&cfg.SeedData, "seed-data", "data/online-retail/online_retail.csv.gz", "Online Retail CSV the catalog and wallets are seeded from")
+	f.StringVar(&cfg.OpeningCredit, "opening-credit", "400", "opening wallet balance in GBP (low, so that wallets run dry)")
+	f.DurationVar(&cfg.SessionTimeout, "session-timeout", 6*time.Second, "group session timeout of every member; a SIGSTOP lasts this plus 2s")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 3*time.Minute, "after the faults, how long to wait for every order to be processed and every lag to be 0")
+	f.DurationVar(&cfg.CheckEvery, "check-every", 15*time.Second, "interval of the committed-offsets check during the faults (negative: only at the end)")
+	f.StringVar(&binary, "binary", "", "the ordercast binary the processes run (default: this executable)")
+	_ = cmd.MarkFlagRequired("data-dir")
+	return cmd
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ordercast/ordercast/devstack"
+)
+
+// devstackInfo is the line `ordercast devstack` prints on stdout once the
+// broker and the registry listen: what `ordercast run` needs.
+type devstackInfo struct {
+	Brokers  []string `json:"brokers"`
+	Registry string   `json:"registry"`
+	DB       string   `json:"db"`
+	DataDir  string   `json:"dataDir"`
+}
+
+func newDevstack() *cobra.Command {
+	var (
+		dataDir, brokerAddr, registryAddr, logLevel string
+		saveEvery                                   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "devstack",
+		Short: "Run only the embedded broker and schema registry, for services run as separate processes",
+		Long: `Starts the embedded Kafka-protocol broker (franz-go kfake) and schema registry (srfake) that
+` + "`ordercast up`" + ` embeds, persisting to --data-dir, and serves them until SIGTERM/SIGINT; then it
+saves the registry, closes the broker (flushing its data directory) and exits 0. Starting it again on
+the same --data-dir and addresses resumes: topics, records, committed offsets, producer and
+transaction state, schemas.
+
+It prints one JSON line on stdout once both listen: {"brokers":[...],"registry":"http://...",
+"db":"sqlite:DIR/ordercast.db","dataDir":"DIR"}. Services run with ` + "`ordercast run SERVICE`" + ` against
+them; they share the SQLite file (WAL mode, busy_timeout: one writer at a time across processes).
+
+The registry is also saved every --save-every, so a killed devstack loses at most that much.`,
+		Example: `  ordercast devstack --data-dir /tmp/oc --broker-addr 127.0.0.1:19092 --registry-addr 127.0.0.1:18081
+  ordercast run payments --brokers 127.0.0.1:19092 --registry http://127.0.0.1:18081 --db sqlite:/tmp/oc/ordercast.db --http 127.0.0.1:9101`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := common{logLevel: logLevel}
+			log, err := c.logger()
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(dataDir, 0o755); err != nil {
+				return fmt.Errorf("--data-dir %s: %w", dataDir, err)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			st, err := devstack.Start(devstack.Config{DataDir: dataDir, BrokerAddr: brokerAddr, RegistryAddr: registryAddr, Logger: log})
+			if err != nil {
+				return err
+			}
+			b, _ := json.Marshal(devstackInfo{Brokers: st.Brokers, Registry: st.RegistryURL, DB: st.DSN, DataDir: dataDir})
+			fmt.Println(string(b))
+			fmt.Fprintf(os.Stderr, "ordercast devstack: broker %v, registry %s, db %s; SIGTERM to stop\n", st.Brokers, st.RegistryURL, st.DSN)
+			if saveEvery > 0 {
+				t := time.NewTicker(saveEvery)
+				defer t.Stop()
+			loop:
+				for {
+					select {
+					case <-ctx.Done():
+						break loop
+					case <-t.C:
+						sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+						if err := st.SaveRegistry(sctx); err != nil && ctx.Err() == nil {
+							log.Warn("saving the registry failed", "error", err)
+						}
+						cancel()
+					}
+				}
+			} else {
+				<-ctx.Done()
+			}
+			st.Close()
+			fmt.Fprintln(os.Stderr, "ordercast devstack: stopped")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", ".ordercast", "directory of the broker's log, the registry's schemas and the SQLite database")
+	f.StringVar(&brokerAddr, "broker-addr", "127.0.0.1:9092", "listen address of the broker (port 0: a free port, printed)")
+	f.StringVar(&registryAddr, "registry-addr", "127.0.0.1:8081", "listen address of the schema registry (port 0: a free port, printed)")
+	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	f.DurationVar(&saveEvery, "save-every", 2*time.Second, "how often the registry's schemas are saved to the data directory (0: only on shutdown)")
+	return cmd
+}
