@@ -49,6 +49,7 @@ type common struct {
 	seedData      string
 	retryDelays   string
 	maxAttempts   int
+	sec           security
 }
 
 func envOr(name, def string) string {
@@ -81,6 +82,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.seedData, "seed-data", "data/online-retail/online_retail.csv.gz", "Online Retail CSV (plain or .gz) the catalog and wallets are seeded from on first start")
 	f.StringVar(&c.retryDelays, "retry-delays", "1s,10s", "delays of the retry topics, comma separated durations (empty: no retry topics, straight to the DLQ)")
 	f.IntVar(&c.maxAttempts, "max-attempts", 3, "in-place attempts per record before a retry topic or the DLQ")
+	c.sec.register(f)
 }
 
 func (c *common) logger() (*slog.Logger, error) {
@@ -105,6 +107,14 @@ func (c *common) config() (system.Config, error) {
 	if c.registryUser != "" {
 		cfg.RegistryOpts = append(cfg.RegistryOpts, sr.BasicAuth(c.registryUser, c.registryPass))
 	}
+	if cfg.ClientOpts, err = c.sec.kafkaOpts(); err != nil {
+		return cfg, err
+	}
+	regTLS, err := c.sec.registryOpts()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.RegistryOpts = append(cfg.RegistryOpts, regTLS...)
 	cfg.DSN = c.db
 	cfg.HTTPAddr = c.httpAddr
 	if c.partitions < 1 {
