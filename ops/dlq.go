@@ -630,9 +630,10 @@ func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*DLQRec
 		lim = rate.NewLimiter(rate.Limit(perSec), 1)
 	}
 	var (
-		pending []ReplayedRecord
-		inTxn   bool
-		opened  time.Time
+		pending   []ReplayedRecord
+		inTxn     bool
+		opened    time.Time
+		lastState int64
 	)
 	commit := func() error {
 		if !inTxn {
@@ -643,6 +644,7 @@ func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*DLQRec
 			return fmt.Errorf("commit the replay of %d records (%s .. %s): %w; they are not marked, run the replay again",
 				len(pending), pending[0].From, pending[len(pending)-1].From, err)
 		}
+		awaitStable(ctx, d.cl, lastState)
 		res.Replayed = append(res.Replayed, pending...)
 		pending = nil
 		return nil
@@ -688,9 +690,11 @@ func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*DLQRec
 		w := pr[0].Record
 		mark := ReplayMark{At: time.Now().UTC(), To: Coord{w.Topic, w.Partition, w.Offset}.String(), Target: string(to), Forced: r.Replay != nil}
 		c, _ := ParseCoord(r.ID)
-		if err := txn.ProduceSync(ctx, stateRecord(replayedKey(c), mark)).FirstErr(); err != nil {
+		sr := txn.ProduceSync(ctx, stateRecord(replayedKey(c), mark))
+		if err := sr.FirstErr(); err != nil {
 			return abort(fmt.Errorf("mark %s as replayed in %s: %w", r.ID, StateTopic, err))
 		}
+		lastState = sr[0].Record.Offset
 		pending = append(pending, ReplayedRecord{From: r.ID, To: mark.To, Key: r.Key, Class: r.ErrorClass, Forced: mark.Forced})
 		if len(pending) >= replayBatch || time.Since(opened) > replayBatchAge {
 			if err := commit(); err != nil {
@@ -831,17 +835,49 @@ func (d *DLQ) Purge(ctx context.Context, o PurgeOptions) (*PurgeResult, error) {
 		return nil, fmt.Errorf("begin purge transaction: %w", err)
 	}
 	now := time.Now().UTC()
+	var lastState int64
 	for _, pp := range res.Partitions {
-		if err := txn.ProduceSync(ctx, stateRecord(positionKey(d.topic, pp.Partition), positionValue{Offset: pp.To, At: now})).FirstErr(); err != nil {
+		pr := txn.ProduceSync(ctx, stateRecord(positionKey(d.topic, pp.Partition), positionValue{Offset: pp.To, At: now}))
+		if err := pr.FirstErr(); err != nil {
 			actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			_ = txn.AbortBufferedRecords(actx)
 			_ = txn.EndTransaction(actx, kgo.TryAbort)
 			cancel()
 			return nil, fmt.Errorf("write the purge position of %s partition %d: %w", d.topic, pp.Partition, err)
 		}
+		lastState = pr[0].Record.Offset
 	}
 	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return nil, fmt.Errorf("commit the purge of %s: %w (nothing was purged; run it again)", d.topic, err)
 	}
+	awaitStable(ctx, d.cl, lastState)
 	return res, nil
+}
+
+// awaitStable waits (at most 10s, and no longer than ctx) until the last
+// stable offset of StateTopic is past offset, so that read_committed
+// readers, such as a List right after a Replay or Purge, see what was just
+// committed: Kafka answers EndTxn once the commit is decided, and writes the
+// transaction markers that move the last stable offset just after. A later
+// Replay or Purge of the group does not depend on it: initialising the same
+// transactional id waits for the previous transaction to complete.
+func awaitStable(ctx context.Context, cl *kgo.Client, offset int64) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	for {
+		lso, err := adm.ListCommittedOffsets(ctx, StateTopic)
+		if err == nil {
+			if o, ok := lso.Lookup(StateTopic, 0); ok && o.Err == nil && o.Offset > offset {
+				return
+			}
+		}
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
