@@ -27,9 +27,9 @@ const runtimeHeaderPrefix = "ordercast-"
 // Coord names one record: topic, partition and offset, written
 // "<topic>/<partition>/<offset>" (Kafka topic names cannot contain '/').
 type Coord struct {
-	Topic     string
-	Partition int32
-	Offset    int64
+	Topic     string // topic name
+	Partition int32  // partition number, from 0
+	Offset    int64  // offset in the partition
 }
 
 // String returns "<topic>/<partition>/<offset>".
@@ -59,8 +59,8 @@ func ParseCoord(s string) (Coord, error) {
 // Header is one record header, its value shown as text (or "0x" and hex
 // when it is not valid UTF-8).
 type Header struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
+	Key   string `json:"key"`   // header key
+	Value string `json:"value"` // header value as text
 }
 
 // DLQRecord is one dead-lettered record with the runtime's headers parsed.
@@ -68,15 +68,17 @@ type DLQRecord struct {
 	// ID is the record's coordinates in the DLQ, "<dlq topic>/<p>/<offset>":
 	// what Show, processor.HeaderReplayed and the state topic use.
 	ID        string    `json:"id"`
-	Partition int32     `json:"partition"`
-	Offset    int64     `json:"offset"`
-	Timestamp time.Time `json:"timestamp"`
+	Partition int32     `json:"partition"` // DLQ partition
+	Offset    int64     `json:"offset"`    // offset in the DLQ partition
+	Timestamp time.Time `json:"timestamp"` // when it was dead-lettered (record timestamp, UTC)
 	// Key is the record key as text ("0x"+hex when not UTF-8; "" when null).
 	Key        string   `json:"key"`
-	ValueBytes int      `json:"valueBytes"`
-	Headers    []Header `json:"headers,omitempty"`
+	ValueBytes int      `json:"valueBytes"`        // length of the value
+	Headers    []Header `json:"headers,omitempty"` // every header, in record order
 
-	// From the runtime's headers (processor.Header*); zero when absent.
+	// From the runtime's headers (processor.Header*); zero when absent:
+	// where the record was first consumed, by which group, why it failed
+	// (class and message), after how many attempts and when.
 	OriginalTopic     string    `json:"originalTopic"`
 	OriginalPartition int32     `json:"originalPartition"`
 	OriginalOffset    int64     `json:"originalOffset"`
@@ -341,9 +343,9 @@ func (d *DLQ) scan(ctx context.Context, sel Selection, st *dlqState, fn func(*DL
 
 // Listing is the result of List.
 type Listing struct {
-	Group      string           `json:"group"`
-	Topic      string           `json:"topic"`
-	Partitions []PartitionState `json:"partitions"`
+	Group      string           `json:"group"`      // consumer group
+	Topic      string           `json:"topic"`      // its DLQ topic
+	Partitions []PartitionState `json:"partitions"` // the selected partitions' offsets
 	// Selected counts the records that match the selection; ByClass and
 	// ByOriginalTopic break it down, Replayed counts those already replayed.
 	Selected        int            `json:"selected"`
@@ -351,8 +353,9 @@ type Listing struct {
 	ByOriginalTopic map[string]int `json:"byOriginalTopic"`
 	Replayed        int            `json:"replayed"`
 	// Records are the first Limit selected records, without their values.
-	Records   []DLQRecord `json:"records"`
-	Truncated bool        `json:"truncated"`
+	Records []DLQRecord `json:"records"`
+	// Truncated is true when more records were selected than returned.
+	Truncated bool `json:"truncated"`
 }
 
 // List reads the selected records of the DLQ (from the purge position to the
@@ -450,28 +453,28 @@ type ReplayedRecord struct {
 	From string `json:"from"`
 	// To is the written record's coordinates (empty in a dry run).
 	To     string `json:"to"`
-	Key    string `json:"key"`
-	Class  string `json:"class"`
-	Forced bool   `json:"forced,omitempty"`
+	Key    string `json:"key"`              // record key as text
+	Class  string `json:"class"`            // its ordercast-error-class
+	Forced bool   `json:"forced,omitempty"` // it had been replayed before
 }
 
 // Refusal is one selected record that Replay did not write.
 type Refusal struct {
-	ID     string `json:"id"`
-	Reason string `json:"reason"`
+	ID     string `json:"id"`     // the DLQ record's ID
+	Reason string `json:"reason"` // why, and how to override it
 	// Err is ErrAlreadyReplayed, ErrPurged or ErrNotReplayable.
 	Err error `json:"-"`
 }
 
 // ReplayResult is what Replay did.
 type ReplayResult struct {
-	Group    string           `json:"group"`
-	Topic    string           `json:"topic"`
-	Target   Target           `json:"target"`
-	DryRun   bool             `json:"dryRun,omitempty"`
-	Selected int              `json:"selected"`
-	Replayed []ReplayedRecord `json:"replayed"`
-	Refused  []Refusal        `json:"refused"`
+	Group    string           `json:"group"`            // consumer group
+	Topic    string           `json:"topic"`            // its DLQ topic
+	Target   Target           `json:"target"`           // where records were written
+	DryRun   bool             `json:"dryRun,omitempty"` // nothing was written
+	Selected int              `json:"selected"`         // records matching the selection
+	Replayed []ReplayedRecord `json:"replayed"`         // written (and marked), in order
+	Refused  []Refusal        `json:"refused"`          // selected but not written
 }
 
 // replayBatch bounds one replay transaction: records, and how long it stays
@@ -750,7 +753,7 @@ type PurgeOptions struct {
 
 // PurgedPartition is what Purge did to one partition.
 type PurgedPartition struct {
-	Partition int32 `json:"partition"`
+	Partition int32 `json:"partition"` // DLQ partition
 	// From and To are the old and new positions.
 	From int64 `json:"from"`
 	To   int64 `json:"to"`
@@ -763,10 +766,10 @@ type PurgedPartition struct {
 
 // PurgeResult is what Purge did.
 type PurgeResult struct {
-	Group      string            `json:"group"`
-	Topic      string            `json:"topic"`
-	DryRun     bool              `json:"dryRun,omitempty"`
-	Partitions []PurgedPartition `json:"partitions"`
+	Group      string            `json:"group"`            // consumer group
+	Topic      string            `json:"topic"`            // its DLQ topic
+	DryRun     bool              `json:"dryRun,omitempty"` // nothing was written
+	Partitions []PurgedPartition `json:"partitions"`       // the partitions whose position moved
 }
 
 // Purge advances the purge position of the selected DLQ partitions to

@@ -14,7 +14,7 @@ import (
 // GroupInfo is one consumer group's state, members, assignment, committed
 // offsets and lag.
 type GroupInfo struct {
-	Group string `json:"group"`
+	Group string `json:"group"` // group id
 	// Type is "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848).
 	Type string `json:"type"`
 	// State is the coordinator's view: Stable, PreparingRebalance,
@@ -24,8 +24,8 @@ type GroupInfo struct {
 	// Protocol is the partition assignor in use (cooperative-sticky, uniform,
 	// ...).
 	Protocol    string       `json:"protocol"`
-	Coordinator int32        `json:"coordinator"`
-	Members     []MemberInfo `json:"members"`
+	Coordinator int32        `json:"coordinator"` // node id of the group coordinator
+	Members     []MemberInfo `json:"members"`     // sorted by client id
 	// Partitions has one row per partition that is assigned to a member or
 	// has a committed offset, sorted by topic and partition.
 	Partitions []PartitionLag `json:"partitions"`
@@ -40,18 +40,18 @@ type GroupInfo struct {
 
 // MemberInfo is one group member and the partitions it holds.
 type MemberInfo struct {
-	MemberID   string `json:"memberId"`
-	InstanceID string `json:"instanceId,omitempty"`
-	ClientID   string `json:"clientId"`
-	Host       string `json:"host"`
+	MemberID   string `json:"memberId"`             // assigned by the coordinator
+	InstanceID string `json:"instanceId,omitempty"` // static membership (KIP-345), if set
+	ClientID   string `json:"clientId"`             // the member's client.id
+	Host       string `json:"host"`                 // the member's address as the broker sees it
 	// Assigned maps topic to the partitions the member holds, sorted.
 	Assigned map[string][]int32 `json:"assigned"`
 }
 
 // PartitionLag is one partition of a group.
 type PartitionLag struct {
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
+	Topic     string `json:"topic"`     // topic name
+	Partition int32  `json:"partition"` // partition number
 	// MemberID and ClientID of the member holding it; empty when none does
 	// (an Empty group, or mid-rebalance).
 	MemberID string `json:"memberId,omitempty"`
@@ -63,7 +63,8 @@ type PartitionLag struct {
 	End int64 `json:"end"`
 	// Lag is End minus Committed (End minus the log start offset when
 	// nothing was committed), never negative; -1 when unknown (see Error).
-	Lag   int64  `json:"lag"`
+	Lag int64 `json:"lag"`
+	// Error says why Lag is unknown (commit or offset lookup failed).
 	Error string `json:"error,omitempty"`
 }
 

@@ -70,14 +70,17 @@ func DefaultReplication(brokers int) (rf int16, minISR int) {
 
 // CreateResult is the outcome of creating one topic.
 type CreateResult struct {
+	// Topic and the partitions, replication factor and min.insync.replicas
+	// it was (or would have been) created with.
 	Topic             string `json:"topic"`
 	Partitions        int32  `json:"partitions"`
 	ReplicationFactor int16  `json:"replicationFactor"`
 	MinInsyncReplicas int    `json:"minInsyncReplicas,omitempty"`
 	// Status is "created", "exists" (left as it is) or "failed".
 	Status string `json:"status"`
-	Error  string `json:"error,omitempty"`
-	err    error
+	// Error is the broker's reason for a failure.
+	Error string `json:"error,omitempty"`
+	err   error
 }
 
 // CreateTopics creates each topic of specs that does not exist yet, with
@@ -135,9 +138,9 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec) (cre
 
 // TopicInfo describes an existing topic.
 type TopicInfo struct {
-	Topic             string `json:"topic"`
-	Partitions        int    `json:"partitions"`
-	ReplicationFactor int    `json:"replicationFactor"`
+	Topic             string `json:"topic"`             // name
+	Partitions        int    `json:"partitions"`        // partition count
+	ReplicationFactor int    `json:"replicationFactor"` // replicas per partition (the largest)
 	// MinInsyncReplicas and CleanupPolicy are the topic's effective
 	// configs ("" when the broker did not say).
 	MinInsyncReplicas string `json:"minInsyncReplicas"`
@@ -146,7 +149,7 @@ type TopicInfo struct {
 	// replica set; Offline counts partitions without a leader.
 	UnderReplicated int  `json:"underReplicated"`
 	Offline         int  `json:"offline"`
-	Internal        bool `json:"internal,omitempty"`
+	Internal        bool `json:"internal,omitempty"` // __consumer_offsets and the like
 	// Messages is the sum over partitions of end offset minus start offset
 	// (records and transaction markers now stored).
 	Messages int64 `json:"messages"`
