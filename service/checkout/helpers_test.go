@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/schema"
 	"github.com/ordercast/ordercast/service/checkout"
@@ -37,11 +38,15 @@ var testCatalog = []struct {
 	{"HUGE", "priced so that two of them overflow int64", 5_000_000_000_000_000_000},
 }
 
-// testEnv is a checkout Service over a migrated database, an embedded broker
-// (kfake, topic orderCreated with 3 partitions) and an in-memory registry.
+// testEnv is a checkout Service over a migrated database, a broker (topic
+// orderCreated with 3 partitions: the embedded kfake, or the real cluster of
+// ORDERCAST_TEST_BROKERS, see internal/testkafka) and an in-memory registry.
 type testEnv struct {
-	t        *testing.T
-	db       *store.DB
+	t       *testing.T
+	db      *store.DB
+	brokers []string
+	// cluster is the embedded broker, for faults and controls; nil on a
+	// real cluster (tests using it call testkafka.SkipIfReal).
 	cluster  *kfake.Cluster
 	producer *kgo.Client
 	serde    *schema.Serde
@@ -74,13 +79,16 @@ func newEnvOn(t *testing.T, db *store.DB, opts ...envOpt) *testEnv {
 			t.Fatalf("seed catalog: %v", err)
 		}
 	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, order.TopicOrderCreated))
-	if err != nil {
-		t.Fatalf("kfake: %v", err)
+	topics := map[string]int32{order.TopicOrderCreated: 3}
+	var cluster *kfake.Cluster
+	var brokers []string
+	if testkafka.Real() {
+		brokers = testkafka.Cluster(t, topics)
+	} else {
+		cluster, brokers = testkafka.Fake(t, topics)
 	}
-	t.Cleanup(cluster.Close)
 	producer, err := kgo.NewClient(
-		kgo.SeedBrokers(cluster.ListenAddrs()...),
+		kgo.SeedBrokers(brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // the default for an idempotent producer; said for the reader
 		// Retry quickly after a fault is removed: kgo retries a failed
 		// produce after a metadata refresh, at most every MetadataMinAge
@@ -118,7 +126,7 @@ func newEnvOn(t *testing.T, db *store.DB, opts ...envOpt) *testEnv {
 			t.Errorf("checkout Close: %v", err)
 		}
 	})
-	return &testEnv{t: t, db: db, cluster: cluster, producer: producer, serde: serde, reg: reg, svc: svc, handler: svc.Handler()}
+	return &testEnv{t: t, db: db, brokers: brokers, cluster: cluster, producer: producer, serde: serde, reg: reg, svc: svc, handler: svc.Handler()}
 }
 
 // testCtx is a context bounded well under the package's time budget.
@@ -217,7 +225,7 @@ type consumed struct {
 func (e *testEnv) consume(n int) []consumed {
 	e.t.Helper()
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(e.cluster.ListenAddrs()...),
+		kgo.SeedBrokers(e.brokers...),
 		kgo.ConsumeTopics(order.TopicOrderCreated),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	)

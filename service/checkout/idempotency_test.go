@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/service/checkout"
 	"github.com/ordercast/ordercast/store"
@@ -240,6 +241,7 @@ func TestPendingRowWithoutPayload(t *testing.T) {
 // The broker refuses every produce: 503 broker_unavailable, the row stays
 // pending; once the broker is back the same key succeeds with the same order.
 func TestBrokerDownThenRecovers(t *testing.T) {
+	testkafka.SkipIfReal(t, "the broker refusing every produce is a kfake Fault")
 	storetest.Each(t, func(t *testing.T, db *store.DB) { testBrokerDownThenRecovers(t, db) })
 }
 
@@ -393,6 +395,7 @@ func testIdempotencyKeyAcrossInstances(t *testing.T, db *store.DB) {
 // acknowledges it: the client got 503, the row is marked published when the
 // acknowledgement arrives, and the retry replays the 202; one record.
 func TestLateAcknowledgementIsRecorded(t *testing.T) {
+	testkafka.SkipIfReal(t, "holding a produce request is a kfake SleepControl")
 	e := newEnv(t, withProduceTimeout(200*time.Millisecond))
 	release := make(chan struct{})
 	e.cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
