@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/inbox"
+	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/ordercast/ordercast/outbox"
 	"github.com/ordercast/ordercast/store"
 	"github.com/ordercast/ordercast/store/storetest"
@@ -32,16 +32,11 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// cluster starts an in-process broker with topic "t" (3 partitions) and
-// returns its addresses.
+// cluster returns a broker with topic "t" (3 partitions): an in-process
+// one, or the real cluster of ORDERCAST_TEST_BROKERS (internal/testkafka).
 func cluster(t *testing.T) []string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return testkafka.Cluster(t, map[string]int32{"t": 3})
 }
 
 // producer is the relay's client: idempotent (the default) with acks=all.
