@@ -250,7 +250,11 @@ topic's contract as this build reads it.`,
 			if err != nil {
 				return err
 			}
-			rec.Payload = decodeForShow(ctx, registry, regUser, regPass, rec)
+			regTLS, err := f.sec.registryOpts()
+			if err != nil {
+				return err
+			}
+			rec.Payload = decodeForShow(ctx, registry, regUser, regPass, regTLS, rec)
 			out := cmd.OutOrStdout()
 			if f.output == "json" {
 				return writeJSON(out, rec)
@@ -269,7 +273,7 @@ topic's contract as this build reads it.`,
 
 // decodeForShow decodes the payload, with the registry when one is set;
 // registry calls are bounded to 10s in all.
-func decodeForShow(ctx context.Context, url, user, pass string, rec *ops.DLQRecord) *ops.Payload {
+func decodeForShow(ctx context.Context, url, user, pass string, extra []sr.ClientOpt, rec *ops.DLQRecord) *ops.Payload {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var (
@@ -278,7 +282,7 @@ func decodeForShow(ctx context.Context, url, user, pass string, rec *ops.DLQReco
 		note  string
 	)
 	if url != "" {
-		opts := []sr.ClientOpt{sr.URLs(url)}
+		opts := append([]sr.ClientOpt{sr.URLs(url)}, extra...)
 		if user != "" {
 			opts = append(opts, sr.BasicAuth(user, pass))
 		}

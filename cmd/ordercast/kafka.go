@@ -22,6 +22,7 @@ type opsFlags struct {
 	brokers string
 	output  string
 	timeout time.Duration
+	sec     security
 }
 
 func (o *opsFlags) register(cmd *cobra.Command) {
@@ -29,6 +30,7 @@ func (o *opsFlags) register(cmd *cobra.Command) {
 	f.StringVar(&o.brokers, "brokers", envOr("KAFKA_BROKERS", defaultBrokers), "Kafka bootstrap servers, comma separated (env KAFKA_BROKERS; default: the embedded broker of `ordercast up`)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table (for people) or json (for scripts)")
 	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "give up after this long")
+	o.sec.register(f)
 }
 
 // start validates the common flags and returns a context bounded by
@@ -48,13 +50,18 @@ func (o *opsFlags) start(cmd *cobra.Command) (context.Context, context.CancelFun
 	return ctx, cancel, nil
 }
 
-// kafkaOpts returns the client options for --brokers.
+// kafkaOpts returns the client options for --brokers and the TLS and SASL
+// flags.
 func (o *opsFlags) kafkaOpts() ([]kgo.Opt, error) {
 	seeds := splitList(o.brokers)
 	if len(seeds) == 0 {
 		return nil, fmt.Errorf("--brokers is empty: give the Kafka bootstrap servers, e.g. %s (the embedded broker of `ordercast up`)", defaultBrokers)
 	}
-	return []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ClientID("ordercast-ops")}, nil
+	sec, err := o.sec.kafkaOpts()
+	if err != nil {
+		return nil, err
+	}
+	return append(sec, kgo.SeedBrokers(seeds...), kgo.ClientID("ordercast-ops")), nil
 }
 
 // dialErrors remembers the last failed connection, to say why a broker is
