@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/ordercast/ordercast/ops"
 	"github.com/ordercast/ordercast/system"
 )
@@ -32,20 +32,16 @@ func get(t *testing.T, url string) (int, string) {
 // metrics (kprom, per client) and the lag of its group as the broker sees
 // it; /healthz answers and /readyz turns ready once the member joined.
 func TestServiceEndpoints(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
+	brokers := testkafka.Cluster(t, nil)
 	reg := srfake.New()
 	t.Cleanup(reg.Close)
 	sys, err := system.Start(context.Background(), system.Config{
-		Brokers:     cluster.ListenAddrs(),
+		Brokers:     brokers,
 		RegistryURL: reg.URL(),
 		DSN:         "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
 		Services:    []string{system.ServiceOrders},
 		HTTPAddr:    "127.0.0.1:0",
-		Layout:      ops.Layout{Partitions: 2, ReplicationFactor: 1},
+		Layout:      ops.Layout{Partitions: 2, ReplicationFactor: testkafka.ReplicationFactor(t)},
 	})
 	if err != nil {
 		t.Fatal(err)
