@@ -281,7 +281,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		if time.Since(lastNote) >= 5*time.Second {
 			lastNote = time.Now()
-			fmt.Fprintf(out, "chaos: draining for %.0fs: %s; lag %v\n", time.Since(drainStart).Seconds(), prog.Missing(), rep.Lag)
+			if _, lag, err := chk.offsets(drainCtx); err == nil {
+				rep.Lag = lag
+			}
+			fmt.Fprintf(out, "chaos: draining for %.0fs: %s; lag (records) %v\n", time.Since(drainStart).Seconds(), prog.Missing(), rep.Lag)
 		}
 		if err == nil && prog.Done() {
 			inv, lag, err := chk.offsets(drainCtx)

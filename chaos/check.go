@@ -2,12 +2,14 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/audit"
@@ -443,6 +445,9 @@ func (c *checker) exactlyOnceTopics(ctx context.Context, rep *Report) ([]Invaria
 	}
 	for _, topic := range []string{processor.DLQTopic(order.GroupFulfillment), markerTopic} {
 		raw, err := readTopic(ctx, c.cl, topic, false)
+		if errors.Is(err, kerr.UnknownTopicOrPartition) {
+			continue // no marker topic: a relay that is not transactional
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -89,7 +89,8 @@ type Config struct {
 	Faults []string
 	// FaultEvery is the mean pause between two injected process faults
 	// (drawn uniformly from [FaultEvery/2, 3*FaultEvery/2]). Default 4s.
-	// The kind is drawn with weights kill 4, term 2, stop 2, scale 1,
+	// The first faults are each enabled kind once, in random order; after
+	// that the kind is drawn with weights kill 4, term 2, stop 2, scale 1,
 	// broker 1; a stop, a scale or a broker restart still running is not
 	// started again, and broker restarts are at least 15 s apart.
 	FaultEvery time.Duration

@@ -55,12 +55,25 @@ func (in *injector) run(ctx context.Context) {
 	if len(kinds) == 0 {
 		return
 	}
-	for {
+	// Every enabled kind once first, in random order, so that a short run
+	// covers them all; then weighted draws.
+	var first []string
+	for _, f := range ProcessFaults {
+		if in.cfg.enabled(f) {
+			first = append(first, f)
+		}
+	}
+	in.rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
+	for n := 0; ; n++ {
 		d := in.cfg.FaultEvery/2 + time.Duration(in.rng.Int64N(int64(in.cfg.FaultEvery)))
 		if !sleepCtx(ctx, d) {
 			return
 		}
-		in.inject(ctx, kinds[in.rng.IntN(len(kinds))])
+		kind := kinds[in.rng.IntN(len(kinds))]
+		if n < len(first) {
+			kind = first[n]
+		}
+		in.inject(ctx, kind)
 	}
 }
 
