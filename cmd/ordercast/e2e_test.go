@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ordercast/ordercast/internal/testkafka"
 )
 
 const oneDay = "../../data/online-retail/online_retail_2010-12-01.csv"
@@ -32,10 +34,35 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-// upArgs runs the embedded stack on free loopback ports.
+// upArgs runs the embedded stack on free loopback ports. With
+// ORDERCAST_TEST_BROKERS set, `up` uses that real cluster (--brokers, topics
+// with RF min(3, brokers)) and keeps the embedded registry and SQLite; call
+// freshCluster at the start of the test so it sees no topics or groups of
+// earlier tests.
 func upArgs(dataDir string, extra ...string) []string {
-	return append([]string{"up", "--data-dir", dataDir, "--http", "127.0.0.1:0", "--broker-addr", "127.0.0.1:0",
-		"--registry-addr", "127.0.0.1:0", "--seed-data", "../../data/online-retail/online_retail.csv.gz", "--log-level", "warn"}, extra...)
+	args := []string{"up", "--data-dir", dataDir, "--http", "127.0.0.1:0", "--broker-addr", "127.0.0.1:0",
+		"--registry-addr", "127.0.0.1:0", "--seed-data", "../../data/online-retail/online_retail.csv.gz", "--log-level", "warn"}
+	if testkafka.Real() {
+		args = append(args, "--brokers", strings.Join(testkafka.Brokers(), ","), "--replication-factor", strconv.Itoa(int(realRF)))
+	}
+	return append(args, extra...)
+}
+
+// realRF is the replication factor for topics `up` creates on a real
+// cluster, set by freshCluster.
+var realRF int16 = 1
+
+// freshCluster empties the real cluster of ORDERCAST_TEST_BROKERS (topics and
+// groups of earlier tests) and returns its brokers; on the embedded broker
+// (each `up` starts its own) it does nothing and returns nil.
+func freshCluster(t *testing.T) []string {
+	t.Helper()
+	if !testkafka.Real() {
+		return nil
+	}
+	brokers := testkafka.Cluster(t, nil)
+	realRF = testkafka.ReplicationFactor(t)
+	return brokers
 }
 
 func readReport(t *testing.T, path string) Report {
@@ -77,6 +104,7 @@ func checkReport(t *testing.T, r Report) {
 // accepted order goes through every service, and the invariants recomputed
 // from the database and the topics hold.
 func TestUpReplayOneDay(t *testing.T) {
+	freshCluster(t)
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	report := filepath.Join(dir, "report.json")
@@ -111,6 +139,7 @@ func TestUpResumesAfterSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process test")
 	}
+	freshCluster(t)
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
