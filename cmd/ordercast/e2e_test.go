@@ -34,6 +34,22 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
+// upCommand is exec.Command(bin, args...) without the environment that would
+// point the child at another cluster, registry or database than the flags
+// say (KAFKA_BROKERS, SCHEMA_REGISTRY_URL, ORDERCAST_DB default --brokers,
+// --registry and --db).
+func upCommand(bin string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		switch name, _, _ := strings.Cut(kv, "="); name {
+		case "KAFKA_BROKERS", "SCHEMA_REGISTRY_URL", "ORDERCAST_DB":
+		default:
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	return cmd
+}
+
 // upArgs runs the embedded stack on free loopback ports. With
 // ORDERCAST_TEST_BROKERS set, `up` uses that real cluster (--brokers, topics
 // with RF min(3, brokers)) and keeps the embedded registry and SQLite; call
@@ -108,7 +124,7 @@ func TestUpReplayOneDay(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	report := filepath.Join(dir, "report.json")
-	cmd := exec.Command(bin, upArgs(filepath.Join(dir, "data"), "--replay", oneDay, "--exit-when-done", "--report", report, "--timeout", "3m")...)
+	cmd := upCommand(bin, upArgs(filepath.Join(dir, "data"), "--replay", oneDay, "--exit-when-done", "--report", report, "--timeout", "3m")...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("ordercast up: %v\n%s", err, out)
@@ -143,7 +159,7 @@ func TestUpResumesAfterSIGTERM(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
-	cmd := exec.Command(bin, upArgs(data, "--replay", oneDay, "--rate", "40")...)
+	cmd := upCommand(bin, upArgs(data, "--replay", oneDay, "--rate", "40")...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +210,7 @@ func TestUpResumesAfterSIGTERM(t *testing.T) {
 		t.Fatal("up did not exit within 60s of SIGTERM")
 	}
 	report := filepath.Join(dir, "report.json")
-	again := exec.Command(bin, upArgs(data, "--replay", oneDay, "--exit-when-done", "--report", report, "--timeout", "3m")...)
+	again := upCommand(bin, upArgs(data, "--replay", oneDay, "--exit-when-done", "--report", report, "--timeout", "3m")...)
 	if out, err := again.CombinedOutput(); err != nil {
 		t.Fatalf("second run: %v\n%s", err, out)
 	}
