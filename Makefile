@@ -1,14 +1,35 @@
 # Targets named in the README. CI runs `make ci` through .ci/run.
 GO ?= go
 
-.PHONY: build test test-race test-short bench lint ci
+.PHONY: build test test-race test-short test-kafka test-kafka-3 bench lint ci
 
 build:
 	$(GO) build -o bin/ordercast ./cmd/ordercast
 
 # The default suite: unit, integration (embedded broker) and end-to-end tests, with the race detector.
 test:
-	$(GO) test -race -count=1 -timeout 25m ./...
+	ORDERCAST_TEST_BROKERS= $(GO) test -race -count=1 -timeout 25m ./...
+
+# The same suite against a running real Kafka (internal/testkafka): starts nothing. The tests share
+# the cluster and empty it of topics and groups, so one package at a time (-p 1); no -race, to keep
+# time down. Start the broker with scripts/kafka.sh (see the README, "Test against real Kafka").
+ORDERCAST_TEST_BROKERS ?= 127.0.0.1:19092
+test-kafka:
+	ORDERCAST_TEST_BROKERS=$(ORDERCAST_TEST_BROKERS) $(GO) test -p 1 -count=1 -timeout 25m ./...
+
+# Three nodes: starts a fresh 3-node cluster of its own (state $(KAFKA3_STATE), ports
+# $(KAFKA3_PORT)..+5), runs the broker-kill test on it (KAFKA3_RUN=. for the whole suite of
+# cmd/ordercast), then stops and deletes the cluster.
+KAFKA3_STATE ?= /tmp/ordercast-kafka-3
+KAFKA3_PORT ?= 19192
+KAFKA3_RUN ?= TestBrokerKilledUnderLoad
+test-kafka-3:
+	@export ORDERCAST_KAFKA_STATE=$(KAFKA3_STATE) ORDERCAST_KAFKA_PORT=$(KAFKA3_PORT) \
+	  ORDERCAST_KAFKA_EXTRA_PROPS=group.min.session.timeout.ms=100; \
+	scripts/kafka.sh start --clean --brokers 3 || exit 1; \
+	ORDERCAST_TEST_BROKERS=$$(scripts/kafka.sh brokers) ORDERCAST_TEST_KAFKA_SCRIPT=$(CURDIR)/scripts/kafka.sh \
+	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKA3_RUN)' ./cmd/ordercast/; rc=$$?; \
+	scripts/kafka.sh stop --clean; exit $$rc
 
 test-short:
 	$(GO) test -short -count=1 ./...
