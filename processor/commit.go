@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -9,11 +10,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// errNotOwned aborts a commit none of whose partitions this member holds any
+// more.
+var errNotOwned = errors.New("processor: commit skipped: partitions no longer held")
+
 // committer commits the commit points of held partitions every CommitInterval
 // until ctx ends. It holds commitMu for the whole compute-and-commit step, and
-// the revoke callback takes commitMu too: so a periodic commit is never sent
-// for a partition after its revoke began, and at most one commit per
-// partition is outstanding.
+// a release takes commitMu before it returns: so at most one commit is
+// outstanding, and none is left in flight once a revoke hands partitions on.
 func (p *Processor) committer(ctx context.Context) {
 	t := time.NewTicker(p.cfg.commitInterval)
 	defer t.Stop()
@@ -25,37 +29,90 @@ func (p *Processor) committer(ctx context.Context) {
 		}
 		p.commitMu.Lock()
 		p.mu.Lock()
-		offsets := make(map[string]map[int32]kgo.EpochOffset)
-		for k, s := range p.parts {
-			if s.state != partActive || s.tracker.mark <= s.committed {
-				continue
+		batch := make(map[*partState]int64)
+		for _, s := range p.parts {
+			if s.state == partActive && !s.lost && s.tracker.mark > s.committed {
+				batch[s] = s.tracker.mark
 			}
-			if offsets[k.topic] == nil {
-				offsets[k.topic] = make(map[int32]kgo.EpochOffset)
-			}
-			offsets[k.topic][k.partition] = kgo.EpochOffset{Epoch: -1, Offset: s.tracker.mark}
 		}
 		p.mu.Unlock()
-		if len(offsets) > 0 {
-			p.commitSync(p.cl, offsets)
+		if len(batch) > 0 {
+			p.commitSync(p.cl, batch)
 		}
 		p.commitMu.Unlock()
 	}
 }
 
-// commitSync commits offsets and waits for the answer (bounded to 15s). Only
-// offsets that move forward from what this member committed are ever built
-// by the callers; a failed partition keeps its old committed offset and is
-// retried at the next interval. commitMu must be held.
-func (p *Processor) commitSync(cl *kgo.Client, offsets map[string]map[int32]kgo.EpochOffset) {
-	if p.cfg.hooks.beforeCommit != nil {
-		p.cfg.hooks.beforeCommit(offsets)
+// commitSync commits the commit point of each partition state in batch and
+// waits for the answer (bounded to 15s). Callers only build offsets that move
+// forward from what this member committed; a failed partition keeps its old
+// committed offset and is retried at the next interval. commitMu must be
+// held.
+//
+// Ownership is checked again just before the request is written, inside
+// franz-go's PreCommitFnContext hook: at that point franz-go holds its
+// join/sync gate, so the request's generation is the current one and cannot
+// change until the commit is answered. A partition whose state is no longer
+// the one the offset was computed from (released, lost, or lost and assigned
+// again) is removed from the request. Without this, a commit computed before
+// a lost session could be sent with the generation of the next session and be
+// accepted for a partition that now belongs to another member, moving its
+// offset backwards or past records not yet done (SCENARIOS S01, S02).
+func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]int64) {
+	offsets := make(map[string]map[int32]kgo.EpochOffset)
+	byTP := make(map[tp]*partState, len(batch))
+	for s, off := range batch {
+		if offsets[s.tp.topic] == nil {
+			offsets[s.tp.topic] = make(map[int32]kgo.EpochOffset)
+		}
+		offsets[s.tp.topic][s.tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
+		byTP[s.tp] = s
+	}
+	if h := p.cfg.hooks.beforeCommit; h != nil {
+		h(offsets)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		kept := req.Topics[:0]
+		for _, t := range req.Topics {
+			parts := t.Partitions[:0]
+			for _, rp := range t.Partitions {
+				s := byTP[tp{t.Topic, rp.Partition}]
+				if s != nil && p.parts[s.tp] == s && !s.lost {
+					parts = append(parts, rp)
+					continue
+				}
+				p.cfg.logger.Info("commit dropped: partition no longer held", "topic", t.Topic, "partition", rp.Partition, "offset", rp.Offset)
+			}
+			if len(parts) > 0 {
+				t.Partitions = parts
+				kept = append(kept, t)
+			}
+		}
+		req.Topics = kept
+		if h := p.cfg.hooks.commitSent; h != nil && len(kept) > 0 {
+			h(req.MemberID, req.Generation, commitOffsets(req))
+		}
+		if len(kept) == 0 {
+			return errNotOwned
+		}
+		return nil
+	})
 	start := time.Now()
 	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if errors.Is(err, errNotOwned) {
+			return
+		}
 		p.cfg.metrics.commitLatency(p.cfg.group, time.Since(start), err)
+		accepted := make(map[string]map[int32]int64)
+		defer func() {
+			if h := p.cfg.hooks.commitDone; h != nil {
+				h(accepted, err)
+			}
+		}()
 		if err != nil {
 			p.cfg.logger.Warn("commit failed", "error", err)
 			return
@@ -64,17 +121,37 @@ func (p *Processor) commitSync(cl *kgo.Client, offsets map[string]map[int32]kgo.
 		defer p.mu.Unlock()
 		for _, t := range resp.Topics {
 			for _, part := range t.Partitions {
-				off := offsets[t.Topic][part.Partition].Offset
+				s := byTP[tp{t.Topic, part.Partition}]
+				if s == nil {
+					continue
+				}
+				off := batch[s]
 				if cerr := kerr.ErrorForCode(part.ErrorCode); cerr != nil {
 					p.cfg.logger.Warn("commit rejected", "topic", t.Topic, "partition", part.Partition, "offset", off, "error", cerr)
 					continue
 				}
+				if accepted[t.Topic] == nil {
+					accepted[t.Topic] = make(map[int32]int64)
+				}
+				accepted[t.Topic][part.Partition] = off
 				p.cfg.metrics.committed(p.cfg.group, t.Topic, part.Partition, off)
-				if s := p.parts[tp{t.Topic, part.Partition}]; s != nil && off > s.committed {
+				if off > s.committed {
 					s.committed = off
 					p.cfg.metrics.setLag(p.cfg.group, s)
 				}
 			}
 		}
 	})
+}
+
+// commitOffsets lists the offsets of an OffsetCommit request.
+func commitOffsets(req *kmsg.OffsetCommitRequest) map[string]map[int32]int64 {
+	out := make(map[string]map[int32]int64)
+	for _, t := range req.Topics {
+		out[t.Topic] = make(map[int32]int64)
+		for _, rp := range t.Partitions {
+			out[t.Topic][rp.Partition] = rp.Offset
+		}
+	}
+	return out
 }

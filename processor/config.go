@@ -104,10 +104,28 @@ type cfg struct {
 	hooks          hooks
 }
 
-// hooks are test seams; they are nil in production.
+// hooks are test seams that record a history of what the runtime did; they
+// are nil in production. They run synchronously, some with p.mu held: they
+// must not call back into the Processor.
 type hooks struct {
-	afterHandle  func(r *kgo.Record, err error)
+	// handleStart and afterHandle run around every handler attempt; rec is
+	// the record as fetched, view as shown to the handler.
+	handleStart func(rec, view *kgo.Record)
+	afterHandle func(rec, view *kgo.Record, err error)
+	// completed runs when a record leaves the runtime and its offset may
+	// be passed by the commit point: handled (forwardedTo "") or written to
+	// a retry topic or the DLQ.
+	completed func(rec, view *kgo.Record, forwardedTo string)
+	// beforeCommit runs before a commit is handed to franz-go, without
+	// locks held (a test may block in it to widen a race).
 	beforeCommit func(offsets map[string]map[int32]kgo.EpochOffset)
+	// commitSent runs with the request about to be written, after the
+	// ownership check; commitDone with the offsets the broker accepted.
+	commitSent func(member string, generation int32, offsets map[string]map[int32]int64)
+	commitDone func(accepted map[string]map[int32]int64, err error)
+	// partitions runs on "assigned", "release-start:<why>" and
+	// "release-end:<why>" (why: revoked, lost, shutdown).
+	partitions func(event string, parts map[string][]int32)
 }
 
 func defaultCfg() cfg {
@@ -167,6 +185,9 @@ func (c *cfg) validate() error {
 	}
 	if c.commitInterval <= 0 {
 		errs = append(errs, fmt.Errorf("CommitInterval: %v, want > 0", c.commitInterval))
+	}
+	if c.sessionTimeout <= 0 || c.rebalanceTO <= 0 {
+		errs = append(errs, fmt.Errorf("SessionTimeout %v, RebalanceTimeout %v: want > 0", c.sessionTimeout, c.rebalanceTO))
 	}
 	if c.drainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("DrainTimeout: %v, want >= 0", c.drainTimeout))
@@ -263,8 +284,10 @@ func DrainTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.drainTimeou
 
 // SessionTimeout and RebalanceTimeout set the group's session.timeout.ms
 // (default 45s) and rebalance.timeout.ms (default 60s). Heartbeats run in the
-// background, so a slow handler never expires the session; the rebalance
-// timeout must cover DrainTimeout plus a commit.
+// background every third of the session timeout (at most every 3s, Kafka's
+// heartbeat.interval.ms), so a slow handler never expires the session; the
+// rebalance timeout must cover DrainTimeout plus a commit. The broker bounds
+// the session timeout (group.min/max.session.timeout.ms).
 func SessionTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.sessionTimeout = d }) }
 
 // RebalanceTimeout: see SessionTimeout.
@@ -316,3 +339,7 @@ func RetryTopicNames(group string, n int) []string {
 	}
 	return out
 }
+
+// withHooks installs test hooks. It is an option (not a field set after New)
+// because the group may call OnPartitionsAssigned before New returns.
+func withHooks(h hooks) Opt { return opt(func(c *cfg) { c.hooks = h }) }

@@ -19,16 +19,27 @@ type laneKey struct {
 }
 
 // lane is a FIFO of records that must be handled one at a time, in order.
-// A lane is "active" from the moment it has work until it is empty: active
-// lanes are either in the ready queue, held by a worker, or waiting on a timer
-// (retry backoff, retry-topic due time, failing forward). Only a lane held by
-// a worker uses a Concurrency slot.
+// A lane is "active" from the moment it has work until it is empty: an active
+// lane is in exactly one place, the ready queue, a worker, or a timer (retry
+// backoff, retry-topic due time, failing forward). Only a lane held by a
+// worker uses a Concurrency slot.
+//
+// A lane is "failing" from the first failure of its head (or from the moment
+// its head has to wait for a retry-topic due time) until a head succeeds. The
+// records of a failing lane are "parked": they are not counted against the
+// MaxInFlight room that pauses fetching for everyone, so one poison key cannot
+// stall the other keys and partitions (SCENARIOS S10). Parked records have a
+// room of their own of the same size; when it is full, only the partitions
+// holding parked records are paused.
 type lane struct {
 	part    *partState
 	key     laneKey
 	queue   []*item
+	bytes   int64 // key+value bytes of queue
 	active  bool
 	running bool // a worker is processing queue[0]
+	waiting bool // a timer will put the lane back in the ready queue
+	failing bool // the lane's records are parked (see above)
 }
 
 type stage int
@@ -40,12 +51,11 @@ const (
 
 // item is one fetched record on its way through the processor.
 type item struct {
-	rec     *kgo.Record // as fetched
-	view    *kgo.Record // as shown to the handler (original coordinates for retry-topic records)
-	entry   *offsetEntry
-	size    int64
-	fetched time.Time
-	due     time.Time // retry-topic records: not before
+	rec   *kgo.Record // as fetched
+	view  *kgo.Record // as shown to the handler (original coordinates for retry-topic records)
+	entry *offsetEntry
+	size  int64
+	due   time.Time // retry-topic records: not before
 
 	stage    stage
 	attempts int // handler attempts, including earlier hops
@@ -62,7 +72,7 @@ type item struct {
 // already seen in this assignment, are dropped: they were fetched under an
 // older assignment.
 func (p *Processor) enqueue(fetches kgo.Fetches) {
-	now := time.Now()
+	now := time.Now().UnixNano()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
@@ -80,13 +90,13 @@ func (p *Processor) enqueue(fetches kgo.Fetches) {
 			ps.hwm = end
 		}
 		for _, r := range fp.Records {
-			e := ps.tracker.add(r.Offset)
+			e := ps.tracker.add(r.Offset, now)
 			if e == nil {
 				p.cfg.metrics.dropped(p.cfg.group, r.Topic, 1)
 				continue
 			}
-			it := &item{rec: r, view: r, entry: e, size: int64(len(r.Key) + len(r.Value)), fetched: now}
-			if _, isRetry := p.retryIndex[r.Topic]; isRetry {
+			it := &item{rec: r, view: r, entry: e, size: int64(len(r.Key) + len(r.Value))}
+			if ps.retry {
 				p.restoreFromRetry(it)
 			}
 			p.inRecs++
@@ -96,17 +106,20 @@ func (p *Processor) enqueue(fetches kgo.Fetches) {
 			p.cfg.metrics.consumed(p.cfg.group, r.Topic, r.Partition, it.size)
 			l := p.laneFor(ps, r)
 			l.queue = append(l.queue, it)
+			l.bytes += it.size
+			if l.failing {
+				p.parkLocked(ps, 1, it.size)
+			}
 			if !l.active {
 				l.active = true
 				p.pushReady(l)
 			}
 		}
 		p.cfg.metrics.setLag(p.cfg.group, ps)
+		p.syncPausesLocked(p.cl, ps)
 	})
 	p.cfg.metrics.setInFlight(p.cfg.group, p.cfg.clientID, p.inRecs, p.inBytes)
-	if !p.paused && (p.inRecs >= p.cfg.maxRecords || p.inBytes >= p.cfg.maxBytes) {
-		p.pauseLocked()
-	}
+	p.checkBackpressureLocked()
 }
 
 func (p *Processor) laneFor(ps *partState, r *kgo.Record) *lane {
@@ -132,67 +145,150 @@ func (p *Processor) laneFor(ps *partState, r *kgo.Record) *lane {
 // pushReady queues an active lane for a worker. p.mu must be held.
 func (p *Processor) pushReady(l *lane) {
 	p.ready = append(p.ready, l)
-	p.cond.Broadcast()
+	p.workCond.Signal()
 }
 
-// pauseLocked pauses fetching of every held partition (backpressure).
-func (p *Processor) pauseLocked() {
-	p.paused = true
-	all := make(map[string][]int32)
-	for k, ps := range p.parts {
-		if ps.state == partActive {
-			all[k.topic] = append(all[k.topic], k.partition)
-		}
-	}
-	p.cl.PauseFetchPartitions(all)
-	p.cfg.metrics.setPaused(p.cfg.group, p.cfg.clientID, true)
+// parkLocked adds n records of b bytes to the parked counts of ps (negative
+// to remove them).
+func (p *Processor) parkLocked(ps *partState, n int, b int64) {
+	ps.parked += n
+	ps.parkedB += b
+	p.parked += n
+	p.parkedB += b
 }
 
-// maybeResumeLocked lifts backpressure once three quarters of the room is free.
-// Partitions blocked on a failing forward stay paused.
-func (p *Processor) maybeResumeLocked() {
-	if !p.paused || p.inRecs > p.cfg.maxRecords*3/4 || p.inBytes > p.cfg.maxBytes*3/4 {
+// setFailingLocked marks lane l failing or not, moving its records in or out
+// of the parked counts.
+func (p *Processor) setFailingLocked(l *lane, on bool) {
+	if l.failing == on {
 		return
 	}
-	p.paused = false
-	resume := make(map[string][]int32)
-	for k, ps := range p.parts {
-		if ps.state == partActive && ps.blocked == nil {
-			resume[k.topic] = append(resume[k.topic], k.partition)
-		}
+	l.failing = on
+	if on {
+		p.parkLocked(l.part, len(l.queue), l.bytes)
+	} else {
+		p.parkLocked(l.part, -len(l.queue), -l.bytes)
 	}
-	p.cl.ResumeFetchPartitions(resume)
-	p.cfg.metrics.setPaused(p.cfg.group, p.cfg.clientID, false)
-	p.cond.Broadcast()
 }
 
-// worker takes ready lanes and processes the head record of each.
+// checkBackpressureLocked pauses or resumes fetching when the records that
+// can make progress (held minus parked) cross MaxInFlight, or the parked
+// records cross their own room of the same size. It resumes once three
+// quarters of the room is free again.
+func (p *Processor) checkBackpressureLocked() {
+	maxR, maxB := p.cfg.maxRecords, p.cfg.maxBytes
+	activeR, activeB := p.inRecs-p.parked, p.inBytes-p.parkedB
+	changed := false
+	switch {
+	case !p.paused && (activeR >= maxR || activeB >= maxB):
+		p.paused, changed = true, true
+	case p.paused && activeR <= maxR*3/4 && activeB <= maxB*3/4:
+		p.paused, changed = false, true
+		p.cond.Broadcast() // the poll loop waits for this
+	}
+	switch {
+	case !p.parkFull && (p.parked >= maxR || p.parkedB >= maxB):
+		p.parkFull, changed = true, true
+	case p.parkFull && p.parked <= maxR*3/4 && p.parkedB <= maxB*3/4:
+		p.parkFull, changed = false, true
+	}
+	if changed {
+		p.cfg.metrics.setPaused(p.cfg.group, p.cfg.clientID, p.paused)
+		p.syncPausesLocked(p.cl, nil)
+	}
+}
+
+// wantPausedLocked reports whether fetching of ps should be paused: global
+// backpressure, a failing retry-topic/DLQ write (S11), a full parked room with
+// parked records in ps, or nothing held in ps able to make progress where
+// fetching more cannot help either (partition order, whose single lane is
+// failing, and retry topics, whose later records are due later still).
+func (p *Processor) wantPausedLocked(ps *partState) bool {
+	return p.paused || ps.blocked != nil || (p.parkFull && ps.parked > 0) ||
+		(ps.recs > 0 && ps.parked == ps.recs && (ps.retry || p.cfg.ordering == OrderPartition))
+}
+
+// syncPausesLocked brings the client's paused partitions in line with
+// wantPausedLocked, for ps only or, with ps nil, for every held partition.
+// cl is passed in because OnPartitionsAssigned may run before New stored
+// p.cl.
+func (p *Processor) syncPausesLocked(cl *kgo.Client, ps *partState) {
+	var pause, resume map[string][]int32
+	visit := func(s *partState) {
+		if s.state != partActive {
+			return
+		}
+		want := p.wantPausedLocked(s)
+		if want == s.fetchPaused {
+			return
+		}
+		s.fetchPaused = want
+		m := &resume
+		if want {
+			m = &pause
+		}
+		if *m == nil {
+			*m = make(map[string][]int32)
+		}
+		(*m)[s.tp.topic] = append((*m)[s.tp.topic], s.tp.partition)
+	}
+	if ps != nil {
+		visit(ps)
+	} else {
+		for _, s := range p.parts {
+			visit(s)
+		}
+	}
+	if pause != nil {
+		cl.PauseFetchPartitions(pause)
+	}
+	if resume != nil {
+		cl.ResumeFetchPartitions(resume)
+	}
+}
+
+// worker takes ready lanes and processes their head records. It keeps a lane
+// as long as it has records and no other lane is waiting, so a partition in
+// OrderPartition is handled without a hand-off per record.
 func (p *Processor) worker() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var l *lane
 	for {
-		for len(p.ready) == 0 && !p.stopping {
-			p.cond.Wait()
+		if l == nil {
+			for len(p.ready) == 0 && !p.stopping {
+				p.workCond.Wait()
+			}
+			if p.stopping {
+				return
+			}
+			l = p.ready[0]
+			p.ready[0] = nil
+			p.ready = p.ready[1:]
 		}
-		if p.stopping {
-			return
-		}
-		l := p.ready[0]
-		p.ready[0] = nil
-		p.ready = p.ready[1:]
 		ps := l.part
-		if ps.state != partActive || len(l.queue) == 0 {
-			continue // dropped by a revoke
+		if ps.state != partActive || len(l.queue) == 0 || l.waiting {
+			l = nil // dropped by a revoke
+			continue
 		}
 		it := l.queue[0]
 		if it.stage == stageHandle && !it.due.IsZero() {
 			if wait := time.Until(it.due); wait > 0 {
-				p.afterLocked(l, wait) // not due yet: wait without holding a slot
+				// A retry-topic record that is not due yet: wait without
+				// holding a slot, parked.
+				p.setFailingLocked(l, true)
+				p.waitLocked(l, wait)
+				p.syncPausesLocked(p.cl, ps)
+				p.checkBackpressureLocked()
+				l = nil
 				continue
 			}
 		}
 		l.running = true
 		ps.running++
+		if h := p.cfg.hooks.handleStart; h != nil && it.stage == stageHandle {
+			h(it.rec, it.view) // under p.mu: ordered with release-start
+		}
 		p.mu.Unlock()
 		var err error
 		if it.stage == stageHandle {
@@ -203,16 +299,34 @@ func (p *Processor) worker() {
 		p.mu.Lock()
 		l.running = false
 		ps.running--
-		p.settle(l, it, err)
-		p.cond.Broadcast()
+		more := p.settle(l, it, err)
+		if ps.state == partDraining && ps.running == 0 {
+			p.cond.Broadcast() // a release is waiting for this
+		}
+		if ps.state == partActive {
+			p.syncPausesLocked(p.cl, ps)
+			p.checkBackpressureLocked()
+		}
+		if !more {
+			l = nil
+		} else if len(p.ready) > 0 {
+			p.pushReady(l) // take turns with the waiting lanes
+			l = nil
+		}
 	}
 }
 
-// afterLocked re-queues lane l after d, unless its partition is gone by then.
-func (p *Processor) afterLocked(l *lane, d time.Duration) {
+// waitLocked puts lane l back in the ready queue after d, unless its
+// partition is released by then.
+func (p *Processor) waitLocked(l *lane, d time.Duration) {
+	l.waiting = true
 	time.AfterFunc(d, func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		if !l.waiting {
+			return // dropped by a revoke
+		}
+		l.waiting = false
 		if l.part.state == partActive && !p.stopping && len(l.queue) > 0 {
 			p.pushReady(l)
 		}
@@ -233,51 +347,41 @@ func (p *Processor) handle(ctx context.Context, it *item) (err error) {
 			err = fmt.Errorf("handler panic: %v\n%s", r, debug.Stack())
 		}
 		p.cfg.metrics.handled(p.cfg.group, it.view.Topic, time.Since(start), err)
-		if p.cfg.hooks.afterHandle != nil {
-			p.cfg.hooks.afterHandle(it.view, err)
+		if h := p.cfg.hooks.afterHandle; h != nil {
+			h(it.rec, it.view, err)
 		}
 	}()
-	err = p.cfg.handler(ctx, it.view)
-	if err == nil && ctx.Err() != nil && p.cfg.handlerTimeout > 0 && ctx.Err() == context.DeadlineExceeded {
-		// The handler returned nil after its deadline: its work is done, keep it.
-		return nil
-	}
-	return err
+	// A handler that returns nil after its deadline has done its work: the
+	// record counts as handled.
+	return p.cfg.handler(ctx, it.view)
 }
 
-// settle applies the outcome of one step of it, the head of lane l. p.mu held.
-func (p *Processor) settle(l *lane, it *item, err error) {
+// settle applies the outcome of one step of it, the head of lane l, and
+// reports whether the calling worker should go on with lane l. p.mu held.
+func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 	ps := l.part
-	if ps.state == partGone {
-		return // released: the completion is discarded, the next owner redoes it
+	if ps.state != partActive && ps.state != partDraining {
+		return false // released: the completion is discarded, the next owner redoes it
 	}
 	if err == nil {
 		if it.stage == stageForward {
 			p.cfg.metrics.forwarded(p.cfg.group, it.target, p.isDLQ(it.target))
-			if ps.blocked != nil {
-				ps.blocked = nil
-				if !p.paused {
-					p.cl.ResumeFetchPartitions(map[string][]int32{ps.tp.topic: {ps.tp.partition}})
-				}
-			}
+			ps.blocked = nil
 		}
-		p.complete(l, it)
-		return
+		return p.complete(l, it)
 	}
 	if ps.state != partActive {
-		return // draining: a failure is not retried here; the record stays uncommitted
+		return false // draining: a failure is not retried here; the record stays uncommitted
 	}
 	now := time.Now()
+	p.setFailingLocked(l, true)
 	if it.stage == stageForward {
 		it.fwdTries++
-		if ps.blocked == nil {
-			p.cl.PauseFetchPartitions(map[string][]int32{ps.tp.topic: {ps.tp.partition}})
-		}
-		ps.blocked = fmt.Errorf("writing to %s: %w", it.target, err)
+		ps.blocked = fmt.Errorf("writing offset %d to %s: %w", it.rec.Offset, it.target, err)
 		p.cfg.metrics.forwardFailed(p.cfg.group, it.target)
 		p.cfg.logger.Error("retry/DLQ write failed; partition paused, offset held", "topic", ps.tp.topic, "partition", ps.tp.partition, "offset", it.rec.Offset, "target", it.target, "error", err)
-		p.afterLocked(l, backoff(it.fwdTries, p.cfg.backoffMin, p.cfg.backoffMax))
-		return
+		p.waitLocked(l, backoff(it.fwdTries, p.cfg.backoffMin, p.cfg.backoffMax))
+		return false
 	}
 	it.attempts++
 	it.hopTries++
@@ -291,53 +395,79 @@ func (p *Processor) settle(l *lane, it *item, err error) {
 		"attempt", it.hopTries, "permanent", permanent, "error", err)
 	if !permanent && it.hopTries < p.cfg.maxAttempts {
 		p.cfg.metrics.retried(p.cfg.group, it.view.Topic)
-		p.afterLocked(l, backoff(it.hopTries, p.cfg.backoffMin, p.cfg.backoffMax))
-		return
+		p.waitLocked(l, backoff(it.hopTries, p.cfg.backoffMin, p.cfg.backoffMax))
+		return false
 	}
 	target := p.nextTarget(it, permanent)
 	if target == "" {
 		// No DLQ: hold the record and keep retrying at the maximum backoff.
-		p.afterLocked(l, p.cfg.backoffMax)
-		return
+		p.waitLocked(l, p.cfg.backoffMax)
+		return false
 	}
 	it.stage, it.target = stageForward, target
-	p.pushReady(l)
+	return true // write it next
 }
 
 // complete marks the lane head done, advances the commit point and moves the
-// lane on. p.mu held.
-func (p *Processor) complete(l *lane, it *item) {
+// lane on. It reports whether the lane has more records to process. p.mu
+// held.
+func (p *Processor) complete(l *lane, it *item) (more bool) {
 	ps := l.part
 	ps.tracker.complete(it.entry)
+	if h := p.cfg.hooks.completed; h != nil {
+		target := ""
+		if it.stage == stageForward {
+			target = it.target
+		}
+		h(it.rec, it.view, target)
+	}
 	p.inRecs--
 	p.inBytes -= it.size
 	ps.recs--
 	ps.bytes -= it.size
-	p.cfg.metrics.setInFlight(p.cfg.group, p.cfg.clientID, p.inRecs, p.inBytes)
+	l.bytes -= it.size
+	if l.failing {
+		p.parkLocked(ps, -1, -it.size)
+	}
 	l.queue[0] = nil
 	l.queue = l.queue[1:]
+	if l.failing && it.stage == stageHandle && !p.mustWait(l) {
+		p.setFailingLocked(l, false) // the key recovered
+	}
+	p.cfg.metrics.setInFlight(p.cfg.group, p.cfg.clientID, p.inRecs, p.inBytes)
 	if ps.state == partActive && len(l.queue) > 0 {
-		p.pushReady(l)
-	} else {
-		l.active = false
-		if len(l.queue) == 0 && ps.lanes[l.key] == l {
+		return true
+	}
+	l.active = false
+	if len(l.queue) == 0 {
+		p.setFailingLocked(l, false)
+		if ps.lanes[l.key] == l {
 			delete(ps.lanes, l.key)
 		}
 	}
-	p.maybeResumeLocked()
+	return false
 }
 
-// oldestInFlight returns the age of the oldest record held. p.mu held.
-func (p *Processor) oldestInFlightLocked(now time.Time) time.Duration {
-	var oldest time.Duration
+// mustWait reports whether the head of l is a retry-topic record not due yet.
+func (p *Processor) mustWait(l *lane) bool {
+	return len(l.queue) > 0 && l.queue[0].stage == stageHandle && !l.queue[0].due.IsZero() && time.Now().Before(l.queue[0].due)
+}
+
+// oldestInFlight returns the age of the oldest record this member holds
+// (fetched, not yet completed), or 0. It is the age of the first not-done
+// offset of each partition: records of a partition are fetched in offset
+// order.
+func (p *Processor) oldestInFlight(now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var oldest int64
 	for _, ps := range p.parts {
-		for _, l := range ps.lanes {
-			if len(l.queue) > 0 {
-				if a := now.Sub(l.queue[0].fetched); a > oldest {
-					oldest = a
-				}
-			}
+		if f, ok := ps.tracker.oldest(); ok && (oldest == 0 || f < oldest) {
+			oldest = f
 		}
 	}
-	return oldest
+	if oldest == 0 {
+		return 0
+	}
+	return now.Sub(time.Unix(0, oldest))
 }

@@ -2,12 +2,16 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -15,6 +19,14 @@ import (
 // testCluster starts an embedded kfake broker with the given topics
 // (name -> partitions) and returns its seed addresses.
 func testCluster(t *testing.T, topics map[string]int32) []string {
+	t.Helper()
+	_, addrs := testClusterC(t, topics)
+	return addrs
+}
+
+// testClusterC is testCluster that also returns the cluster, for faults and
+// controls.
+func testClusterC(t *testing.T, topics map[string]int32) (*kfake.Cluster, []string) {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	if err != nil {
@@ -33,7 +45,7 @@ func testCluster(t *testing.T, topics map[string]int32) []string {
 			t.Fatal(err)
 		}
 	}
-	return addrs
+	return c, addrs
 }
 
 func produce(t *testing.T, addrs []string, recs ...*kgo.Record) {
@@ -75,6 +87,9 @@ func committed(t *testing.T, addrs []string, group, topic string) map[int32]int6
 	}
 	defer cl.Close()
 	offs, err := kadm.NewClient(cl).FetchOffsets(context.Background(), group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return map[int32]int64{}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +105,10 @@ func committed(t *testing.T, addrs []string, group, topic string) map[int32]int6
 // waitFor polls cond every 10ms until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if os.Getenv("WAITLOG") != "" {
+		start := time.Now()
+		defer func() { t.Logf("waited %v for %s", time.Since(start), what) }()
+	}
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -155,3 +174,114 @@ func runProcessor(t *testing.T, opts ...Opt) (cancel func()) {
 }
 
 func val(i int) []byte { return []byte(fmt.Sprintf("v%05d", i)) }
+
+// endOffsets returns the end offsets (high watermarks) of topics.
+func endOffsets(t *testing.T, addrs []string, topics ...string) map[tp]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[tp]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			t.Fatalf("end offset of %s[%d]: %v", o.Topic, o.Partition, o.Err)
+		}
+		out[tp{o.Topic, o.Partition}] = o.Offset
+	})
+	return out
+}
+
+// member is a running processor.
+type member struct {
+	p    *Processor
+	stop func() // cancels Run and waits for it to return (30s at most)
+}
+
+// startMember creates and runs a processor; it is stopped at the end of the
+// test if not before.
+func startMember(t *testing.T, opts ...Opt) *member {
+	t.Helper()
+	p, err := New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	m := &member{p: p}
+	m.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("Run did not return within 30s of cancel")
+			}
+		})
+	}
+	t.Cleanup(m.stop)
+	return m
+}
+
+// committedEquals reports whether the group's committed offsets for topic
+// equal want for every partition in want.
+func committedEquals(t *testing.T, addrs []string, group string, want map[tp]int64) bool {
+	t.Helper()
+	topics := map[string]bool{}
+	for k := range want {
+		topics[k.topic] = true
+	}
+	for topic := range topics {
+		c := committed(t, addrs, group, topic)
+		for k, w := range want {
+			if k.topic == topic && c[k.partition] != w {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// dlqHeaders returns the headers of r as a map (last value wins).
+func headerMap(r *kgo.Record) map[string]string {
+	m := map[string]string{}
+	for _, h := range r.Headers {
+		m[h.Key] = string(h.Value)
+	}
+	return m
+}
+
+// counterValue sums the values of every series of the counter or gauge name
+// in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if c := m.GetCounter(); c != nil {
+				sum += c.GetValue()
+			}
+			if g := m.GetGauge(); g != nil {
+				sum += g.GetValue()
+			}
+		}
+	}
+	return sum
+}

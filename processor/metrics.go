@@ -2,6 +2,7 @@ package processor
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,48 @@ type Metrics struct {
 	handlerDur    *prometheus.HistogramVec
 	commitDur     *prometheus.HistogramVec
 	commitErrs    *prometheus.CounterVec
+	oldestAge     *ageCollector
+}
+
+// ageCollector reports ordercast_consumer_oldest_in_flight_seconds, computed
+// from the running processors at scrape time.
+type ageCollector struct {
+	desc  *prometheus.Desc
+	mu    sync.Mutex
+	procs map[*Processor]struct{}
+}
+
+func (c *ageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *ageCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	procs := make([]*Processor, 0, len(c.procs))
+	for p := range c.procs {
+		procs = append(procs, p)
+	}
+	c.mu.Unlock()
+	now := time.Now()
+	for _, p := range procs {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, p.oldestInFlight(now).Seconds(), p.cfg.group, p.cfg.clientID)
+	}
+}
+
+func (m *Metrics) track(p *Processor) {
+	if m == nil {
+		return
+	}
+	m.oldestAge.mu.Lock()
+	m.oldestAge.procs[p] = struct{}{}
+	m.oldestAge.mu.Unlock()
+}
+
+func (m *Metrics) untrack(p *Processor) {
+	if m == nil {
+		return
+	}
+	m.oldestAge.mu.Lock()
+	delete(m.oldestAge.procs, p)
+	m.oldestAge.mu.Unlock()
 }
 
 // NewMetrics creates the runtime's metrics and registers them with reg
@@ -70,10 +113,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		commitDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "commit_duration_seconds",
 			Help: "Duration of one offset commit request.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"group"}),
 		commitErrs: cv("commit_errors_total", "Offset commits that failed.", "group"),
+		oldestAge: &ageCollector{
+			desc: prometheus.NewDesc(ns+"_oldest_in_flight_seconds",
+				"Age of the oldest record the member holds (fetched, not yet handled, forwarded or dropped); 0 when it holds none.",
+				[]string{"group", "client_id"}, nil),
+			procs: make(map[*Processor]struct{}),
+		},
 	}
 	reg.MustRegister(m.consumedRecs, m.consumedBytes, m.processed, m.failed, m.retriedC, m.deadLettered, m.retryTopic,
 		m.fwdFailed, m.droppedC, m.fetchErrors, m.rebalances, m.committedOff, m.lag, m.inFlightRecs, m.inFlightBytes,
-		m.pausedG, m.handlerDur, m.commitDur, m.commitErrs)
+		m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.oldestAge)
 	return m
 }
 

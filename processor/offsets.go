@@ -17,8 +17,9 @@ type offsetTracker struct {
 }
 
 type offsetEntry struct {
-	offset int64
-	done   bool
+	offset  int64
+	fetched int64 // Unix nanoseconds
+	done    bool
 }
 
 func newOffsetTracker() *offsetTracker { return &offsetTracker{mark: -1} }
@@ -27,7 +28,7 @@ func newOffsetTracker() *offsetTracker { return &offsetTracker{mark: -1} }
 // increasing order; an offset at or below the last added one is refused
 // (returns nil): it is a re-delivery from an older fetch and must not be
 // handled again by this assignment.
-func (t *offsetTracker) add(offset int64) *offsetEntry {
+func (t *offsetTracker) add(offset, fetched int64) *offsetEntry {
 	if n := len(t.entries); n > t.head {
 		if offset <= t.entries[n-1].offset {
 			return nil
@@ -35,7 +36,7 @@ func (t *offsetTracker) add(offset int64) *offsetEntry {
 	} else if t.mark >= 0 && offset < t.mark {
 		return nil
 	}
-	e := &offsetEntry{offset: offset}
+	e := &offsetEntry{offset: offset, fetched: fetched}
 	t.entries = append(t.entries, e)
 	return e
 }
@@ -58,6 +59,15 @@ func (t *offsetTracker) complete(e *offsetEntry) bool {
 		t.head = 0
 	}
 	return moved
+}
+
+// oldest returns the fetch time of the first offset not yet done, the oldest
+// record held for the partition.
+func (t *offsetTracker) oldest() (int64, bool) {
+	if t.head < len(t.entries) {
+		return t.entries[t.head].fetched, true
+	}
+	return 0, false
 }
 
 // pending is the number of fetched offsets not yet passed by the commit point.

@@ -19,7 +19,7 @@ func TestOffsetTrackerRandomCompletion(t *testing.T) {
 		next := int64(rng.IntN(1000))
 		for i := range n {
 			offsets[i] = next
-			entries[i] = tr.add(next)
+			entries[i] = tr.add(next, 0)
 			if entries[i] == nil {
 				t.Fatalf("seed %d: add(%d) refused", seed, next)
 			}
@@ -50,15 +50,15 @@ func TestOffsetTrackerRandomCompletion(t *testing.T) {
 
 func TestOffsetTrackerRefusesOldOffsets(t *testing.T) {
 	tr := newOffsetTracker()
-	a := tr.add(10)
-	if tr.add(10) != nil || tr.add(5) != nil {
+	a := tr.add(10, 0)
+	if tr.add(10, 0) != nil || tr.add(5, 0) != nil {
 		t.Fatal("re-added offsets must be refused")
 	}
 	tr.complete(a)
-	if tr.add(9) != nil {
+	if tr.add(9, 0) != nil {
 		t.Fatal("offset below the commit point must be refused")
 	}
-	if tr.add(11) == nil {
+	if tr.add(11, 0) == nil {
 		t.Fatal("next offset refused")
 	}
 	tr.truncate()
@@ -77,7 +77,7 @@ func FuzzOffsetTracker(f *testing.F) {
 		tr := newOffsetTracker()
 		es := make([]*offsetEntry, n)
 		for i := range n {
-			es[i] = tr.add(int64(i * 2))
+			es[i] = tr.add(int64(i*2), 0)
 		}
 		done := make([]bool, n)
 		for _, b := range order {

@@ -44,12 +44,16 @@ type Processor struct {
 	retryIndex  map[string]int
 
 	mu       sync.Mutex
-	cond     *sync.Cond
+	cond     *sync.Cond // state changes: backpressure lifted, handlers done, releases done (Broadcast)
+	workCond *sync.Cond // a lane became ready (Signal: one worker takes it)
 	parts    map[tp]*partState
 	ready    []*lane
-	inRecs   int
-	inBytes  int64
-	paused   bool
+	inRecs   int   // records held, between fetch and completion
+	inBytes  int64 // their key+value bytes
+	parked   int   // of those, records in failing lanes (see lane.failing)
+	parkedB  int64
+	paused   bool // backpressure: the records that can make progress reached MaxInFlight
+	parkFull bool // parked records reached MaxInFlight: partitions holding parked records are paused
 	stopping bool
 	ran      bool
 
@@ -61,24 +65,33 @@ type Processor struct {
 // partState is this member's state for one assigned partition. It lives from
 // OnPartitionsAssigned until the partition is revoked or lost.
 type partState struct {
-	tp        tp
-	state     int // partActive, partDraining, partGone
-	tracker   *offsetTracker
-	lanes     map[laneKey]*lane
-	running   int   // handler calls or forward writes in progress
-	recs      int   // records held (fetched, not completed or dropped)
-	bytes     int64 // their key+value bytes
-	committed int64 // last offset committed by this member (-1: none yet)
-	hwm       int64 // last seen high watermark / last stable offset
-	blocked   error // non-nil while a retry-topic/DLQ write keeps failing
-	ctx       context.Context
-	cancel    context.CancelFunc
+	tp          tp
+	state       int  // partActive, partDraining, partReleased
+	lost        bool // released without a commit: no commit may be sent for it any more
+	retry       bool // one of the group's retry topics
+	tracker     *offsetTracker
+	lanes       map[laneKey]*lane
+	running     int   // handler calls or forward writes in progress
+	recs        int   // records held (fetched, not completed or dropped)
+	bytes       int64 // their key+value bytes
+	parked      int   // records held in failing lanes
+	parkedB     int64
+	fetchPaused bool  // this processor has paused fetching of the partition in the client
+	committed   int64 // last offset committed by this member (-1: none yet)
+	hwm         int64 // last seen high watermark / last stable offset
+	blocked     error // non-nil while a retry-topic/DLQ write keeps failing
+	ctx         context.Context
+	cancel      context.CancelFunc
 }
 
+// A partition is partActive while assigned; partDraining while a release
+// waits for its in-flight handlers; partReleased once the release stopped
+// accepting completions (its final commit may still be in flight). It leaves
+// p.parts when the release is over: only then may another member own it.
 const (
 	partActive = iota
 	partDraining
-	partGone
+	partReleased
 )
 
 // New creates a Processor and its franz-go clients. It does not contact the
@@ -101,6 +114,7 @@ func New(opts ...Opt) (*Processor, error) {
 		retryIndex: make(map[string]int),
 	}
 	p.cond = sync.NewCond(&p.mu)
+	p.workCond = sync.NewCond(&p.mu)
 	p.baseCtx, p.cancel = context.WithCancel(context.Background())
 	p.retryTopics = RetryTopicNames(c.group, len(c.retryDelays))
 	for i, t := range p.retryTopics {
@@ -108,7 +122,19 @@ func New(opts ...Opt) (*Processor, error) {
 	}
 	topics := append(append([]string{}, c.topics...), p.retryTopics...)
 
-	kopts := append([]kgo.Opt{}, c.clientOpts...)
+	// Kafka's fetch.max.wait.ms default (franz-go's is 5s): a partition
+	// resumed after a pause joins the next fetch only once the fetch in
+	// flight returns, which on idle partitions takes this long. ClientOpts
+	// may override it.
+	//
+	// Heartbeats every third of the session timeout, at most every 3s
+	// (Kafka's heartbeat.interval.ms default): with franz-go's fixed 3s, a
+	// SessionTimeout under 3s would expire the session between heartbeats.
+	kopts := []kgo.Opt{
+		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.HeartbeatInterval(min(3*time.Second, c.sessionTimeout/3)),
+	}
+	kopts = append(kopts, c.clientOpts...)
 	kopts = append(kopts,
 		kgo.SeedBrokers(c.brokers...),
 		kgo.ClientID(c.clientID),
@@ -178,6 +204,8 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.ran = true
 	p.mu.Unlock()
 
+	p.cfg.metrics.track(p)
+	defer p.cfg.metrics.untrack(p)
 	var wg sync.WaitGroup
 	for range p.cfg.concurrency {
 		wg.Add(1)
@@ -197,6 +225,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.stopping = true
 	p.cond.Broadcast()
+	p.workCond.Broadcast()
 	p.mu.Unlock()
 	wg.Wait()
 	p.cl.Close() // leaves the group; onRevoked finds nothing left to commit
@@ -221,7 +250,7 @@ func (p *Processor) pollLoop(ctx context.Context) error {
 		for p.paused && ctx.Err() == nil {
 			p.waitWithContext(ctx)
 		}
-		room := p.cfg.maxRecords - p.inRecs
+		room := p.cfg.maxRecords - (p.inRecs - p.parked)
 		p.mu.Unlock()
 		if ctx.Err() != nil {
 			return nil
@@ -284,6 +313,10 @@ type Health struct {
 	Partitions []string `json:"partitions"`
 	InFlight   int      `json:"inFlight"`
 	Paused     bool     `json:"paused"`
+	// Parked counts held records of failing keys or partitions, and
+	// retry-topic records waiting for their due time: they do not use up
+	// MaxInFlight room.
+	Parked int `json:"parked"`
 	// Blocked lists partitions whose retry-topic or DLQ write keeps failing:
 	// they are paused and their commit point is held.
 	Blocked []string `json:"blocked,omitempty"`
@@ -306,6 +339,7 @@ func (p *Processor) Health() Health {
 	}
 	h.InFlight = p.inRecs
 	h.Paused = p.paused
+	h.Parked = p.parked
 	return h
 }
 

@@ -12,15 +12,19 @@ import (
 // partitions was enqueued before their state exists.
 func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for topic, parts := range assigned {
+		_, retry := p.retryIndex[topic]
 		for _, part := range parts {
 			k := tp{topic, part}
-			if old := p.parts[k]; old != nil && old.state != partGone {
+			if old := p.parts[k]; old != nil && old.state == partActive {
 				continue
 			}
+			// An older state of k still being released (a shutdown racing a
+			// rebalance) is replaced: its final commit is then refused,
+			// because it no longer is p.parts[k] (see commitSync).
 			ctx, cancel := context.WithCancel(p.baseCtx)
-			p.parts[k] = &partState{tp: k, tracker: newOffsetTracker(), lanes: make(map[laneKey]*lane), committed: -1, ctx: ctx, cancel: cancel}
+			p.parts[k] = &partState{tp: k, retry: retry, tracker: newOffsetTracker(), lanes: make(map[laneKey]*lane),
+				committed: -1, fetchPaused: p.paused, ctx: ctx, cancel: cancel}
 		}
 	}
 	// cl, not p.cl: the group may assign before New has stored p.cl.
@@ -29,6 +33,10 @@ func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, assigned map[s
 	} else {
 		cl.ResumeFetchPartitions(assigned) // a partition paused under an earlier assignment must not stay paused
 	}
+	if h := p.cfg.hooks.partitions; h != nil {
+		h("assigned", assigned)
+	}
+	p.mu.Unlock()
 	p.cfg.metrics.rebalance(p.cfg.group, "assigned")
 	p.cfg.logger.Info("partitions assigned", "partitions", assigned)
 }
@@ -47,16 +55,35 @@ func (p *Processor) onLost(_ context.Context, cl *kgo.Client, lost map[string][]
 	p.release(cl, lost, false, "lost")
 }
 
-// release gives partitions up. With commit, it drains in-flight records (up to
-// DrainTimeout) and synchronously commits the contiguous completed offsets
-// before returning; without, it discards everything.
+// release gives partitions up. With commit (revoke, shutdown) it stops
+// dispatching them, drops their queued records, waits for their in-flight
+// handler calls up to DrainTimeout, stops accepting completions, and commits
+// the contiguous completed offsets synchronously. Without commit (lost) it
+// cancels and discards everything at once. Either way, when it returns no
+// commit for these partitions is in flight and none will be sent: the
+// partitions leave p.parts only after the final commit, and commitSync sends
+// offsets only for partitions still in p.parts and not lost.
 func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit bool, why string) {
 	p.mu.Lock()
-	var list []*partState
+	var list, others []*partState
 	for topic, ps := range parts {
 		for _, part := range ps {
 			s := p.parts[tp{topic, part}]
-			if s == nil || s.state != partActive {
+			if s == nil {
+				continue
+			}
+			if !commit {
+				s.lost = true
+			}
+			if s.state != partActive {
+				// Being released by a concurrent call (a shutdown racing a
+				// rebalance): a revoke waits for it to finish, a loss
+				// cancels it and forbids its commit.
+				if commit {
+					others = append(others, s)
+				} else {
+					s.cancel()
+				}
 				continue
 			}
 			s.state = partDraining
@@ -64,11 +91,10 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 			list = append(list, s)
 		}
 	}
-	if len(list) == 0 {
-		p.mu.Unlock()
-		return
+	if h := p.cfg.hooks.partitions; h != nil {
+		h("release-start:"+why, parts) // under p.mu: no handler starts after it
 	}
-	if commit && p.cfg.drainTimeout > 0 {
+	if commit && p.cfg.drainTimeout > 0 && anyRunning(list) {
 		deadline := time.Now().Add(p.cfg.drainTimeout)
 		timer := time.AfterFunc(p.cfg.drainTimeout, func() {
 			p.mu.Lock()
@@ -80,40 +106,55 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 		}
 		timer.Stop()
 	}
-	offsets := make(map[string]map[int32]kgo.EpochOffset)
+	batch := make(map[*partState]int64)
 	for _, s := range list {
-		s.state = partGone
+		s.state = partReleased // completions from now on are discarded
 		s.cancel()
-		if s.running > 0 {
+		if s.running > 0 && commit {
 			p.cfg.logger.Warn("in-flight records still running after drain timeout; they will be redelivered to the next owner", "topic", s.tp.topic, "partition", s.tp.partition, "running", s.running)
 		}
+		if commit && !s.lost && s.tracker.mark > s.committed {
+			batch[s] = s.tracker.mark
+		}
+	}
+	p.mu.Unlock()
+
+	if commit && len(list) > 0 {
+		// commitMu also waits for a periodic commit in flight, which may
+		// include these partitions. (A cooperative rebalance calls
+		// OnPartitionsRevoked with nothing in it: that must not wait.)
+		p.commitMu.Lock()
+		if len(batch) > 0 {
+			p.commitSync(cl, batch)
+		}
+		p.commitMu.Unlock()
+	}
+
+	p.mu.Lock()
+	for _, s := range list {
 		p.inRecs -= s.recs
 		p.inBytes -= s.bytes
+		p.parkLocked(s, -s.parked, -s.parkedB)
 		s.recs, s.bytes = 0, 0
-		if commit && s.tracker.mark > s.committed {
-			if offsets[s.tp.topic] == nil {
-				offsets[s.tp.topic] = make(map[int32]kgo.EpochOffset)
-			}
-			offsets[s.tp.topic][s.tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: s.tracker.mark}
-		}
 		if p.parts[s.tp] == s {
 			delete(p.parts, s.tp)
 		}
 		p.cfg.metrics.forget(p.cfg.group, s.tp)
 	}
+	for !allReleased(p.parts, others) {
+		p.cond.Wait()
+	}
 	p.cfg.metrics.setInFlight(p.cfg.group, p.cfg.clientID, p.inRecs, p.inBytes)
-	p.maybeResumeLocked()
+	p.checkBackpressureLocked()
 	p.cond.Broadcast()
 	p.mu.Unlock()
 
 	cl.ResumeFetchPartitions(parts) // clear pause state of partitions we no longer hold
-	p.cfg.metrics.rebalance(p.cfg.group, why)
-	p.cfg.logger.Info("partitions released", "why", why, "partitions", parts, "commit", offsets)
-	if len(offsets) > 0 {
-		p.commitMu.Lock()
-		p.commitSync(cl, offsets)
-		p.commitMu.Unlock()
+	if h := p.cfg.hooks.partitions; h != nil {
+		h("release-end:"+why, parts)
 	}
+	p.cfg.metrics.rebalance(p.cfg.group, why)
+	p.cfg.logger.Info("partitions released", "why", why, "partitions", parts, "committed", len(batch))
 }
 
 // dropQueuedLocked drops every record of s that no worker is processing.
@@ -128,11 +169,17 @@ func (p *Processor) dropQueuedLocked(s *partState) {
 			p.inBytes -= it.size
 			s.recs--
 			s.bytes -= it.size
+			l.bytes -= it.size
+			if l.failing {
+				p.parkLocked(s, -1, -it.size)
+			}
 		}
 		clear(l.queue[keep:])
 		l.queue = l.queue[:keep]
+		l.waiting = false
 		if keep == 0 {
 			l.active = false
+			l.failing = false
 			delete(s.lanes, k)
 		}
 	}
@@ -147,4 +194,14 @@ func anyRunning(list []*partState) bool {
 		}
 	}
 	return false
+}
+
+// allReleased reports whether none of list is in parts any more.
+func allReleased(parts map[tp]*partState, list []*partState) bool {
+	for _, s := range list {
+		if parts[s.tp] == s {
+			return false
+		}
+	}
+	return true
 }

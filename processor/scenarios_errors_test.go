@@ -1,0 +1,608 @@
+package processor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/schema"
+)
+
+// Scenario tests for failing records: SCENARIOS.md S05, S07, S08, S09, S10,
+// S11 and the retry-topic path.
+
+// S05: 1 partition, records 1..5, record 3 fails permanently while 4 and 5
+// succeed first (unordered mode). The commit point must not pass record 3
+// before it is in the DLQ: checked both on the recorded history (no commit
+// passes an offset not completed, and record 3 completes only by its DLQ
+// write) and against the broker (at every commit that passes offset 2, the
+// DLQ already holds the record). Transient failures take the same path after
+// MaxAttempts.
+func TestS05_FailureNotSkippedByLaterSuccess(t *testing.T) {
+	for _, permanent := range []bool{true, false} {
+		t.Run(fmt.Sprintf("permanent=%v", permanent), func(t *testing.T) {
+			addrs := testCluster(t, map[string]int32{"in": 1, "g.dlq": 1})
+			var recs []*kgo.Record
+			for i := 1; i <= 5; i++ {
+				recs = append(recs, &kgo.Record{Topic: "in", Key: []byte("k" + strconv.Itoa(i)), Value: val(i)})
+			}
+			produce(t, addrs, recs...)
+			h := newRecorder()
+			admCl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admCl.Close()
+			adm := kadm.NewClient(admCl)
+			var mu sync.Mutex
+			var violations []string
+			oracle := func(offs map[string]map[int32]kgo.EpochOffset) {
+				o, ok := offs["in"][0]
+				if !ok || o.Offset <= 2 {
+					return
+				}
+				ends, err := adm.ListEndOffsets(context.Background(), "g.dlq")
+				end, _ := ends.Lookup("g.dlq", 0)
+				if err != nil || end.Offset < 1 {
+					mu.Lock()
+					violations = append(violations, fmt.Sprintf("commit %d passes offset 2 before its DLQ write (dlq end %d, err %v)", o.Offset, end.Offset, err))
+					mu.Unlock()
+				}
+			}
+			laterDone := func() bool {
+				return h.count(func(e event) bool { return e.Kind == evCompleted && e.Offset >= 3 }) == 2
+			}
+			hk := h.hooks("A")
+			opts := []Opt{Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderUnordered), Concurrency(4),
+				MaxAttempts(3), Backoff(time.Millisecond, 5*time.Millisecond), CommitInterval(10 * time.Millisecond),
+				WithHandler(func(ctx context.Context, r *kgo.Record) error {
+					if string(r.Value) != string(val(3)) {
+						return nil
+					}
+					// Fail only once records 4 and 5 have succeeded: a
+					// later success must not carry the commit past 3.
+					for !laterDone() {
+						select {
+						case <-ctx.Done():
+							return ctx.Err()
+						case <-time.After(time.Millisecond):
+						}
+					}
+					if permanent {
+						return Permanent(errors.New("cannot ever work"))
+					}
+					return errors.New("still broken")
+				})}
+			p, err := New(append(opts, hk)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.cfg.hooks.beforeCommit = oracle
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- p.Run(ctx) }()
+			waitFor(t, 20*time.Second, "all committed", func() bool { return committed(t, addrs, "g", "in")[0] == 5 })
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			ev := h.snapshot()
+			checkHistory(t, ev, logOffsetsOf(t, addrs, "in"), true)
+			// Record 3 (offset 2) completed only by its DLQ write, after 4
+			// and 5 had completed.
+			var seq3, seqLater int64 = -1, -1
+			for _, e := range ev {
+				if e.Kind != evCompleted {
+					continue
+				}
+				switch {
+				case e.Offset == 2:
+					if e.Target != "g.dlq" {
+						t.Fatalf("record 3 completed with target %q, want g.dlq", e.Target)
+					}
+					seq3 = e.Seq
+				case e.Offset > 2:
+					seqLater = max(seqLater, e.Seq)
+				}
+			}
+			if seq3 < 0 || seqLater < 0 || seqLater > seq3 {
+				t.Fatalf("records 4 and 5 must succeed before record 3 is dead-lettered (seq %d vs %d)", seqLater, seq3)
+			}
+			dlq := readAll(t, addrs, "g.dlq", 1, 10*time.Second)
+			if len(dlq) != 1 || string(dlq[0].Value) != string(val(3)) {
+				t.Fatalf("DLQ: %d records", len(dlq))
+			}
+			hdr := headerMap(dlq[0])
+			wantAttempts, wantClass := "3", "transient"
+			if permanent {
+				wantAttempts, wantClass = "1", "permanent"
+			}
+			if hdr[HeaderOriginalOffset] != "2" || hdr[HeaderAttempts] != wantAttempts || hdr[HeaderErrorClass] != wantClass {
+				t.Fatalf("DLQ headers: %v", hdr)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(violations) > 0 {
+				t.Fatal(violations)
+			}
+		})
+	}
+}
+
+// S07: 1 partition, record 3 always fails (an error, or a panic), 2 retries
+// (MaxAttempts 3). Record 3 is tried exactly 3 times, lands in the DLQ, the
+// records after it are handled, and a restarted consumer does not go back to
+// record 3: there is no crash loop.
+func TestS07_NoRetryCrashLoop(t *testing.T) {
+	for _, mode := range []string{"error", "panic"} {
+		t.Run(mode, func(t *testing.T) {
+			addrs := testCluster(t, map[string]int32{"in": 1, "g.dlq": 1})
+			const n = 10
+			var recs []*kgo.Record
+			for i := 1; i <= n; i++ {
+				recs = append(recs, &kgo.Record{Topic: "in", Key: []byte("k"), Value: val(i)})
+			}
+			produce(t, addrs, recs...)
+			h := newRecorder()
+			var attempts3 atomic.Int32
+			handler := func(ctx context.Context, r *kgo.Record) error {
+				if string(r.Value) == string(val(3)) {
+					attempts3.Add(1)
+					if mode == "panic" {
+						panic("record 3 is poison")
+					}
+					return errors.New("record 3 is poison")
+				}
+				return nil
+			}
+			opts := func(name string) []Opt {
+				return []Opt{Brokers(addrs...), Group("g"), Topics("in"), MaxAttempts(3), Backoff(time.Millisecond, 4*time.Millisecond),
+					CommitInterval(10 * time.Millisecond), WithHandler(handler), h.hooks(name)}
+			}
+			a := startMember(t, opts("A")...)
+			waitFor(t, 20*time.Second, "records after 3 committed", func() bool { return committed(t, addrs, "g", "in")[0] == n })
+			a.stop()
+			if got := attempts3.Load(); got != 3 {
+				t.Fatalf("record 3 tried %d times, want 3", got)
+			}
+			// Restart: the next consumer starts after record 3 and handles
+			// new input.
+			produce(t, addrs, &kgo.Record{Topic: "in", Key: []byte("k"), Value: val(n + 1)})
+			b := startMember(t, opts("B")...)
+			waitFor(t, 20*time.Second, "new record committed", func() bool { return committed(t, addrs, "g", "in")[0] == n+1 })
+			b.stop()
+			if got := attempts3.Load(); got != 3 {
+				t.Fatalf("record 3 tried %d times after a restart, want still 3", got)
+			}
+			rep := checkHistory(t, h.snapshot(), logOffsetsOf(t, addrs, "in"), true)
+			if len(rep.duplicates) > 0 {
+				t.Fatalf("duplicates without any crash or rebalance: %v", rep.duplicates)
+			}
+			dlq := readAll(t, addrs, "g.dlq", 1, 10*time.Second)
+			if len(dlq) != 1 {
+				t.Fatalf("DLQ holds %d records, want 1", len(dlq))
+			}
+			hdr := headerMap(dlq[0])
+			if hdr[HeaderAttempts] != "3" || hdr[HeaderOriginalOffset] != "2" || hdr[HeaderErrorMessage] == "" {
+				t.Fatalf("DLQ headers %v", hdr)
+			}
+		})
+	}
+}
+
+// S08: a valid orderCreated event, then random bytes, then a valid event, on
+// one partition, decoded with the project's schema registry serde. The bytes
+// go to the DLQ with their raw value, their original headers and the class
+// "undecodable"; the third event is handled; the partition is committed to
+// its end (no stall).
+func TestS08_UndecodableBytes(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{order.TopicOrderCreated: 1, "g.dlq": 1})
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	rcl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serde, err := schema.New(context.Background(), rcl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := func(id string) []byte {
+		ev := order.OrderCreated{EventID: "evt_" + id, Order: order.Order{OrderID: "ord_" + id, CustomerID: "17850",
+			CreatedAt: time.Date(2010, 12, 1, 8, 26, 0, 0, time.UTC),
+			Lines:     []order.Line{{StockCode: "85123A", Quantity: 2, UnitPrice: 2550, LineTotal: 5100}}, Total: 5100}}
+		b, err := serde.Encode(order.TopicOrderCreated, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	garbage := []byte{0xc3, 0xde, 0xad, 0xbe, 0xef, 0x13, 0x37, 0xff, 0x00, 0x7f}
+	hdrs := []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}, {Key: "x-source", Value: []byte("fuzz")}}
+	produce(t, addrs,
+		&kgo.Record{Topic: order.TopicOrderCreated, Key: []byte("17850"), Value: event("1")},
+		&kgo.Record{Topic: order.TopicOrderCreated, Key: []byte("17850"), Value: garbage, Headers: hdrs},
+		&kgo.Record{Topic: order.TopicOrderCreated, Key: []byte("17850"), Value: event("3")},
+	)
+	var mu sync.Mutex
+	var handled []string
+	m := startMember(t, Brokers(addrs...), Group("g"), Topics(order.TopicOrderCreated), CommitInterval(10*time.Millisecond),
+		Backoff(time.Millisecond, 2*time.Millisecond),
+		WithHandler(func(ctx context.Context, r *kgo.Record) error {
+			var ev order.OrderCreated
+			if _, err := serde.DecodeContext(ctx, r.Topic, r.Value, &ev); err != nil {
+				if schema.IsDecodeError(err) {
+					return Permanent(err)
+				}
+				return err
+			}
+			mu.Lock()
+			handled = append(handled, ev.EventID)
+			mu.Unlock()
+			return nil
+		}))
+	waitFor(t, 20*time.Second, "partition committed to its end", func() bool {
+		return committed(t, addrs, "g", order.TopicOrderCreated)[0] == 3
+	})
+	m.stop()
+	mu.Lock()
+	if fmt.Sprint(handled) != "[evt_1 evt_3]" {
+		t.Fatalf("handled %v, want [evt_1 evt_3]", handled)
+	}
+	mu.Unlock()
+	dlq := readAll(t, addrs, "g.dlq", 1, 10*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("DLQ holds %d records", len(dlq))
+	}
+	d := dlq[0]
+	if !bytes.Equal(d.Value, garbage) || string(d.Key) != "17850" {
+		t.Fatalf("DLQ record key %q value %x, want the raw bytes %x", d.Key, d.Value, garbage)
+	}
+	hdr := headerMap(d)
+	if hdr["traceparent"] != string(hdrs[0].Value) || hdr["x-source"] != "fuzz" {
+		t.Fatalf("original headers not kept: %v", hdr)
+	}
+	if hdr[HeaderErrorClass] != schema.ClassUndecodable || hdr[HeaderOriginalOffset] != "1" || hdr[HeaderAttempts] != "1" {
+		t.Fatalf("DLQ headers %v", hdr)
+	}
+}
+
+// S09: a keyed event, an event with a null key, a tombstone (a key with a
+// null value) and an empty (not null) value, in key order mode. None crashes
+// the consumer; the handler sees nil where the record had null; the ones the
+// handler refuses land in the DLQ with a clear reason, and the tombstone's
+// DLQ copy is still a real null (not an empty value).
+func TestS09_NullKeyNullValueTombstone(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1, "g.dlq": 1})
+	produce(t, addrs,
+		&kgo.Record{Topic: "in", Key: []byte("k1"), Value: []byte("v1")},
+		&kgo.Record{Topic: "in", Key: nil, Value: []byte("no key")},
+		&kgo.Record{Topic: "in", Key: []byte("k2"), Value: nil},
+		&kgo.Record{Topic: "in", Key: []byte("k3"), Value: []byte{}},
+		&kgo.Record{Topic: "in", Key: []byte("k4"), Value: []byte("v4")},
+	)
+	type seen struct{ nilKey, nilValue bool }
+	var mu sync.Mutex
+	got := map[int64]seen{}
+	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderKey), CommitInterval(10*time.Millisecond),
+		WithHandler(func(ctx context.Context, r *kgo.Record) error {
+			mu.Lock()
+			got[r.Offset] = seen{r.Key == nil, r.Value == nil}
+			mu.Unlock()
+			switch {
+			case r.Key == nil:
+				return Permanentf("null key: this consumer needs a customer id key")
+			case r.Value == nil:
+				return Permanentf("tombstone for key %q: deletes are not supported", r.Key)
+			}
+			return nil
+		}))
+	waitFor(t, 20*time.Second, "partition committed to its end", func() bool { return committed(t, addrs, "g", "in")[0] == 5 })
+	m.stop()
+	mu.Lock()
+	want := map[int64]seen{0: {}, 1: {nilKey: true}, 2: {nilValue: true}, 3: {}, 4: {}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("handler saw %v, want %v (null must stay nil, empty must stay non-nil)", got, want)
+	}
+	mu.Unlock()
+	dlq := readAll(t, addrs, "g.dlq", 2, 10*time.Second)
+	if len(dlq) != 2 {
+		t.Fatalf("DLQ holds %d records, want 2", len(dlq))
+	}
+	byOffset := map[string]*kgo.Record{}
+	for _, r := range dlq {
+		byOffset[headerMap(r)[HeaderOriginalOffset]] = r
+	}
+	nk, ts := byOffset["1"], byOffset["2"]
+	if nk == nil || ts == nil {
+		t.Fatalf("DLQ records for offsets %v, want 1 and 2", byOffset)
+	}
+	if nk.Key != nil || string(nk.Value) != "no key" || !strings.Contains(headerMap(nk)[HeaderErrorMessage], "null key") {
+		t.Fatalf("null-key DLQ record: key %v value %q headers %v", nk.Key, nk.Value, headerMap(nk))
+	}
+	if ts.Value != nil || string(ts.Key) != "k2" || !strings.Contains(headerMap(ts)[HeaderErrorMessage], "tombstone") {
+		t.Fatalf("tombstone DLQ record: key %q value %v (nil: %v) headers %v", ts.Key, ts.Value, ts.Value == nil, headerMap(ts))
+	}
+}
+
+// S10: key order mode, 3 partitions, 10,000 events over 5 keys, every event
+// of one key always fails, Concurrency 12, MaxInFlight 1,000 records. The
+// bad key's second attempt is held until the good keys are done: the 8,000
+// good events must all succeed meanwhile, which they can only if the bad
+// key's records, waiting for a retry or parked behind its failing head, do
+// not use up the in-flight room (with them counted, fetching pauses for every
+// partition once MaxInFlight of them are held, and the good keys wait for the
+// bad one). Then every bad event goes to the DLQ after exactly MaxAttempts.
+//
+// The bad key is alone on its partition: a good key sharing it is fetched
+// along until the parked records fill their own room (MaxInFlight again),
+// then waits with it, because memory is bounded.
+func TestS10_OneBadKeyDoesNotStallOthers(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 3, "g.dlq": 3})
+	const n, keys = 10000, 5
+	keyPart := map[string]int32{"bad": 0, "g1": 1, "g2": 1, "g3": 2, "g4": 2}
+	names := []string{"bad", "g1", "g2", "g3", "g4"}
+	var recs []*kgo.Record
+	for i := range n {
+		k := names[i%keys]
+		recs = append(recs, &kgo.Record{Topic: "in", Partition: keyPart[k], Key: []byte(k), Value: val(i)})
+	}
+	produce(t, addrs, recs...)
+	var good, badAttempts, running, maxRunning atomic.Int64
+	goodDone := make(chan struct{})
+	var badOnce sync.Once
+	stalled := make(chan struct{})
+	var parkedSeen atomic.Int64
+	var mp atomic.Pointer[Processor]
+	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderKey), Concurrency(12), MaxInFlight(1000, 1<<20),
+		MaxAttempts(2), Backoff(time.Millisecond, 2*time.Millisecond), CommitInterval(20*time.Millisecond),
+		WithHandler(func(ctx context.Context, r *kgo.Record) error {
+			if c := running.Add(1); c > maxRunning.Load() {
+				maxRunning.Store(c)
+			}
+			defer running.Add(-1)
+			if string(r.Key) != "bad" {
+				if good.Add(1) == n/keys*(keys-1) {
+					parkedSeen.Store(int64(mp.Load().Health().Parked))
+					close(goodDone)
+				}
+				return nil
+			}
+			if badAttempts.Add(1) == 2 {
+				badOnce.Do(func() { close(stalled) })
+				select {
+				case <-goodDone:
+				case <-time.After(30 * time.Second):
+					return errors.New("good keys never finished")
+				}
+			}
+			return errors.New("bad key")
+		}))
+	mp.Store(m.p)
+	<-stalled
+	select {
+	case <-goodDone:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("good keys stalled behind the bad key: %d of %d handled, health %+v", good.Load(), n/keys*(keys-1), m.p.Health())
+	}
+	if parkedSeen.Load() == 0 {
+		t.Fatalf("the bad key's records were not parked while it was failing")
+	}
+	ends := endOffsets(t, addrs, "in")
+	waitFor(t, 60*time.Second, "everything committed", func() bool { return committedEquals(t, addrs, "g", ends) })
+	m.stop()
+	if got := badAttempts.Load(); got != 2*n/keys {
+		t.Fatalf("bad key: %d attempts for %d records, want exactly MaxAttempts (2) each", got, n/keys)
+	}
+	if good.Load() != n/keys*(keys-1) {
+		t.Fatalf("good records handled %d times, want %d", good.Load(), n/keys*(keys-1))
+	}
+	if maxRunning.Load() > 12 {
+		t.Fatalf("%d handlers ran at once, Concurrency is 12", maxRunning.Load())
+	}
+	dlq := endOffsets(t, addrs, "g.dlq")
+	total := int64(0)
+	for _, o := range dlq {
+		total += o
+	}
+	if total != n/keys {
+		t.Fatalf("DLQ holds %d records, want %d", total, n/keys)
+	}
+}
+
+// S11: source topic with 20 partitions, DLQ with 5. A poison record on
+// partition 17 is dead-lettered into the partition its key hashes to. Then
+// the DLQ write is made to fail: the source offset stays uncommitted, the
+// partition is paused, health and metrics report it, the other partitions go
+// on; once the DLQ accepts writes again the partition is released.
+func TestS11_DLQWithFewerPartitions(t *testing.T) {
+	c, addrs := testClusterC(t, map[string]int32{"in": 20, "g.dlq": 5})
+	produce(t, addrs, &kgo.Record{Topic: "in", Partition: 17, Key: []byte("poison-17"), Value: []byte("poison")},
+		&kgo.Record{Topic: "in", Partition: 17, Key: []byte("k"), Value: []byte("ok")})
+	reg := prometheus.NewRegistry()
+	h := newRecorder()
+	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(10*time.Millisecond), MaxAttempts(1),
+		Backoff(5*time.Millisecond, 20*time.Millisecond), WithMetrics(NewMetrics(reg)), h.hooks("A"),
+		WithHandler(func(ctx context.Context, r *kgo.Record) error {
+			if string(r.Value) == "poison" {
+				return Permanentf("poison record")
+			}
+			return nil
+		}))
+	waitFor(t, 20*time.Second, "partition 17 committed", func() bool { return committed(t, addrs, "g", "in")[17] == 2 })
+	dlq := readAll(t, addrs, "g.dlq", 1, 10*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("DLQ holds %d records", len(dlq))
+	}
+	want := kgo.StickyKeyPartitioner(nil).ForTopic("g.dlq").Partition(&kgo.Record{Key: []byte("poison-17")}, 5)
+	if dlq[0].Partition != int32(want) || headerMap(dlq[0])[HeaderOriginalPartition] != "17" {
+		t.Fatalf("DLQ record in partition %d (want %d, by key) headers %v", dlq[0].Partition, want, headerMap(dlq[0]))
+	}
+
+	// Now the DLQ refuses writes.
+	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "g.dlq", Err: kerr.TopicAuthorizationFailed, Count: -1})
+	produce(t, addrs, &kgo.Record{Topic: "in", Partition: 3, Key: []byte("poison-3"), Value: []byte("poison")},
+		&kgo.Record{Topic: "in", Partition: 3, Key: []byte("k"), Value: []byte("after")},
+		&kgo.Record{Topic: "in", Partition: 4, Key: []byte("k"), Value: []byte("other partition")})
+	waitFor(t, 20*time.Second, "health reports partition 3 blocked", func() bool {
+		hl := m.p.Health()
+		return len(hl.Blocked) == 1 && strings.HasPrefix(hl.Blocked[0], "in[3]")
+	})
+	waitFor(t, 20*time.Second, "partition 4 committed meanwhile", func() bool { return committed(t, addrs, "g", "in")[4] == 1 })
+	paused := m.p.Client().PauseFetchPartitions(nil)
+	if !slices.Contains(paused["in"], 3) {
+		t.Fatalf("partition 3 not paused while its DLQ write fails: paused %v", paused)
+	}
+	waitFor(t, 10*time.Second, "the DLQ write retried", func() bool { return fault.Hits() >= 3 })
+	if got := committed(t, addrs, "g", "in")[3]; got > 0 {
+		t.Fatalf("partition 3 committed to %d while its poison record's DLQ write fails", got)
+	}
+	if v := counterValue(t, reg, "ordercast_consumer_forward_failures_total"); v < 1 {
+		t.Fatalf("forward_failures_total = %v", v)
+	}
+	fault.Remove()
+	waitFor(t, 20*time.Second, "partition 3 released and committed", func() bool { return committed(t, addrs, "g", "in")[3] == 2 })
+	if hl := m.p.Health(); len(hl.Blocked) != 0 {
+		t.Fatalf("still blocked after the DLQ recovered: %v", hl.Blocked)
+	}
+	m.stop()
+	checkHistory(t, h.snapshot(), logOffsetsOf(t, addrs, "in"), true)
+}
+
+// TestRetryTopicsEndToEnd: a record fails transiently 4 times with
+// MaxAttempts 2 and RetryTopics(50ms, 100ms): 2 attempts in place, 2 from
+// retry topic 1, success from retry topic 2. Every attempt shows the
+// handler the original coordinates; a retry record is not handled before its
+// due time; the other records (same partition included) are not held up by
+// the wait; the retry topics' committed offsets pass a record only after it
+// was handled (history check); each hop replaces the runtime headers.
+func TestRetryTopicsEndToEnd(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 2, "g.retry.1": 1, "g.retry.2": 1, "g.dlq": 1})
+	recs := []*kgo.Record{{Topic: "in", Partition: 0, Key: []byte("x"), Value: []byte("flaky"),
+		Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("t1")}}}}
+	for i := 1; i < 20; i++ {
+		recs = append(recs, &kgo.Record{Topic: "in", Partition: int32(i % 2), Key: []byte("x"), Value: val(i)})
+	}
+	produce(t, addrs, recs...)
+	orig := readAll(t, addrs, "in", 1, 5*time.Second)[0]
+	type call struct {
+		topic string // as fetched
+		view  kgo.Record
+		at    time.Time
+	}
+	var mu sync.Mutex
+	var calls []call
+	h := newRecorder()
+	hs := h.hookSet("A")
+	start := hs.handleStart
+	var fetchedTopics []string
+	hs.handleStart = func(rec, view *kgo.Record) {
+		if string(rec.Value) == "flaky" {
+			mu.Lock()
+			fetchedTopics = append(fetchedTopics, rec.Topic)
+			mu.Unlock()
+		}
+		start(rec, view)
+	}
+	p, err := New(Brokers(addrs...), Group("g"), Topics("in"), MaxAttempts(2), RetryTopics(50*time.Millisecond, 100*time.Millisecond),
+		Backoff(time.Millisecond, 2*time.Millisecond), CommitInterval(5*time.Millisecond), withHooks(hs),
+		WithHandler(func(ctx context.Context, r *kgo.Record) error {
+			if string(r.Value) != "flaky" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, call{view: *r, at: time.Now()})
+			if len(calls) <= 4 {
+				return fmt.Errorf("flaky failure %d", len(calls))
+			}
+			return nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	waitFor(t, 20*time.Second, "everything committed", func() bool {
+		return committedEquals(t, addrs, "g", map[tp]int64{{"in", 0}: 10, {"in", 1}: 10, {"g.retry.1", 0}: 1, {"g.retry.2", 0}: 1})
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 5 || fmt.Sprint(fetchedTopics) != "[in in g.retry.1 g.retry.1 g.retry.2]" {
+		t.Fatalf("%d attempts from %v, want 5 from [in in g.retry.1 g.retry.1 g.retry.2]", len(calls), fetchedTopics)
+	}
+	for i, c := range calls {
+		v := c.view
+		if v.Topic != "in" || v.Partition != 0 || v.Offset != orig.Offset || !v.Timestamp.Equal(orig.Timestamp) ||
+			string(v.Key) != "x" || len(v.Headers) != 1 || v.Headers[0].Key != "traceparent" {
+			t.Fatalf("attempt %d: handler saw %s[%d]@%d ts %v key %q headers %v, want the original record", i+1, v.Topic, v.Partition, v.Offset, v.Timestamp, v.Key, v.Headers)
+		}
+	}
+	r1 := readAll(t, addrs, "g.retry.1", 1, 5*time.Second)
+	r2 := readAll(t, addrs, "g.retry.2", 1, 5*time.Second)
+	if len(r1) != 1 || len(r2) != 1 {
+		t.Fatalf("retry topics hold %d and %d records, want 1 and 1", len(r1), len(r2))
+	}
+	for i, rr := range []*kgo.Record{r1[0], r2[0]} {
+		counts := map[string]int{}
+		for _, hd := range rr.Headers {
+			counts[hd.Key]++
+		}
+		for k, c := range counts {
+			if c != 1 {
+				t.Fatalf("retry topic %d record has header %s %d times (headers must be replaced, not appended)", i+1, k, c)
+			}
+		}
+		hdr := headerMap(rr)
+		if hdr[HeaderOriginalTopic] != "in" || hdr[HeaderOriginalOffset] != strconv.FormatInt(orig.Offset, 10) ||
+			hdr[HeaderAttempts] != strconv.Itoa(2*(i+1)) || hdr["traceparent"] != "t1" {
+			t.Fatalf("retry topic %d headers %v", i+1, hdr)
+		}
+		due, _ := strconv.ParseInt(hdr[HeaderRetryDue], 10, 64)
+		if at := calls[2+2*i].at; at.Before(time.UnixMilli(due)) {
+			t.Fatalf("retry topic %d record handled at %v, before its due time %v", i+1, at, time.UnixMilli(due))
+		}
+	}
+	// The other records, including those behind the flaky one in its
+	// partition, were done before the first retry-topic attempt.
+	ev := h.snapshot()
+	var firstRetry int64 = -1
+	for _, e := range ev {
+		if e.Kind == evHandle && e.Topic == "g.retry.1" {
+			firstRetry = e.Seq
+			break
+		}
+	}
+	for _, e := range ev {
+		if e.Kind == evCompleted && e.Topic == "in" && e.Value != "flaky" && e.Seq > firstRetry {
+			t.Fatalf("%s[%d]@%d completed only after the retry wait: the wait held up other records", e.Topic, e.Partition, e.Offset)
+		}
+	}
+	checkHistory(t, ev, logOffsetsOf(t, addrs, "in", "g.retry.1", "g.retry.2"), true)
+	if dl := endOffsets(t, addrs, "g.dlq"); dl[tp{"g.dlq", 0}] != 0 {
+		t.Fatalf("DLQ holds %d records, want none", dl[tp{"g.dlq", 0}])
+	}
+}
