@@ -31,6 +31,12 @@ func txnRelay(t *testing.T, db *store.DB, addrs []string, name string, opts ...o
 // readTopic reads every data record of topic up to its end: the last stable
 // offset as a read_committed reader (committed), or the high watermark as a
 // read_uncommitted one (aborted transactions' records included).
+//
+// A committed read first waits until no transaction is in flight on the
+// topic (last stable offset = high watermark): on Apache Kafka the
+// coordinator writes the commit and abort markers after EndTxn has answered,
+// so the last transaction becomes visible to read_committed readers a moment
+// after the relay committed it (kfake writes them before answering).
 func readTopic(t *testing.T, addrs []string, topic string, committed bool) []*kgo.Record {
 	t.Helper()
 	ctx := ctxT(t)
@@ -43,6 +49,19 @@ func readTopic(t *testing.T, addrs []string, topic string, committed bool) []*kg
 	iso := kgo.ReadUncommitted()
 	if committed {
 		list, iso = kadm.NewClient(adm).ListCommittedOffsets, kgo.ReadCommitted()
+		waitFor(t, topic+": last stable offsets at the high watermarks", func() bool {
+			lso, err1 := kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
+			hwm, err2 := kadm.NewClient(adm).ListEndOffsets(ctx, topic)
+			if err1 != nil || err2 != nil {
+				return false
+			}
+			same := true
+			hwm.Each(func(o kadm.ListedOffset) {
+				l, ok := lso.Lookup(topic, o.Partition)
+				same = same && ok && l.Err == nil && o.Err == nil && l.Offset == o.Offset
+			})
+			return same
+		})
 	}
 	ends, err := list(ctx, topic)
 	if err != nil {
