@@ -170,7 +170,10 @@ type generator struct {
 	seed      int64
 }
 
-func newGenerator(ctx context.Context, db *store.DB, seed int64) (*generator, error) {
+// newGenerator reads the catalog and the wallets. About expected synthetic
+// orders will be made, so the hot set has expected/12 customers (at least
+// 40): each sees a dozen orders on average, enough to run some dry.
+func newGenerator(ctx context.Context, db *store.DB, seed int64, expected int) (*generator, error) {
 	g := &generator{rng: rand.New(rand.NewPCG(uint64(seed), 0x0c)), seed: seed}
 	var err error
 	if g.codes, err = column(ctx, db, `SELECT stock_code FROM catalog ORDER BY stock_code`); err != nil {
@@ -184,7 +187,7 @@ func newGenerator(ctx context.Context, db *store.DB, seed int64) (*generator, er
 		return nil, fmt.Errorf("chaos: the catalog (%d products) or the wallets (%d) are empty: was the database seeded?", len(g.codes), len(all))
 	}
 	// A small hot set, so that wallets run dry and refusals happen.
-	for range min(40, len(all)) {
+	for range min(max(40, expected/12), len(all)) {
 		g.customers = append(g.customers, all[g.rng.IntN(len(all))])
 	}
 	return g, nil
