@@ -1,0 +1,153 @@
+package processor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// brokerChild runs an embedded broker in its own process, so that a
+// benchmark can measure the memory of the consumer alone. It creates the
+// topics of OC_TOPICS ("name:partitions,..."), seeds OC_SEED
+// ("topic:records:valueBytes:keys", keys 0 for null keys) round-robin over
+// the topic's partitions, prints "ADDRS host:port,..." on stdout and serves
+// until its stdin is closed.
+func brokerChild() int {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	addrs := c.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(100000))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cl.Close()
+	parts := map[string]int32{}
+	for _, spec := range strings.Split(os.Getenv("OC_TOPICS"), ",") {
+		if spec == "" {
+			continue
+		}
+		name, n, _ := strings.Cut(spec, ":")
+		np, _ := strconv.Atoi(n)
+		parts[name] = int32(np)
+		if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), int32(np), 1, nil, name); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	if spec := os.Getenv("OC_SEED"); spec != "" {
+		f := strings.Split(spec, ":")
+		topic := f[0]
+		records, _ := strconv.Atoi(f[1])
+		size, _ := strconv.Atoi(f[2])
+		keys, _ := strconv.Atoi(f[3])
+		if err := seed(cl, topic, parts[topic], records, size, keys); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	fmt.Printf("ADDRS %s\n", strings.Join(addrs, ","))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// seed produces records to topic: values of size bytes (the record number,
+// then padding), round-robin over partitions, keys "k<i mod keys>" (null
+// keys when keys is 0).
+func seed(cl *kgo.Client, topic string, partitions int32, records, size, keys int) error {
+	var firstErr error
+	errc := make(chan error, 1)
+	pad := strings.Repeat("x", size)
+	for i := range records {
+		v := []byte(strconv.Itoa(i) + " " + pad)[:max(size, len(strconv.Itoa(i)))]
+		r := &kgo.Record{Topic: topic, Partition: int32(i) % partitions, Value: v}
+		if keys > 0 {
+			r.Key = []byte("k" + strconv.Itoa(i%keys))
+		}
+		cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		})
+	}
+	if err := cl.Flush(context.Background()); err != nil {
+		return err
+	}
+	select {
+	case firstErr = <-errc:
+	default:
+	}
+	return firstErr
+}
+
+// brokerProcess starts brokerChild and returns its addresses; the broker
+// stops at the end of the test or benchmark.
+func brokerProcess(tb testing.TB, topics, seedSpec string) []string {
+	tb.Helper()
+	c := startChildTB(tb, "broker", "OC_TOPICS="+topics, "OC_SEED="+seedSpec)
+	line, err := c.stdout.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ADDRS ") {
+		tb.Fatalf("broker child: %q %v", line, err)
+	}
+	return strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "ADDRS ")), ",")
+}
+
+// brokerChildProc is a broker child with pipes on its stdin and stdout.
+type brokerChildProc struct {
+	stdout *bufio.Reader
+	errBuf bytes.Buffer // stderr, read only after the process exited
+}
+
+// startChildTB starts a child that serves until its stdin is closed (at the
+// end of the test or benchmark).
+func startChildTB(tb testing.TB, role string, env ...string) *brokerChildProc {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
+	c := &brokerChildProc{}
+	cmd.Stderr = &c.errBuf
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	c.stdout = bufio.NewReader(out)
+	tb.Cleanup(func() {
+		_ = stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	return c
+}
