@@ -32,6 +32,7 @@ type proc struct {
 	pid      int
 	incarn   int           // incarnation number, 1 for the first start
 	running  bool          // started and not yet exited
+	starting bool          // a start is under way (not yet running)
 	stopped  bool          // SIGSTOPped
 	want     bool          // the supervisor keeps it up
 	exited   chan struct{} // closed when the current incarnation exits
@@ -129,14 +130,23 @@ func (c *cluster) args(p *proc) []string {
 // (not ready); for devstack it waits for the address line.
 func (c *cluster) start(p *proc) error {
 	p.mu.Lock()
-	if p.running {
+	if p.running || p.starting {
+		p.want = true
 		p.mu.Unlock()
 		return nil
 	}
-	p.want = true
+	p.want, p.starting = true, true
 	p.incarn++
 	incarn := p.incarn
 	p.mu.Unlock()
+	started := false
+	defer func() {
+		if !started {
+			p.mu.Lock()
+			p.starting = false
+			p.mu.Unlock()
+		}
+	}()
 
 	logf, err := os.OpenFile(filepath.Join(c.logDir, p.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -144,6 +154,7 @@ func (c *cluster) start(p *proc) error {
 	}
 	fmt.Fprintf(logf, "=== chaos: start %s incarnation %d at %s\n", p.name, incarn, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(c.cfg.Binary, c.args(p)...)
+	cmd.SysProcAttr = procAttr() // children die with the harness
 	cmd.Env = append(os.Environ(),
 		"ORDERCAST_MEMBER_ID="+p.name,
 		"ORDERCAST_SESSION_TIMEOUT="+c.cfg.SessionTimeout.String())
@@ -171,8 +182,9 @@ func (c *cluster) start(p *proc) error {
 	}
 	exited := make(chan struct{})
 	p.mu.Lock()
-	p.cmd, p.pid, p.running, p.stopped, p.exited = cmd, cmd.Process.Pid, true, false, exited
+	p.cmd, p.pid, p.running, p.starting, p.stopped, p.exited = cmd, cmd.Process.Pid, true, false, false, exited
 	p.mu.Unlock()
+	started = true
 	c.hist.add(event{Ev: "start", Proc: p.name, PID: cmd.Process.Pid, Incarnation: incarn})
 
 	ready := make(chan error, 1)
