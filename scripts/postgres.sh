@@ -54,6 +54,8 @@ cmd_start() {
   if [[ $(id -u) == 0 ]]; then
     id postgres >/dev/null 2>&1 || die "running as root needs the user postgres (created by the postgresql package)"
     chown postgres: "$STATE"
+    runuser -u postgres -- test -w "$STATE" ||
+      die "the user postgres cannot reach $STATE: make its parent directories searchable (chmod o+x), or set ORDERCAST_PG_STATE"
   fi
   if [[ ! -f "$DATA/PG_VERSION" ]]; then
     rm -rf "$DATA"
