@@ -463,7 +463,9 @@ func (s *System) close() {
 // offset of every partition it wrote to, stalling read_committed readers
 // until transaction.timeout.ms.
 func fenceTransactionalID(ctx context.Context, kopts []kgo.Opt, txnID string) error {
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...), kgo.TransactionalID(txnID))...)
+	// The same transaction timeout as the runtime's sessions
+	// (processor.NewTransactional): a broker may keep the first one it saw.
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...), kgo.TransactionalID(txnID), kgo.TransactionTimeout(60*time.Second))...)
 	if err != nil {
 		return err
 	}
