@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
@@ -21,8 +22,8 @@ import (
 // brokerChild runs an embedded broker in its own process, so that a
 // benchmark can measure the memory of the consumer alone. It creates the
 // topics of OC_TOPICS ("name:partitions,..."), seeds OC_SEED
-// ("topic:records:valueBytes:keys", keys 0 for null keys) round-robin over
-// the topic's partitions, prints "ADDRS host:port,..." on stdout and serves
+// ("topic:records:valueBytes:keys[:compressible]", keys 0 for null keys; see
+// seed), prints "ADDRS host:port,..." on stdout and serves
 // until its stdin is closed.
 func brokerChild() int {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
@@ -58,7 +59,8 @@ func brokerChild() int {
 		records, _ := strconv.Atoi(f[1])
 		size, _ := strconv.Atoi(f[2])
 		keys, _ := strconv.Atoi(f[3])
-		if err := seed(cl, topic, parts[topic], records, size, keys); err != nil {
+		compressible := len(f) > 4 && f[4] == "compressible"
+		if err := seed(cl, topic, parts[topic], records, size, keys, compressible); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -68,19 +70,47 @@ func brokerChild() int {
 	return 0
 }
 
-// seed produces records to topic: values of size bytes (the record number,
-// then padding), round-robin over partitions, keys "k<i mod keys>" (null
-// keys when keys is 0).
-func seed(cl *kgo.Client, topic string, partitions int32, records, size, keys int) error {
-	var firstErr error
+// seed produces records to topic. Without keys, values are the record
+// number padded to size bytes (random letters, or with compressible a run of
+// "x") and partitions are taken round-robin. With
+// keys, record i has key "k<i mod keys>" and value "<key>:<seq> " (seq
+// counting the key's records from 0) padded to size, and its partition is
+// the key's hash, as with a producer's default partitioner, so a key's
+// records are in one partition in sequence.
+func seed(cl *kgo.Client, topic string, partitions int32, records, size, keys int, compressible bool) error {
 	errc := make(chan error, 1)
-	pad := strings.Repeat("x", size)
-	for i := range records {
-		v := []byte(strconv.Itoa(i) + " " + pad)[:max(size, len(strconv.Itoa(i)))]
-		r := &kgo.Record{Topic: topic, Partition: int32(i) % partitions, Value: v}
-		if keys > 0 {
-			r.Key = []byte("k" + strconv.Itoa(i%keys))
+	byKey := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+	// Incompressible padding (random letters, different in every record),
+	// as real payloads are closer to that than to a run of one byte, which
+	// would let a fetch of a few MiB of compressed bytes decode to hundreds
+	// of MiB.
+	rng := rand.New(rand.NewPCG(1, 2))
+	randomPad := func(n int) string {
+		if compressible {
+			return strings.Repeat("x", n)
 		}
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = 'a' + byte(rng.IntN(26))
+		}
+		return string(b)
+	}
+	for i := range records {
+		r := &kgo.Record{Topic: topic}
+		var v string
+		if keys > 0 {
+			k := "k" + strconv.Itoa(i%keys)
+			r.Key = []byte(k)
+			r.Partition = int32(byKey.Partition(r, int(partitions)))
+			v = k + ":" + strconv.Itoa(i/keys) + " "
+		} else {
+			r.Partition = int32(i) % partitions
+			v = strconv.Itoa(i) + " "
+		}
+		if len(v) < size {
+			v += randomPad(size - len(v))
+		}
+		r.Value = []byte(v)
 		cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
 			if err != nil {
 				select {
@@ -94,10 +124,11 @@ func seed(cl *kgo.Client, topic string, partitions int32, records, size, keys in
 		return err
 	}
 	select {
-	case firstErr = <-errc:
+	case err := <-errc:
+		return err
 	default:
+		return nil
 	}
-	return firstErr
 }
 
 // brokerProcess starts brokerChild and returns its addresses; the broker

@@ -218,15 +218,31 @@ func WithOrdering(o Ordering) Opt { return opt(func(c *cfg) { c.ordering = o }) 
 
 // Concurrency sets how many handler calls may run at once across all
 // partitions of this member. Default 16. Records waiting for a retry backoff
-// or parked behind a busy key do not hold one of these slots.
+// or parked behind a busy key do not hold one of these slots. Records of a
+// failing key or partition (its head failed and waits for a retry, or waits
+// for a retry topic's due time) do not use up MaxInFlight room either: they
+// are "parked" (Health.Parked) until the key's next success.
 func Concurrency(n int) Opt { return opt(func(c *cfg) { c.concurrency = n }) }
 
-// MaxInFlight bounds the records (count) and value+key bytes that this member
-// holds between fetch and commit point. When either bound is reached, fetching
-// pauses (kgo PauseFetchPartitions) and resumes once three quarters of the
-// room is free again: the backpressure that keeps a slow handler from growing
-// memory. Defaults 1000 records and 64 MiB. The closest Kafka settings are
-// max.poll.records and fetch.max.bytes, which bound one poll, not the backlog.
+// MaxInFlight bounds the records (count) and key+value bytes that this
+// member has admitted for processing and not yet completed. When either bound
+// is reached the processor stops polling, and goes on once three quarters of
+// the room is free again: the backpressure that keeps a slow handler from
+// growing memory. Defaults 1000 records and 64 MiB. The closest Kafka
+// settings are max.poll.records and fetch.max.bytes, which bound one poll,
+// not the backlog.
+//
+// Records are taken a whole fetch at a time and admitted round-robin across
+// the fetch's partitions as room frees up, so every partition gets its turn
+// (one partition's records cannot fill the room while the others wait). The
+// processor sizes fetches from the byte bound: at most a quarter of it per
+// fetch and 1/256 of it per partition (franz-go's FetchMaxBytes and
+// FetchMaxPartitionBytes; ClientOpts may override them). Memory held is thus
+// about the MaxInFlight bytes plus two fetches.
+//
+// Records of a failing key (see Concurrency) have a room of their own of the
+// same size: they do not use up this one, and when theirs is full only the
+// partitions holding them pause.
 func MaxInFlight(records int, bytes int64) Opt {
 	return opt(func(c *cfg) { c.maxRecords, c.maxBytes = records, bytes })
 }
@@ -234,7 +250,10 @@ func MaxInFlight(records int, bytes int64) Opt {
 // HandlerTimeout sets how long one attempt of one record may run before its
 // context is cancelled and it counts as a transient failure. Default 30s; 0
 // disables. Unlike max.poll.interval.ms it does not affect group membership:
-// franz-go heartbeats from its own goroutine whatever the handler does.
+// franz-go heartbeats from its own goroutine whatever the handler does. The
+// deadline is measured from a clock refreshed every millisecond, so it is
+// precise to about a millisecond; the context arms a timer only when the
+// handler waits on Done.
 func HandlerTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.handlerTimeout = d }) }
 
 // MaxAttempts sets how many times a record is tried in place (the first try

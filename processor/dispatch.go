@@ -1,7 +1,6 @@
 package processor
 
 import (
-	"context"
 	"fmt"
 	"runtime/debug"
 	"time"
@@ -53,9 +52,10 @@ const (
 type item struct {
 	rec   *kgo.Record // as fetched
 	view  *kgo.Record // as shown to the handler (original coordinates for retry-topic records)
-	entry *offsetEntry
+	entry offsetEntry // in the partition's offset tracker
 	size  int64
-	due   time.Time // retry-topic records: not before
+	actx  attemptCtx // the first handler attempt's context
+	due   time.Time  // retry-topic records: not before
 
 	stage    stage
 	attempts int // handler attempts, including earlier hops
@@ -67,17 +67,22 @@ type item struct {
 	lastErr  error
 }
 
-// enqueue places polled records into their partition lanes. Records for a
-// partition this member does not hold (any more), and offsets at or below one
-// already seen in this assignment, are dropped: they were fetched under an
-// older assignment.
+// enqueue takes a poll's records: the whole fetch the client buffered, every
+// partition in it. Records for a partition this member does not hold (any
+// more) are dropped: they were fetched under an older assignment. The others
+// wait in their partition's pending queue until moveLocked admits them into
+// lanes, round-robin across partitions, as MaxInFlight allows: so a fetch
+// that carries thousands of records of one partition does not fill the room
+// with that partition while the others starve (with a slow handler in
+// OrderPartition, only one partition would be handled at a time).
 func (p *Processor) enqueue(fetches kgo.Fetches) {
-	now := time.Now().UnixNano()
+	wall := time.Now()
+	p.clock.poke(wall)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.fetchedAt = wall.UnixNano()
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-		k := tp{fp.Topic, fp.Partition}
-		ps := p.parts[k]
+		ps := p.parts[tp{fp.Topic, fp.Partition}]
 		if ps == nil || ps.state != partActive {
 			p.cfg.metrics.dropped(p.cfg.group, fp.Topic, len(fp.Records))
 			return
@@ -89,37 +94,101 @@ func (p *Processor) enqueue(fetches kgo.Fetches) {
 		if end > ps.hwm {
 			ps.hwm = end
 		}
-		for _, r := range fp.Records {
-			e := ps.tracker.add(r.Offset, now)
-			if e == nil {
-				p.cfg.metrics.dropped(p.cfg.group, r.Topic, 1)
+		if len(ps.pending) == 0 && len(fp.Records) > 0 {
+			p.pendingParts = append(p.pendingParts, ps)
+		}
+		ps.pending = append(ps.pending, fp.Records...)
+		p.pendingRecs += len(fp.Records)
+		p.cfg.metrics.setLag(p.cfg.group, ps)
+	})
+	p.moveLocked()
+}
+
+// moveLocked admits pending records into their lanes, one per partition in
+// turn, until MaxInFlight is reached or nothing is pending. p.mu held.
+func (p *Processor) moveLocked() {
+	maxR, maxB := p.cfg.maxRecords, p.cfg.maxBytes
+	for len(p.pendingParts) > 0 && !p.paused {
+		kept := p.pendingParts[:0]
+		for _, ps := range p.pendingParts {
+			if p.paused {
+				kept = append(kept, ps)
 				continue
 			}
-			it := &item{rec: r, view: r, entry: e, size: int64(len(r.Key) + len(r.Value))}
-			if ps.retry {
-				p.restoreFromRetry(it)
+			r := ps.pending[0]
+			ps.pending[0] = nil
+			ps.pending = ps.pending[1:]
+			p.pendingRecs--
+			p.admitLocked(ps, r)
+			if len(ps.pending) > 0 {
+				kept = append(kept, ps)
+			} else {
+				ps.pending = nil
 			}
-			p.inRecs++
-			p.inBytes += it.size
-			ps.recs++
-			ps.bytes += it.size
-			p.cfg.metrics.consumed(p.cfg.group, r.Topic, r.Partition, it.size)
-			l := p.laneFor(ps, r)
-			l.queue = append(l.queue, it)
-			l.bytes += it.size
-			if l.failing {
-				p.parkLocked(ps, 1, it.size)
-			}
-			if !l.active {
-				l.active = true
-				p.pushReady(l)
+			if p.inRecs-p.parked >= maxR || p.inBytes-p.parkedB >= maxB {
+				p.paused = true
+				p.mm.setPaused(true)
 			}
 		}
-		p.cfg.metrics.setLag(p.cfg.group, ps)
-		p.syncPausesLocked(p.cl, ps)
-	})
-	p.cfg.metrics.setInFlight(p.cfg.group, p.cfg.clientID, p.inRecs, p.inBytes)
+		clear(p.pendingParts[len(kept):])
+		p.pendingParts = kept
+	}
+	p.inFlightChangedLocked()
+	p.syncPausesLocked(p.cl, nil)
 	p.checkBackpressureLocked()
+}
+
+// admitLocked puts a fetched record into its lane.
+func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
+	// Items are allocated in slabs of up to 64: one allocation instead of
+	// one per record. A slab lives until its last record completes, so its
+	// size bounds how much a slow record can pin (franz-go pins its record
+	// batches the same way).
+	if len(ps.slab) == 0 {
+		ps.slab = make([]item, min(len(ps.pending)+1, 64))
+	}
+	it := &ps.slab[0]
+	ps.slab = ps.slab[1:]
+	*it = item{rec: r, view: r, entry: offsetEntry{offset: r.Offset, fetched: p.fetchedAt}, size: int64(len(r.Key) + len(r.Value))}
+	if !ps.tracker.add(&it.entry) {
+		p.cfg.metrics.dropped(p.cfg.group, ps.tp.topic, 1)
+		return
+	}
+	if ps.retry {
+		p.restoreFromRetry(it)
+	}
+	p.inRecs++
+	p.inBytes += it.size
+	ps.recs++
+	ps.bytes += it.size
+	ps.m.consumed(it.size)
+	l := p.laneFor(ps, r)
+	l.queue = append(l.queue, it)
+	l.bytes += it.size
+	if l.failing {
+		p.parkLocked(ps, 1, it.size)
+	}
+	if !l.active {
+		l.active = true
+		p.pushReady(l)
+	}
+}
+
+// dropPendingLocked forgets the pending records of s.
+func (p *Processor) dropPendingLocked(s *partState) {
+	if len(s.pending) == 0 {
+		return
+	}
+	p.pendingRecs -= len(s.pending)
+	s.pending = nil
+	kept := p.pendingParts[:0]
+	for _, ps := range p.pendingParts {
+		if ps != s {
+			kept = append(kept, ps)
+		}
+	}
+	clear(p.pendingParts[len(kept):])
+	p.pendingParts = kept
 }
 
 func (p *Processor) laneFor(ps *partState, r *kgo.Record) *lane {
@@ -134,12 +203,28 @@ func (p *Processor) laneFor(ps *partState, r *kgo.Record) *lane {
 			k = laneKey{key: string(r.Key)}
 		}
 	}
+	if p.cfg.ordering == OrderPartition && ps.partLane != nil {
+		return ps.partLane // the partition's only lane: no map lookup per record
+	}
 	l := ps.lanes[k]
 	if l == nil {
 		l = &lane{part: ps, key: k}
 		ps.lanes[k] = l
+		if p.cfg.ordering == OrderPartition {
+			ps.partLane = l
+		}
 	}
 	return l
+}
+
+// deleteLane forgets lane l of ps.
+func deleteLane(ps *partState, l *lane) {
+	if ps.lanes[l.key] == l {
+		delete(ps.lanes, l.key)
+	}
+	if ps.partLane == l {
+		ps.partLane = nil
+	}
 }
 
 // pushReady queues an active lane for a worker. p.mu must be held.
@@ -171,40 +256,44 @@ func (p *Processor) setFailingLocked(l *lane, on bool) {
 	}
 }
 
-// checkBackpressureLocked pauses or resumes fetching when the records that
-// can make progress (held minus parked) cross MaxInFlight, or the parked
-// records cross their own room of the same size. It resumes once three
-// quarters of the room is free again.
+// checkBackpressureLocked applies the two memory bounds. When the records
+// that can make progress (held minus parked) reach MaxInFlight, the poll loop
+// stops polling (p.paused) until three quarters of the room is free again;
+// the client then holds at most the one fetch per broker it already
+// buffered. Pausing the partitions in the client instead would make it drop
+// that buffered fetch and fetch (and decompress) it again on resume. When the
+// parked records reach their own room of the same size, the partitions
+// holding parked records are paused in the client: their records cannot be
+// used soon.
 func (p *Processor) checkBackpressureLocked() {
 	maxR, maxB := p.cfg.maxRecords, p.cfg.maxBytes
 	activeR, activeB := p.inRecs-p.parked, p.inBytes-p.parkedB
-	changed := false
 	switch {
 	case !p.paused && (activeR >= maxR || activeB >= maxB):
-		p.paused, changed = true, true
+		p.paused = true
+		p.mm.setPaused(true)
 	case p.paused && activeR <= maxR*3/4 && activeB <= maxB*3/4:
-		p.paused, changed = false, true
+		p.paused = false
+		p.mm.setPaused(false)
 		p.cond.Broadcast() // the poll loop waits for this
 	}
 	switch {
 	case !p.parkFull && (p.parked >= maxR || p.parkedB >= maxB):
-		p.parkFull, changed = true, true
+		p.parkFull = true
+		p.syncPausesLocked(p.cl, nil)
 	case p.parkFull && p.parked <= maxR*3/4 && p.parkedB <= maxB*3/4:
-		p.parkFull, changed = false, true
-	}
-	if changed {
-		p.cfg.metrics.setPaused(p.cfg.group, p.cfg.clientID, p.paused)
+		p.parkFull = false
 		p.syncPausesLocked(p.cl, nil)
 	}
 }
 
-// wantPausedLocked reports whether fetching of ps should be paused: global
-// backpressure, a failing retry-topic/DLQ write (S11), a full parked room with
+// wantPausedLocked reports whether fetching of ps should be paused in the
+// client: a failing retry-topic/DLQ write (S11), a full parked room with
 // parked records in ps, or nothing held in ps able to make progress where
 // fetching more cannot help either (partition order, whose single lane is
 // failing, and retry topics, whose later records are due later still).
 func (p *Processor) wantPausedLocked(ps *partState) bool {
-	return p.paused || ps.blocked != nil || (p.parkFull && ps.parked > 0) ||
+	return ps.blocked != nil || (p.parkFull && ps.parked > 0) ||
 		(ps.recs > 0 && ps.parked == ps.recs && (ps.retry || p.cfg.ordering == OrderPartition))
 }
 
@@ -292,7 +381,7 @@ func (p *Processor) worker() {
 		p.mu.Unlock()
 		var err error
 		if it.stage == stageHandle {
-			err = p.handle(ps.ctx, it)
+			err = p.handle(ps, it)
 		} else {
 			err = p.forward(ps.ctx, it)
 		}
@@ -310,7 +399,9 @@ func (p *Processor) worker() {
 		if !more {
 			l = nil
 		} else if len(p.ready) > 0 {
-			p.pushReady(l) // take turns with the waiting lanes
+			// Take turns with the waiting lanes. No other worker needs
+			// waking: this one takes the next lane itself.
+			p.ready = append(p.ready, l)
 			l = nil
 		}
 	}
@@ -335,18 +426,35 @@ func (p *Processor) waitLocked(l *lane, d time.Duration) {
 
 // handle runs the handler once for it, with the per-record timeout, turning a
 // panic into a transient error.
-func (p *Processor) handle(ctx context.Context, it *item) (err error) {
+func (p *Processor) handle(ps *partState, it *item) (err error) {
+	ctx := ps.ctx
 	if p.cfg.handlerTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.cfg.handlerTimeout)
-		defer cancel()
+		// The first attempt uses the context embedded in the item (one
+		// allocation less per record); a retry gets a fresh one, since a
+		// handler may still hold the context of an earlier attempt.
+		actx := &it.actx
+		if it.hopTries > 0 || it.attempts > 0 {
+			actx = new(attemptCtx)
+		}
+		actx.init(ctx, p.clock.Now(), p.cfg.handlerTimeout)
+		defer actx.release()
+		ctx = actx
 	}
-	start := time.Now()
+	var start time.Time
+	if p.cfg.metrics != nil {
+		start = time.Now()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("handler panic: %v\n%s", r, debug.Stack())
 		}
-		p.cfg.metrics.handled(p.cfg.group, it.view.Topic, time.Since(start), err)
+		if p.cfg.metrics != nil {
+			if it.view.Topic == ps.tp.topic {
+				ps.m.handled(time.Since(start), err)
+			} else {
+				p.cfg.metrics.handled(p.cfg.group, it.view.Topic, time.Since(start), err)
+			}
+		}
 		if h := p.cfg.hooks.afterHandle; h != nil {
 			h(it.rec, it.view, err)
 		}
@@ -413,7 +521,7 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 // held.
 func (p *Processor) complete(l *lane, it *item) (more bool) {
 	ps := l.part
-	ps.tracker.complete(it.entry)
+	ps.tracker.complete(&it.entry)
 	if h := p.cfg.hooks.completed; h != nil {
 		target := ""
 		if it.stage == stageForward {
@@ -434,16 +542,14 @@ func (p *Processor) complete(l *lane, it *item) (more bool) {
 	if l.failing && it.stage == stageHandle && !p.mustWait(l) {
 		p.setFailingLocked(l, false) // the key recovered
 	}
-	p.cfg.metrics.setInFlight(p.cfg.group, p.cfg.clientID, p.inRecs, p.inBytes)
+	p.inFlightChangedLocked()
 	if ps.state == partActive && len(l.queue) > 0 {
 		return true
 	}
 	l.active = false
 	if len(l.queue) == 0 {
 		p.setFailingLocked(l, false)
-		if ps.lanes[l.key] == l {
-			delete(ps.lanes, l.key)
-		}
+		deleteLane(ps, l)
 	}
 	return false
 }
@@ -470,4 +576,13 @@ func (p *Processor) oldestInFlight(now time.Time) time.Duration {
 		return 0
 	}
 	return now.Sub(time.Unix(0, oldest))
+}
+
+// inFlightChangedLocked publishes the held records to metrics and to the
+// coarse clock (which sleeps while nothing is held). p.mu held.
+func (p *Processor) inFlightChangedLocked() {
+	p.mm.setInFlight(p.inRecs, p.inBytes)
+	if idle := p.inRecs == 0; idle != p.idle.Load() {
+		p.idle.Store(idle)
+	}
 }

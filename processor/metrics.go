@@ -126,24 +126,89 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) consumed(group, topic string, _ int32, bytes int64) {
-	if m == nil {
-		return
-	}
-	m.consumedRecs.WithLabelValues(group, topic).Inc()
-	m.consumedBytes.WithLabelValues(group, topic).Add(float64(bytes))
+// partMetrics are the per-record series of one partition's topic, resolved
+// once per assignment rather than per record. A nil *partMetrics records
+// nothing.
+type partMetrics struct {
+	m             *Metrics
+	group, topic  string
+	consumedRecs  prometheus.Counter
+	consumedBytes prometheus.Counter
+	processed     prometheus.Counter
+	handlerDur    prometheus.Observer
 }
 
-func (m *Metrics) handled(group, topic string, d time.Duration, err error) {
+func (m *Metrics) partition(group, topic string) *partMetrics {
 	if m == nil {
+		return nil
+	}
+	return &partMetrics{m: m, group: group, topic: topic,
+		consumedRecs:  m.consumedRecs.WithLabelValues(group, topic),
+		consumedBytes: m.consumedBytes.WithLabelValues(group, topic),
+		processed:     m.processed.WithLabelValues(group, topic),
+		handlerDur:    m.handlerDur.WithLabelValues(group, topic),
+	}
+}
+
+func (pm *partMetrics) consumed(bytes int64) {
+	if pm == nil {
 		return
 	}
-	m.handlerDur.WithLabelValues(group, topic).Observe(d.Seconds())
-	if err == nil {
-		m.processed.WithLabelValues(group, topic).Inc()
-	} else {
-		m.failed.WithLabelValues(group, topic, ErrorClass(err)).Inc()
+	pm.consumedRecs.Inc()
+	pm.consumedBytes.Add(float64(bytes))
+}
+
+func (pm *partMetrics) handled(d time.Duration, err error) {
+	if pm == nil {
+		return
 	}
+	pm.handlerDur.Observe(d.Seconds())
+	if err == nil {
+		pm.processed.Inc()
+	} else {
+		pm.m.failed.WithLabelValues(pm.group, pm.topic, ErrorClass(err)).Inc()
+	}
+}
+
+// handled records one handler call for a topic that is not the fetched one
+// (a retry-topic record counts for its original topic).
+func (m *Metrics) handled(group, topic string, d time.Duration, err error) {
+	m.partition(group, topic).handled(d, err)
+}
+
+// memberMetrics are the per-member gauges, resolved once.
+type memberMetrics struct {
+	inFlightRecs, inFlightBytes, paused prometheus.Gauge
+}
+
+func (m *Metrics) member(group, client string) *memberMetrics {
+	if m == nil {
+		return nil
+	}
+	return &memberMetrics{
+		inFlightRecs:  m.inFlightRecs.WithLabelValues(group, client),
+		inFlightBytes: m.inFlightBytes.WithLabelValues(group, client),
+		paused:        m.pausedG.WithLabelValues(group, client),
+	}
+}
+
+func (mm *memberMetrics) setInFlight(recs int, bytes int64) {
+	if mm == nil {
+		return
+	}
+	mm.inFlightRecs.Set(float64(recs))
+	mm.inFlightBytes.Set(float64(bytes))
+}
+
+func (mm *memberMetrics) setPaused(paused bool) {
+	if mm == nil {
+		return
+	}
+	v := 0.0
+	if paused {
+		v = 1
+	}
+	mm.paused.Set(v)
 }
 
 func (m *Metrics) retried(group, topic string) {
@@ -212,25 +277,6 @@ func (m *Metrics) forget(group string, t tp) {
 	part := strconv.Itoa(int(t.partition))
 	m.lag.DeleteLabelValues(group, t.topic, part)
 	m.committedOff.DeleteLabelValues(group, t.topic, part)
-}
-
-func (m *Metrics) setInFlight(group, client string, recs int, bytes int64) {
-	if m == nil {
-		return
-	}
-	m.inFlightRecs.WithLabelValues(group, client).Set(float64(recs))
-	m.inFlightBytes.WithLabelValues(group, client).Set(float64(bytes))
-}
-
-func (m *Metrics) setPaused(group, client string, paused bool) {
-	if m == nil {
-		return
-	}
-	v := 0.0
-	if paused {
-		v = 1
-	}
-	m.pausedG.WithLabelValues(group, client).Set(v)
 }
 
 func (m *Metrics) commitLatency(group string, d time.Duration, err error) {

@@ -24,21 +24,20 @@ type offsetEntry struct {
 
 func newOffsetTracker() *offsetTracker { return &offsetTracker{mark: -1} }
 
-// add appends a fetched offset and returns its entry. Offsets must be added in
-// increasing order; an offset at or below the last added one is refused
-// (returns nil): it is a re-delivery from an older fetch and must not be
-// handled again by this assignment.
-func (t *offsetTracker) add(offset, fetched int64) *offsetEntry {
+// add appends e, a fetched offset, and reports whether it was accepted.
+// Offsets must be added in increasing order; an offset at or below the last
+// added one is refused: it is a re-delivery from an older fetch and must not
+// be handled again by this assignment.
+func (t *offsetTracker) add(e *offsetEntry) bool {
 	if n := len(t.entries); n > t.head {
-		if offset <= t.entries[n-1].offset {
-			return nil
+		if e.offset <= t.entries[n-1].offset {
+			return false
 		}
-	} else if t.mark >= 0 && offset < t.mark {
-		return nil
+	} else if t.mark >= 0 && e.offset < t.mark {
+		return false
 	}
-	e := &offsetEntry{offset: offset, fetched: fetched}
 	t.entries = append(t.entries, e)
-	return e
+	return true
 }
 
 // complete marks e done and advances the commit point over the contiguous run

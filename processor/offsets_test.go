@@ -19,8 +19,8 @@ func TestOffsetTrackerRandomCompletion(t *testing.T) {
 		next := int64(rng.IntN(1000))
 		for i := range n {
 			offsets[i] = next
-			entries[i] = tr.add(next, 0)
-			if entries[i] == nil {
+			entries[i] = &offsetEntry{offset: next}
+			if !tr.add(entries[i]) {
 				t.Fatalf("seed %d: add(%d) refused", seed, next)
 			}
 			next += 1 + int64(rng.IntN(3)) // gaps
@@ -50,15 +50,16 @@ func TestOffsetTrackerRandomCompletion(t *testing.T) {
 
 func TestOffsetTrackerRefusesOldOffsets(t *testing.T) {
 	tr := newOffsetTracker()
-	a := tr.add(10, 0)
-	if tr.add(10, 0) != nil || tr.add(5, 0) != nil {
+	a := &offsetEntry{offset: 10}
+	tr.add(a)
+	if tr.add(&offsetEntry{offset: 10}) || tr.add(&offsetEntry{offset: 5}) {
 		t.Fatal("re-added offsets must be refused")
 	}
 	tr.complete(a)
-	if tr.add(9, 0) != nil {
+	if tr.add(&offsetEntry{offset: 9}) {
 		t.Fatal("offset below the commit point must be refused")
 	}
-	if tr.add(11, 0) == nil {
+	if !tr.add(&offsetEntry{offset: 11}) {
 		t.Fatal("next offset refused")
 	}
 	tr.truncate()
@@ -77,7 +78,8 @@ func FuzzOffsetTracker(f *testing.F) {
 		tr := newOffsetTracker()
 		es := make([]*offsetEntry, n)
 		for i := range n {
-			es[i] = tr.add(int64(i*2), 0)
+			es[i] = &offsetEntry{offset: int64(i * 2)}
+			tr.add(es[i])
 		}
 		done := make([]bool, n)
 		for _, b := range order {

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ordercast/ordercast/order"
@@ -42,20 +43,28 @@ type Processor struct {
 	ownProd     bool
 	retryTopics []string
 	retryIndex  map[string]int
+	mm          *memberMetrics // nil without metrics
+	clock       *coarseClock   // attempt start times
+	idle        atomic.Bool    // no records held (the clock sleeps)
 
 	mu       sync.Mutex
 	cond     *sync.Cond // state changes: backpressure lifted, handlers done, releases done (Broadcast)
 	workCond *sync.Cond // a lane became ready (Signal: one worker takes it)
 	parts    map[tp]*partState
 	ready    []*lane
-	inRecs   int   // records held, between fetch and completion
-	inBytes  int64 // their key+value bytes
-	parked   int   // of those, records in failing lanes (see lane.failing)
-	parkedB  int64
-	paused   bool // backpressure: the records that can make progress reached MaxInFlight
-	parkFull bool // parked records reached MaxInFlight: partitions holding parked records are paused
-	stopping bool
-	ran      bool
+	// Fetched records not admitted into lanes yet (see enqueue), and the
+	// partitions that have some, in round-robin order.
+	pendingParts []*partState
+	pendingRecs  int
+	fetchedAt    int64 // Unix nanoseconds of the last poll
+	inRecs       int   // records held, between fetch and completion
+	inBytes      int64 // their key+value bytes
+	parked       int   // of those, records in failing lanes (see lane.failing)
+	parkedB      int64
+	paused       bool // backpressure: the records that can make progress reached MaxInFlight
+	parkFull     bool // parked records reached MaxInFlight: partitions holding parked records are paused
+	stopping     bool
+	ran          bool
 
 	commitMu sync.Mutex
 	baseCtx  context.Context
@@ -71,15 +80,19 @@ type partState struct {
 	retry       bool // one of the group's retry topics
 	tracker     *offsetTracker
 	lanes       map[laneKey]*lane
-	running     int   // handler calls or forward writes in progress
-	recs        int   // records held (fetched, not completed or dropped)
-	bytes       int64 // their key+value bytes
-	parked      int   // records held in failing lanes
+	partLane    *lane         // OrderPartition: the one lane, if it exists
+	pending     []*kgo.Record // fetched, not admitted into a lane yet
+	slab        []item        // items to take for the next admitted records
+	running     int           // handler calls or forward writes in progress
+	recs        int           // records held (fetched, not completed or dropped)
+	bytes       int64         // their key+value bytes
+	parked      int           // records held in failing lanes
 	parkedB     int64
-	fetchPaused bool  // this processor has paused fetching of the partition in the client
-	committed   int64 // last offset committed by this member (-1: none yet)
-	hwm         int64 // last seen high watermark / last stable offset
-	blocked     error // non-nil while a retry-topic/DLQ write keeps failing
+	fetchPaused bool         // this processor has paused fetching of the partition in the client
+	committed   int64        // last offset committed by this member (-1: none yet)
+	hwm         int64        // last seen high watermark / last stable offset
+	blocked     error        // non-nil while a retry-topic/DLQ write keeps failing
+	m           *partMetrics // nil without metrics
 	ctx         context.Context
 	cancel      context.CancelFunc
 }
@@ -115,6 +128,8 @@ func New(opts ...Opt) (*Processor, error) {
 	}
 	p.cond = sync.NewCond(&p.mu)
 	p.workCond = sync.NewCond(&p.mu)
+	p.mm = c.metrics.member(c.group, c.clientID)
+	p.clock = newCoarseClock()
 	p.baseCtx, p.cancel = context.WithCancel(context.Background())
 	p.retryTopics = RetryTopicNames(c.group, len(c.retryDelays))
 	for i, t := range p.retryTopics {
@@ -130,9 +145,22 @@ func New(opts ...Opt) (*Processor, error) {
 	// Heartbeats every third of the session timeout, at most every 3s
 	// (Kafka's heartbeat.interval.ms default): with franz-go's fixed 3s, a
 	// SessionTimeout under 3s would expire the session between heartbeats.
+	//
+	// A fetch is at most a quarter of the MaxInFlight bytes (between 1 MiB
+	// and franz-go's default 50 MiB), and at most 1/256 of them per
+	// partition (between 64 KiB and Kafka's default 1 MiB): the processor
+	// takes a whole fetch at a time and holds it aside until there is room
+	// (see enqueue), while the client may buffer the next one, so these
+	// bound the memory held beyond MaxInFlight. Fetch sizes count compressed
+	// bytes: a batch that compresses 10:1 decodes to ten times its size, so
+	// the per-partition bound matters most.
+	fetchMax := min(max(c.maxBytes/4, 1<<20), 50<<20)
+	partMax := min(max(c.maxBytes/256, 64<<10), 1<<20)
 	kopts := []kgo.Opt{
 		kgo.FetchMaxWait(500 * time.Millisecond),
 		kgo.HeartbeatInterval(min(3*time.Second, c.sessionTimeout/3)),
+		kgo.FetchMaxBytes(int32(fetchMax)),
+		kgo.FetchMaxPartitionBytes(int32(partMax)),
 	}
 	kopts = append(kopts, c.clientOpts...)
 	kopts = append(kopts,
@@ -211,6 +239,9 @@ func (p *Processor) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.worker() }()
 	}
+	clockDone := make(chan struct{})
+	defer close(clockDone)
+	go p.clock.run(clockDone, p.idle.Load)
 	commitCtx, stopCommitter := context.WithCancel(context.Background())
 	committerDone := make(chan struct{})
 	go func() { defer close(committerDone); p.committer(commitCtx) }()
@@ -241,29 +272,30 @@ func (p *Processor) Run(ctx context.Context) error {
 }
 
 // pollLoop fetches records and hands them to partition lanes until ctx ends.
-// With BlockRebalanceOnPoll, a rebalance can only run between polls, after
-// the polled records were enqueued: so a revoke callback always sees every
-// record fetched under the old assignment and can drop them.
+// It polls only when every record of the last poll was admitted into a lane
+// and MaxInFlight leaves room (backpressure). With BlockRebalanceOnPoll, a
+// rebalance can only run between polls, after the polled records were
+// enqueued: so a revoke callback always sees every record fetched under the
+// old assignment (in a lane or still pending) and can drop them.
 func (p *Processor) pollLoop(ctx context.Context) error {
 	for {
 		p.mu.Lock()
-		for p.paused && ctx.Err() == nil {
+		for ctx.Err() == nil && (p.paused || p.pendingRecs > 0) {
+			if !p.paused {
+				p.moveLocked() // room again: admit pending records
+				continue
+			}
 			p.waitWithContext(ctx)
 		}
-		room := p.cfg.maxRecords - (p.inRecs - p.parked)
 		p.mu.Unlock()
 		if ctx.Err() != nil {
 			return nil
 		}
-		if room < 1 {
-			room = 1
-		}
-		fetches := p.cl.PollRecords(ctx, room)
+		fetches := p.cl.PollFetches(ctx)
 		if fetches.IsClientClosed() {
 			p.cl.AllowRebalance()
 			return errors.New("processor: client closed")
 		}
-		var fatal error
 		fetches.EachError(func(t string, part int32, err error) {
 			if errors.Is(err, context.Canceled) {
 				return
@@ -273,9 +305,6 @@ func (p *Processor) pollLoop(ctx context.Context) error {
 		})
 		p.enqueue(fetches)
 		p.cl.AllowRebalance()
-		if fatal != nil {
-			return fatal
-		}
 	}
 }
 

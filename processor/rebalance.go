@@ -24,15 +24,13 @@ func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, assigned map[s
 			// because it no longer is p.parts[k] (see commitSync).
 			ctx, cancel := context.WithCancel(p.baseCtx)
 			p.parts[k] = &partState{tp: k, retry: retry, tracker: newOffsetTracker(), lanes: make(map[laneKey]*lane),
-				committed: -1, fetchPaused: p.paused, ctx: ctx, cancel: cancel}
+				committed: -1, ctx: ctx, cancel: cancel}
+			p.parts[k].m = p.cfg.metrics.partition(p.cfg.group, topic)
 		}
 	}
-	// cl, not p.cl: the group may assign before New has stored p.cl.
-	if p.paused {
-		cl.PauseFetchPartitions(assigned)
-	} else {
-		cl.ResumeFetchPartitions(assigned) // a partition paused under an earlier assignment must not stay paused
-	}
+	// cl, not p.cl: the group may assign before New has stored p.cl. A
+	// partition paused under an earlier assignment must not stay paused.
+	cl.ResumeFetchPartitions(assigned)
 	if h := p.cfg.hooks.partitions; h != nil {
 		h("assigned", assigned)
 	}
@@ -87,6 +85,7 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 				continue
 			}
 			s.state = partDraining
+			p.dropPendingLocked(s)
 			p.dropQueuedLocked(s)
 			list = append(list, s)
 		}
@@ -144,7 +143,7 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 	for !allReleased(p.parts, others) {
 		p.cond.Wait()
 	}
-	p.cfg.metrics.setInFlight(p.cfg.group, p.cfg.clientID, p.inRecs, p.inBytes)
+	p.inFlightChangedLocked()
 	p.checkBackpressureLocked()
 	p.cond.Broadcast()
 	p.mu.Unlock()
@@ -159,7 +158,7 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 
 // dropQueuedLocked drops every record of s that no worker is processing.
 func (p *Processor) dropQueuedLocked(s *partState) {
-	for k, l := range s.lanes {
+	for _, l := range s.lanes {
 		keep := 0
 		if l.running && len(l.queue) > 0 {
 			keep = 1
@@ -180,7 +179,7 @@ func (p *Processor) dropQueuedLocked(s *partState) {
 		if keep == 0 {
 			l.active = false
 			l.failing = false
-			delete(s.lanes, k)
+			deleteLane(s, l)
 		}
 	}
 	// The tracker keeps the dropped offsets as not done: the commit point

@@ -1,0 +1,31 @@
+package processor
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestCoarseClock: the clock follows real time while busy, sleeps while
+// idle, and is fresh again as soon as it is poked.
+func TestCoarseClock(t *testing.T) {
+	c := newCoarseClock()
+	var idle atomic.Bool
+	done := make(chan struct{})
+	defer close(done)
+	go c.run(done, idle.Load)
+	start := time.Now()
+	waitFor(t, 5*time.Second, "the clock advances while busy", func() bool { return c.Now().Sub(start) > 20*time.Millisecond })
+	if lag := time.Since(c.Now()); lag > 500*time.Millisecond {
+		t.Fatalf("busy clock lags %v", lag)
+	}
+	idle.Store(true)
+	now := time.Now()
+	c.poke(now)
+	if !c.Now().Equal(now) {
+		t.Fatal("poke did not set the clock")
+	}
+	idle.Store(false)
+	later := time.Now()
+	waitFor(t, 5*time.Second, "the clock runs again after a poke", func() bool { return c.Now().After(later) })
+}
