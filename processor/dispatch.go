@@ -378,6 +378,12 @@ func (p *Processor) worker() {
 		if h := p.cfg.hooks.handleStart; h != nil && it.stage == stageHandle {
 			h(it.rec, it.view) // under p.mu: ordered with release-start
 		}
+		if it.stage == stageForward {
+			if ps.forwarding == 0 {
+				ps.forwardSince = time.Now()
+			}
+			ps.forwarding++
+		}
 		p.mu.Unlock()
 		var err error
 		if it.stage == stageHandle {
@@ -388,6 +394,9 @@ func (p *Processor) worker() {
 		p.mu.Lock()
 		l.running = false
 		ps.running--
+		if it.stage == stageForward {
+			ps.forwarding--
+		}
 		more := p.settle(l, it, err)
 		if ps.state == partDraining && ps.running == 0 {
 			p.cond.Broadcast() // a release is waiting for this

@@ -12,7 +12,19 @@ import (
 // NewMetrics and pass it to every processor with WithMetrics; a nil *Metrics
 // records nothing. All names start with "ordercast_consumer_"; labels are
 // group, topic, partition (and client_id for per-member gauges). Safe for
-// concurrent use.
+// concurrent use. The series:
+//
+//   - records_consumed_total, bytes_consumed_total, records_processed_total,
+//     records_failed_total{class}, records_retried_total,
+//     records_dead_lettered_total, records_retry_topic_total{retry_topic},
+//     forward_failures_total{target}, records_dropped_stale_total,
+//     fetch_errors_total, rebalances_total{kind}, commit_errors_total;
+//   - committed_offset and lag per partition (lag: last seen high watermark,
+//     or last stable offset, minus the committed offset);
+//   - in_flight_records, in_flight_bytes, fetch_paused and
+//     oldest_in_flight_seconds (the age of the oldest record the member
+//     holds, computed at scrape time) per member;
+//   - handler_duration_seconds and commit_duration_seconds histograms.
 type Metrics struct {
 	consumedRecs  *prometheus.CounterVec
 	consumedBytes *prometheus.CounterVec
@@ -44,8 +56,10 @@ type ageCollector struct {
 	procs map[*Processor]struct{}
 }
 
+// Describe implements prometheus.Collector.
 func (c *ageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
+// Collect implements prometheus.Collector.
 func (c *ageCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	procs := make([]*Processor, 0, len(c.procs))

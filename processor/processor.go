@@ -93,8 +93,12 @@ type partState struct {
 	hwm         int64        // last seen high watermark / last stable offset
 	blocked     error        // non-nil while a retry-topic/DLQ write keeps failing
 	m           *partMetrics // nil without metrics
-	ctx         context.Context
-	cancel      context.CancelFunc
+	// Retry-topic/DLQ writes in progress, and since when (the client
+	// retries a retriable produce error itself, for up to 30s).
+	forwarding   int
+	forwardSince time.Time
+	ctx          context.Context
+	cancel       context.CancelFunc
 }
 
 // A partition is partActive while assigned; partDraining while a release
@@ -346,8 +350,10 @@ type Health struct {
 	// retry-topic records waiting for their due time: they do not use up
 	// MaxInFlight room.
 	Parked int `json:"parked"`
-	// Blocked lists partitions whose retry-topic or DLQ write keeps failing:
-	// they are paused and their commit point is held.
+	// Blocked lists partitions whose retry-topic or DLQ write keeps failing
+	// (they are paused and their commit point is held), or has been in
+	// progress for longer than the maximum Backoff (the client retries a
+	// retriable broker error by itself before it reports a failure).
 	Blocked []string `json:"blocked,omitempty"`
 }
 
@@ -362,8 +368,11 @@ func (p *Processor) Health() Health {
 			continue
 		}
 		h.Partitions = append(h.Partitions, k.String())
-		if ps.blocked != nil {
+		switch {
+		case ps.blocked != nil:
 			h.Blocked = append(h.Blocked, fmt.Sprintf("%s: %v", k, ps.blocked))
+		case ps.forwarding > 0 && time.Since(ps.forwardSince) > p.cfg.backoffMax:
+			h.Blocked = append(h.Blocked, fmt.Sprintf("%s: retry-topic/DLQ write in progress for %v", k, time.Since(ps.forwardSince).Round(time.Millisecond)))
 		}
 	}
 	h.InFlight = p.inRecs

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -156,4 +157,27 @@ func TestFailedRecordGoesToDLQBeforeCommitPassesIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOldestInFlightGauge: ordercast_consumer_oldest_in_flight_seconds shows
+// the age of a record held by a slow handler while it runs, and 0 once
+// nothing is held.
+func TestOldestInFlightGauge(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1})
+	produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("slow")})
+	reg := prometheus.NewRegistry()
+	release := make(chan struct{})
+	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), WithMetrics(NewMetrics(reg)), CommitInterval(10*time.Millisecond),
+		WithHandler(func(ctx context.Context, r *kgo.Record) error {
+			<-release
+			return nil
+		}))
+	waitFor(t, 20*time.Second, "the held record ages", func() bool {
+		return counterValue(t, reg, "ordercast_consumer_oldest_in_flight_seconds") > 0.2
+	})
+	close(release)
+	waitFor(t, 20*time.Second, "nothing held", func() bool {
+		return counterValue(t, reg, "ordercast_consumer_oldest_in_flight_seconds") == 0 && committed(t, addrs, "g", "in")[0] == 1
+	})
+	m.stop()
 }

@@ -432,14 +432,24 @@ func TestS10_OneBadKeyDoesNotStallOthers(t *testing.T) {
 // partition 17 is dead-lettered into the partition its key hashes to. Then
 // the DLQ write is made to fail: the source offset stays uncommitted, the
 // partition is paused, health and metrics report it, the other partitions go
-// on; once the DLQ accepts writes again the partition is released.
+// on; once the DLQ accepts writes again the partition is released. A
+// retriable error, which the client retries by itself for a while, shows in
+// health as a write in progress.
 func TestS11_DLQWithFewerPartitions(t *testing.T) {
 	c, addrs := testClusterC(t, map[string]int32{"in": 20, "g.dlq": 5})
 	produce(t, addrs, &kgo.Record{Topic: "in", Partition: 17, Key: []byte("poison-17"), Value: []byte("poison")},
 		&kgo.Record{Topic: "in", Partition: 17, Key: []byte("k"), Value: []byte("ok")})
 	reg := prometheus.NewRegistry()
 	h := newRecorder()
-	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(10*time.Millisecond), MaxAttempts(1),
+	// A producer of our own (the Producer option) that refreshes metadata
+	// quickly: franz-go waits for a metadata refresh (5s by default)
+	// before it retries a NOT_ENOUGH_REPLICAS produce.
+	prod, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.MetadataMinAge(10*time.Millisecond), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(10*time.Millisecond), MaxAttempts(1), Producer(prod),
 		Backoff(5*time.Millisecond, 20*time.Millisecond), WithMetrics(NewMetrics(reg)), h.hooks("A"),
 		WithHandler(func(ctx context.Context, r *kgo.Record) error {
 			if string(r.Value) == "poison" {
@@ -482,6 +492,23 @@ func TestS11_DLQWithFewerPartitions(t *testing.T) {
 	waitFor(t, 20*time.Second, "partition 3 released and committed", func() bool { return committed(t, addrs, "g", "in")[3] == 2 })
 	if hl := m.p.Health(); len(hl.Blocked) != 0 {
 		t.Fatalf("still blocked after the DLQ recovered: %v", hl.Blocked)
+	}
+
+	// A retriable broker error: the client retries the write by itself,
+	// so no failure comes back for a while; health reports the write in
+	// progress once it takes longer than the maximum backoff.
+	fault = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "g.dlq", Err: kerr.NotEnoughReplicas, Count: 10})
+	produce(t, addrs, &kgo.Record{Topic: "in", Partition: 5, Key: []byte("poison-5"), Value: []byte("poison")})
+	waitFor(t, 20*time.Second, "health reports partition 5's DLQ write in progress", func() bool {
+		hl := m.p.Health()
+		return len(hl.Blocked) == 1 && strings.HasPrefix(hl.Blocked[0], "in[5]: retry-topic/DLQ write in progress")
+	})
+	if got := committed(t, addrs, "g", "in")[5]; got > 0 {
+		t.Fatalf("partition 5 committed to %d while its poison record's DLQ write is retried", got)
+	}
+	waitFor(t, 20*time.Second, "partition 5 committed once the write went through", func() bool { return committed(t, addrs, "g", "in")[5] == 1 })
+	if fault.Hits() != 10 {
+		t.Fatalf("the DLQ write failed %d times, want 10", fault.Hits())
 	}
 	m.stop()
 	checkHistory(t, h.snapshot(), logOffsetsOf(t, addrs, "in"), true)
