@@ -338,14 +338,20 @@ func (p *Processor) ownedPartitions() map[string][]int32 {
 
 // Health is a point-in-time view of a processor for readiness checks.
 type Health struct {
-	Group      string   `json:"group"`
-	ClientID   string   `json:"clientId"`
-	MemberID   string   `json:"memberId"`
-	Generation int32    `json:"generation"`
-	Joined     bool     `json:"joined"`
+	Group    string `json:"group"`
+	ClientID string `json:"clientId"`
+	// MemberID and Generation are the group membership (empty and -1
+	// while not joined); Joined reports whether there is one.
+	MemberID   string `json:"memberId"`
+	Generation int32  `json:"generation"`
+	Joined     bool   `json:"joined"`
+	// Partitions lists the partitions held, as "topic[partition]".
 	Partitions []string `json:"partitions"`
-	InFlight   int      `json:"inFlight"`
-	Paused     bool     `json:"paused"`
+	// InFlight counts the records admitted and not yet completed.
+	InFlight int `json:"inFlight"`
+	// Paused reports backpressure: MaxInFlight is reached and polling
+	// waits for room.
+	Paused bool `json:"paused"`
 	// Parked counts held records of failing keys or partitions, and
 	// retry-topic records waiting for their due time: they do not use up
 	// MaxInFlight room.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,4 +181,56 @@ func TestOldestInFlightGauge(t *testing.T) {
 		return counterValue(t, reg, "ordercast_consumer_oldest_in_flight_seconds") == 0 && committed(t, addrs, "g", "in")[0] == 1
 	})
 	m.stop()
+}
+
+// TestBackpressureAndFairAdmission: with MaxInFlight 50 and a slow handler,
+// the member never holds more than 50 records admitted, polling pauses, and
+// in partition order every partition is handled at the same time although
+// one fetch carries far more than 50 records of one partition (admission is
+// round-robin across the fetch's partitions).
+func TestBackpressureAndFairAdmission(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 3})
+	const perPart = 100
+	var recs []*kgo.Record
+	for i := range 3 * perPart {
+		recs = append(recs, &kgo.Record{Topic: "in", Partition: int32(i / perPart), Value: val(i)})
+	}
+	produce(t, addrs, recs...) // partition by partition: a fetch holds 100 of each
+	var running, maxRunning, handled atomic.Int64
+	var mp atomic.Pointer[Processor]
+	var maxHeld atomic.Int64
+	var pausedSeen atomic.Bool
+	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), MaxInFlight(50, 1<<20), CommitInterval(10*time.Millisecond),
+		WithHandler(func(ctx context.Context, r *kgo.Record) error {
+			if c := running.Add(1); c > maxRunning.Load() {
+				maxRunning.Store(c)
+			}
+			if p := mp.Load(); p != nil {
+				h := p.Health()
+				if int64(h.InFlight) > maxHeld.Load() {
+					maxHeld.Store(int64(h.InFlight))
+				}
+				if h.Paused {
+					pausedSeen.Store(true)
+				}
+			}
+			err := sleepOrCancel(ctx, 2*time.Millisecond)
+			running.Add(-1)
+			handled.Add(1)
+			return err
+		}))
+	mp.Store(m.p)
+	waitFor(t, 30*time.Second, "everything committed", func() bool {
+		return committedEquals(t, addrs, "g", map[tp]int64{{"in", 0}: perPart, {"in", 1}: perPart, {"in", 2}: perPart})
+	})
+	m.stop()
+	if maxHeld.Load() > 50 {
+		t.Fatalf("held %d records, MaxInFlight is 50", maxHeld.Load())
+	}
+	if !pausedSeen.Load() {
+		t.Fatal("polling never paused for backpressure")
+	}
+	if maxRunning.Load() < 3 {
+		t.Fatalf("at most %d partitions were handled at once, want all 3", maxRunning.Load())
+	}
 }
