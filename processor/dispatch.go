@@ -154,6 +154,13 @@ func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 		p.cfg.metrics.dropped(p.cfg.group, ps.tp.topic, 1)
 		return
 	}
+	if r.Attrs.IsControl() {
+		// A transaction marker (KeepControlRecords): no handler call, done
+		// at once, so the commit point passes it when every record before
+		// it is done.
+		ps.tracker.complete(&it.entry)
+		return
+	}
 	if ps.retry {
 		p.restoreFromRetry(it)
 	}

@@ -175,6 +175,10 @@ func New(opts ...Opt) (*Processor, error) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),
+		// Transaction markers are returned so the commit point can pass
+		// them: without them a partition written transactionally would
+		// keep a lag of 1 (the marker after its last record) forever.
+		kgo.KeepControlRecords(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.SessionTimeout(c.sessionTimeout),
 		kgo.RebalanceTimeout(c.rebalanceTO),
@@ -186,7 +190,9 @@ func New(opts ...Opt) (*Processor, error) {
 		kopts = append(kopts, kgo.InstanceID(c.instanceID))
 	}
 	if c.groupProtocol == "consumer" {
-		kopts = append(kopts, kgo.ServerSideBalancer())
+		// KIP-848: the broker assigns; franz-go needs a server-side
+		// assignor name (uniform, the broker's default, via sticky).
+		kopts = append(kopts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
 	} else {
 		kopts = append(kopts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
 	}

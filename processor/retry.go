@@ -79,7 +79,7 @@ func (p *Processor) restoreFromRetry(it *item) {
 		case HeaderOriginalTimestamp:
 			view.Timestamp = parseMillis(v)
 		}
-		if !strings.HasPrefix(h.Key, headerPrefix) {
+		if !strings.HasPrefix(h.Key, headerPrefix) || h.Key == HeaderReplayed {
 			view.Headers = append(view.Headers, h)
 		}
 	}

@@ -90,6 +90,7 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
+		kgo.KeepControlRecords(), // see New: lets the committed offset pass a final transaction marker
 		kgo.SessionTimeout(c.sessionTimeout),
 		kgo.RebalanceTimeout(c.rebalanceTO),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -98,7 +99,7 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 		opts = append(opts, kgo.InstanceID(c.instanceID))
 	}
 	if c.groupProtocol == "consumer" {
-		opts = append(opts, kgo.ServerSideBalancer())
+		opts = append(opts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
 	} else {
 		opts = append(opts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
 	}
@@ -187,6 +188,9 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		n := 0
 		for {
 			for _, r := range recs {
+				if r.Attrs.IsControl() {
+					continue // a transaction marker: nothing to transform, its offset is still committed
+				}
 				outs, err := t.transform(ctx, r)
 				if err != nil { // shutdown mid-record
 					abort = true
