@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ordercast/ordercast/chaos"
+	"github.com/ordercast/ordercast/internal/testkafka"
 )
 
 // logWriter sends each line to t.Log.
@@ -44,6 +45,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 // the drain and every invariant. The long soak is `ordercast chaos` (README,
 // "Crash testing").
 func TestChaosShort(t *testing.T) {
+	testkafka.SkipIfReal(t, "the harness runs and restarts its own embedded broker (ordercast devstack); it runs in make test")
 	if testing.Short() {
 		t.Skip("crash harness: builds the binary and runs a dozen processes for about two minutes")
 	}

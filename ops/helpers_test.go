@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/ordercast/ordercast/processor"
 )
 
@@ -17,23 +17,13 @@ import (
 // (name -> partitions) and returns its seed addresses and an admin client.
 func testCluster(t *testing.T, topics map[string]int32) ([]string, *kadm.Client) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addrs := c.ListenAddrs()
+	addrs := testkafka.Cluster(t, topics)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
 	adm := kadm.NewClient(cl)
-	for name, n := range topics {
-		if _, err := adm.CreateTopic(context.Background(), n, 1, nil, name); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return addrs, adm
 }
 

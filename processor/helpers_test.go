@@ -14,38 +14,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/internal/testkafka"
 )
 
 // testCluster starts an embedded kfake broker with the given topics
 // (name -> partitions) and returns its seed addresses.
 func testCluster(t *testing.T, topics map[string]int32) []string {
 	t.Helper()
-	_, addrs := testClusterC(t, topics)
-	return addrs
+	return testkafka.Cluster(t, topics)
 }
 
 // testClusterC is testCluster that also returns the cluster, for faults and
 // controls.
 func testClusterC(t *testing.T, topics map[string]int32) (*kfake.Cluster, []string) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addrs := c.ListenAddrs()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	for name, n := range topics {
-		if _, err := adm.CreateTopic(context.Background(), n, 1, nil, name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return c, addrs
+	testkafka.SkipIfReal(t, "injects broker faults or controls (kfake)")
+	return testkafka.Fake(t, topics)
 }
 
 func produce(t *testing.T, addrs []string, recs ...*kgo.Record) {
