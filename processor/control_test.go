@@ -36,7 +36,7 @@ func TestCommitPassesTransactionMarkers(t *testing.T) {
 			return nil
 		}))
 	// 3 records and 3 commit markers: offsets 0..5, end offset 6.
-	waitFor(t, 20*time.Second, "commit at the end of the log (6)", func() bool {
+	waitFor(t, 60*time.Second, "commit at the end of the log (6)", func() bool {
 		return committed(t, addrs, "g", "txin")[0] == 6
 	})
 	if h.distinct() != 3 {
