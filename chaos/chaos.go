@@ -469,7 +469,7 @@ func (rep *Report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  orders:          %s; %d client retries\n", strings.Join(parts, "; "), rep.ClientRetries)
 	fmt.Fprintf(w, "  faults injected: %s; %d process starts\n", fmtCounts(rep.Injected, append(append([]string{}, ProcessFaults...), "cont")), rep.ProcessStarts)
-	fmt.Fprintf(w, "  crash points:    %s (processes that SIGKILLed themselves there)\n", fmtCounts(rep.CrashPointHits, sortedKeys(CrashPoints)))
+	fmt.Fprintf(w, "  crash points:    %s (processes that SIGKILLed themselves there; SIGTERM for term-in-txn)\n", fmtCounts(rep.CrashPointHits, sortedKeys(CrashPoints)))
 	fmt.Fprintf(w, "  redeliveries:    inbox duplicates %s; fulfillment transactions %d aborted / %d committed; relay transactions %d aborted / %d committed, %d rows recovered from the marker, fenced %d times\n",
 		fmtCounts(rep.InboxDuplicates, nil), rep.TxnAborted, rep.TxnCommitted, rep.RelayAborted, rep.RelayCommitted, rep.RelayRecoveredRows, rep.RelayFenced)
 	for _, t := range sortedKeys(rep.Topics) {

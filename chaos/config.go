@@ -32,12 +32,14 @@ const (
 )
 
 // Faults armed inside the processes (system.EnvFault): each process SIGKILLs
-// itself with a probability at that point.
+// itself with a probability at that point (term-in-txn: sends itself
+// SIGTERM, a clean shutdown starting mid-transaction).
 const (
 	FaultAfterEffect      = system.FaultAfterEffect
 	FaultAfterTxnProduce  = system.FaultAfterTxnProduce
 	FaultAfterTxnOffsets  = system.FaultAfterTxnOffsets
 	FaultAfterRelayCommit = system.FaultAfterRelayCommit
+	FaultTermInTxn        = system.FaultTermInTxn
 )
 
 // ProcessFaults are the faults injected from outside, in the order the
@@ -52,6 +54,7 @@ var CrashPoints = map[string]float64{
 	FaultAfterTxnProduce:  0.05,
 	FaultAfterTxnOffsets:  0.05,
 	FaultAfterRelayCommit: 0.02,
+	FaultTermInTxn:        0.01,
 }
 
 // Services are the consumer services the harness runs as processes, besides

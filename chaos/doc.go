@@ -29,7 +29,9 @@
 // probability: after a consumer's inbox transaction and before its offset
 // commit, after fulfillment's transactional output was acknowledged, after
 // fulfillment's offsets were added to its transaction (before EndTxn), and
-// after the outbox relay's Kafka commit (before it marks its rows). The
+// after the outbox relay's Kafka commit (before it marks its rows); and
+// fulfillment sends itself SIGTERM right after a transform, so that a clean
+// shutdown starts with its transaction open. The
 // harness's choices are seeded (Config.Seed); the crash points and the
 // machine's scheduling are not, so a seed fixes the faults, not the records
 // they hit.

@@ -56,9 +56,14 @@ const (
 	// FaultAfterRelayCommit: the outbox relay's transaction committed
 	// (EndTxn answered), its rows are not marked sent.
 	FaultAfterRelayCommit = "crash-after-relay-commit"
+	// FaultTermInTxn: fulfillment sends itself SIGTERM right after a
+	// transform returned output inside an open transaction: a clean
+	// shutdown that starts mid-transaction (not a crash: the process
+	// drains, ends the transaction and leaves the group).
+	FaultTermInTxn = "term-in-txn"
 )
 
-var faultPoints = []string{FaultAfterEffect, FaultAfterTxnProduce, FaultAfterTxnOffsets, FaultAfterRelayCommit}
+var faultPoints = []string{FaultAfterEffect, FaultAfterTxnProduce, FaultAfterTxnOffsets, FaultAfterRelayCommit, FaultTermInTxn}
 
 // faults are the armed crash points; the zero value arms none.
 type faults struct {
@@ -110,21 +115,42 @@ func parseFaults(spec string) (*faults, error) {
 
 func (f *faults) armed(point string) bool { return f != nil && f.p[point] > 0 }
 
-// maybeCrash SIGKILLs the process with the point's probability, after
-// saying so on stderr (the harness counts these lines).
-func (f *faults) maybeCrash(point, detail string) {
+// hit reports, with the point's probability, whether it fires now, and
+// says so on stderr (the harness counts these lines).
+func (f *faults) hit(point, detail string) bool {
 	if !f.armed(point) || f.disarmed.Load() || (!f.until.IsZero() && time.Now().After(f.until)) {
-		return
+		return false
 	}
 	f.mu.Lock()
 	hit := f.rng.Float64() < f.p[point]
 	f.mu.Unlock()
-	if !hit {
-		return
+	if hit {
+		fmt.Fprintf(os.Stderr, "ordercast fault: %s %s pid=%d\n", point, detail, os.Getpid())
 	}
-	fmt.Fprintf(os.Stderr, "ordercast fault: %s %s pid=%d\n", point, detail, os.Getpid())
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // never returns: the signal is on its way
+	return hit
+}
+
+// maybeCrash SIGKILLs the process with the point's probability.
+func (f *faults) maybeCrash(point, detail string) {
+	if f.hit(point, detail) {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // never returns: the signal is on its way
+	}
+}
+
+// txnHandler wraps fulfillment's transform with the term-in-txn point.
+func (f *faults) txnHandler(txnID string, h processor.TxnHandler) processor.TxnHandler {
+	if !f.armed(FaultTermInTxn) {
+		return h
+	}
+	var once sync.Once
+	return func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		outs, err := h(ctx, r)
+		if err == nil && len(outs) > 0 && f.hit(FaultTermInTxn, fmt.Sprintf("transactional_id=%s topic=%s partition=%d offset=%d", txnID, r.Topic, r.Partition, r.Offset)) {
+			once.Do(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGTERM) })
+		}
+		return outs, err
+	}
 }
 
 // handler wraps a consumer handler with the after-effect crash point.

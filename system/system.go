@@ -311,7 +311,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			if err := fenceTransactionalID(ctx, kopts, txnID); err != nil {
 				log.Warn("could not fence the previous incarnation's transactions; they end at their timeout", "transactional_id", txnID, "error", err)
 			}
-			t, err := processor.NewTransactional(txnID, f.Transform,
+			t, err := processor.NewTransactional(txnID, flt.txnHandler(txnID, f.Transform),
 				append(popts(ServiceFulfillment, fulfillment.Topics, processor.OrderPartition, false), processor.ClientOpts(flt.txnHooks(txnID)...))...)
 			if err != nil {
 				s.Stop(context.Background())

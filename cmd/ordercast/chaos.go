@@ -39,6 +39,7 @@ by --seed):
   crash-after-txn-produce   fulfillment SIGKILLs itself after its output was acknowledged, before the commit
   crash-after-txn-offsets   fulfillment SIGKILLs itself after adding the offsets to its transaction (S13)
   crash-after-relay-commit  the outbox relay SIGKILLs itself after its Kafka commit, before marking the rows
+  term-in-txn               fulfillment SIGTERMs itself right after a transform, its transaction open
 
 Then it stops the faults, waits until every order went through every service and every lag is 0, and
 checks: every accepted order stored exactly once; each order charged at most once, and exactly once
@@ -93,7 +94,7 @@ log per process in DATA-DIR/logs/, and exits 1 on any violation.`,
 	f.Int64Var(&cfg.Seed, "seed", 1, "seed of the harness's random choices (faults, targets, timing, synthetic orders)")
 	f.IntVar(&cfg.Instances, "instances", 2, "processes per consumer service (1 to 4)")
 	f.IntVar(&cfg.Checkouts, "checkouts", 2, "checkout processes")
-	f.StringVar(&faults, "faults", "", "comma-separated faults to inject (default all): kill, term, stop, scale, broker, crash-after-effect, crash-after-txn-produce, crash-after-txn-offsets, crash-after-relay-commit")
+	f.StringVar(&faults, "faults", "", "comma-separated faults to inject (default all): kill, term, stop, scale, broker, crash-after-effect, crash-after-txn-produce, crash-after-txn-offsets, crash-after-relay-commit, term-in-txn")
 	f.DurationVar(&cfg.FaultEvery, "fault-every", 4*time.Second, "mean pause between two injected process faults")
 	f.StringVar(&crashRates, "crash-rates", "", "override crash point probabilities, e.g. crash-after-effect=0.01,crash-after-txn-offsets=0.05")
 	f.StringVar(&cfg.Workload, "workload", "data/online-retail/online_retail_2010-12-01.csv", "Online Retail CSV whose sale invoices are sent as orders (empty: none)")
