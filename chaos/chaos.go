@@ -281,6 +281,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var lagInv Invariant
 	lastNote := time.Now()
 	lastLag, lagSince := -1, time.Now()
+	lastProg, progSince := audit.Progress{}, time.Now()
 	for {
 		prog, err := audit.ReadProgress(drainCtx, db)
 		if err == nil {
@@ -295,6 +296,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			total := 0
 			for _, n := range rep.Lag {
 				total += n
+			}
+			if prog != lastProg {
+				lastProg, progSince = prog, time.Now()
+			}
+			if total == 0 && chk.undecided == 0 && time.Since(progSince) >= stuckAfter {
+				// Every group consumed everything and no transaction is
+				// open: what is missing will not come. Stop waiting.
+				fmt.Fprintf(out, "chaos: every lag is 0 and no transaction is open, but the progress has not moved for %v: giving up the drain\n", stuckAfter)
+				break
 			}
 			if total != lastLag {
 				lastLag, lagSince = total, time.Now()
@@ -329,7 +339,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		sleepCtx(drainCtx, 500*time.Millisecond)
 	}
 	rep.DrainSeconds = time.Since(drainStart).Seconds()
-	drained := drainCtx.Err() == nil
+	drained := drainCtx.Err() == nil && rep.Progress.Done()
 	hist.add(event{Ev: "phase", Detail: fmt.Sprintf("drained=%v after %.1fs", drained, rep.DrainSeconds)})
 	fmt.Fprintf(out, "chaos: drained=%v in %.1fs\n", drained, rep.DrainSeconds)
 
