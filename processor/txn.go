@@ -197,7 +197,9 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 					break
 				}
 				for _, o := range outs {
-					sess.Produce(ctx, o, promise)
+					// Not ctx: a shutdown must not fail records of a
+					// transaction that is about to commit.
+					sess.Produce(context.WithoutCancel(ctx), o, promise)
 				}
 				n++
 			}
@@ -217,6 +219,15 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 				break
 			}
 		}
+		endCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if !abort {
+			// Every produce promise must have run before prodErr is read:
+			// End(TryCommit) aborts on a rebalance, not on a failed
+			// record, so committing with an unseen produce failure would
+			// commit the offsets without their output (found by the
+			// crash harness, fault term-in-txn).
+			_ = sess.Client().Flush(endCtx)
+		}
 		pmu.Lock()
 		if prodErr != nil {
 			abort = true
@@ -226,7 +237,6 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		if abort {
 			try = kgo.TryAbort
 		}
-		endCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		committed, err := sess.End(endCtx, try)
 		cancel()
 		t.statsMu.Lock()
