@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -51,9 +52,25 @@ type Stack struct {
 	Registry    *srfake.Registry
 	RegistryURL string
 	// DSN is the SQLite data source for store.Open.
-	DSN string
-	srv *http.Server
-	ln  net.Listener
+	DSN  string
+	srv  *http.Server
+	ln   net.Listener
+	lock *os.File
+}
+
+// lockDataDir takes an exclusive advisory lock (flock) on <dir>/LOCK, so two
+// processes never run a broker on one data directory: the last to stop would
+// overwrite the other's log. The lock ends with the process, even on SIGKILL.
+func lockDataDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: lock data directory %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("devstack: data directory %s is in use by another `ordercast up` or `ordercast devstack` (stop it, or choose another --data-dir): %w", dir, err)
+	}
+	return f, nil
 }
 
 // Start starts the broker and the registry. It fails if the data directory
@@ -75,6 +92,16 @@ func Start(cfg Config) (*Stack, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("devstack: data directory %s: %w", cfg.DataDir, err)
 	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			lock.Close()
+		}
+	}()
 	bln, err := net.Listen("tcp", cfg.BrokerAddr)
 	if err != nil {
 		return nil, fmt.Errorf("devstack: broker address %s is not free (is another `ordercast up` or a Kafka broker running? choose another with --broker-addr): %w", cfg.BrokerAddr, err)
@@ -90,7 +117,7 @@ func Start(cfg Config) (*Stack, error) {
 		bln.Close()
 		return nil, fmt.Errorf("devstack: start embedded broker: %w", err)
 	}
-	s := &Stack{cfg: cfg, Cluster: cluster, Brokers: cluster.ListenAddrs(), DSN: "sqlite:" + filepath.Join(cfg.DataDir, "ordercast.db")}
+	s := &Stack{cfg: cfg, lock: lock, Cluster: cluster, Brokers: cluster.ListenAddrs(), DSN: "sqlite:" + filepath.Join(cfg.DataDir, "ordercast.db")}
 	s.Registry = srfake.NewRegistry()
 	if err := s.restoreRegistry(); err != nil {
 		cluster.Close()
@@ -106,6 +133,7 @@ func Start(cfg Config) (*Stack, error) {
 	s.srv = &http.Server{Handler: s.Registry.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(rln) }()
 	cfg.Logger.Info("embedded stack started", "brokers", s.Brokers, "registry", s.RegistryURL, "data_dir", cfg.DataDir)
+	started = true
 	return s, nil
 }
 
@@ -186,5 +214,6 @@ func (s *Stack) Close() {
 	}
 	_ = s.srv.Shutdown(ctx)
 	s.Cluster.Close()
+	s.lock.Close() // releases the flock
 	s.cfg.Logger.Info("embedded stack stopped")
 }
