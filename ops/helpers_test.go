@@ -67,25 +67,7 @@ func runProcessor(t *testing.T, opts ...processor.Opt) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("Run did not return within 30s of cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return testkafka.Run(t, p)
 }
 
 // counter counts handled values, concurrency-safe.

@@ -137,25 +137,7 @@ func runProcessor(t *testing.T, opts ...Opt) (cancel func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	var once sync.Once
-	cancel = func() {
-		once.Do(func() {
-			stop()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("Run did not return within 30s of cancel")
-			}
-		})
-	}
-	t.Cleanup(cancel)
-	return cancel
+	return testkafka.Run(t, p)
 }
 
 func val(i int) []byte { return []byte(fmt.Sprintf("v%05d", i)) }
