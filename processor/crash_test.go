@@ -244,8 +244,11 @@ func TestS04_CrashMidBatch(t *testing.T) {
 			applied1++
 		}
 	}
-	if applied1 != 250 {
-		t.Fatalf("run 1 applied %d records before the kill, want 250", applied1)
+	// The child SIGKILLs itself right after its 250th record; with
+	// Concurrency 8 in unordered mode, up to 7 other handlers may record
+	// theirs before the signal lands.
+	if applied1 < 250 || applied1 > 257 {
+		t.Fatalf("run 1 applied %d records before the kill, want 250 to 257 (Concurrency 8)", applied1)
 	}
 	ends1 := contiguousEnds(ev1, logOffs)
 	for p, c := range afterCrash {
