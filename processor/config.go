@@ -96,6 +96,7 @@ type cfg struct {
 	instanceID     string
 	clientID       string
 	groupProtocol  string
+	txnTimeout     time.Duration
 	logger         *slog.Logger
 	metrics        *Metrics
 	clientOpts     []kgo.Opt
@@ -144,6 +145,7 @@ func defaultCfg() cfg {
 		sessionTimeout: 45 * time.Second,
 		rebalanceTO:    60 * time.Second,
 		groupProtocol:  "classic",
+		txnTimeout:     60 * time.Second,
 		logger:         slog.New(slog.DiscardHandler),
 		errorMsgMax:    1024,
 	}
@@ -188,6 +190,9 @@ func (c *cfg) validate() error {
 	}
 	if c.sessionTimeout <= 0 || c.rebalanceTO <= 0 {
 		errs = append(errs, fmt.Errorf("SessionTimeout %v, RebalanceTimeout %v: want > 0", c.sessionTimeout, c.rebalanceTO))
+	}
+	if c.txnTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("TransactionTimeout: %v, want > 0", c.txnTimeout))
 	}
 	if c.drainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("DrainTimeout: %v, want >= 0", c.drainTimeout))
@@ -311,6 +316,22 @@ func SessionTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.sessionTi
 
 // RebalanceTimeout: see SessionTimeout.
 func RebalanceTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.rebalanceTO = d }) }
+
+// TransactionTimeout sets transaction.timeout.ms for the exactly-once mode
+// (NewTransactional; ignored by New). Default 60s, Kafka's default. It is
+// how long the transaction coordinator waits before aborting a transaction
+// whose producer stopped (a crashed member that is not restarted): until
+// then read_committed readers of the output topics stop at its first
+// record (the last stable offset). The coordinator looks for expired
+// transactions every transaction.abort.timed.out.transaction.cleanup.interval.ms
+// (default 10s), so the stall lasts up to the timeout plus that interval.
+// A shorter timeout shortens that stall
+// but must comfortably exceed CommitInterval plus the slowest handler call
+// of a transaction, or healthy transactions are aborted and replayed. The
+// broker refuses values above transaction.max.timeout.ms (default 15 min);
+// the error then names the setting. A restarted member with the same
+// transactional id fences the old transaction at once, whatever this is.
+func TransactionTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.txnTimeout = d }) }
 
 // InstanceID sets a static group member id (KIP-345, group.instance.id).
 // Default empty: dynamic membership.

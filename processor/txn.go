@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,8 +41,9 @@ type TxnProcessor struct {
 	txnID   string
 	handler TxnHandler
 
-	mu   sync.Mutex
-	sess *kgo.GroupTransactSession
+	mu    sync.Mutex
+	sess  *kgo.GroupTransactSession
+	owned map[string]map[int32]bool // partitions held by sess, from its rebalance callbacks
 
 	// Committed counts committed transactions; Aborted counts aborted ones.
 	statsMu   sync.Mutex
@@ -84,7 +86,7 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 		kgo.SeedBrokers(c.brokers...),
 		kgo.ClientID(c.clientID),
 		kgo.TransactionalID(t.txnID),
-		kgo.TransactionTimeout(60*time.Second),
+		kgo.TransactionTimeout(c.txnTimeout),
 		kgo.ConsumerGroup(c.group),
 		kgo.ConsumeTopics(c.topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -98,6 +100,13 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	if c.instanceID != "" {
 		opts = append(opts, kgo.InstanceID(c.instanceID))
 	}
+	// The session wraps these two to abort its open transaction first, then
+	// calls ours; they only keep Health's view of the assignment.
+	opts = append(opts,
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, true) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, false) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, false) }),
+	)
 	if c.groupProtocol == "consumer" {
 		opts = append(opts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
 	} else {
@@ -113,12 +122,42 @@ func (t *TxnProcessor) Stats() (committed, aborted int) {
 	return t.committed, t.aborted
 }
 
-// Health reports the member's group state.
+// track adds (assigned) or removes partitions of the current session.
+func (t *TxnProcessor) track(m map[string][]int32, assigned bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.owned == nil {
+		t.owned = map[string]map[int32]bool{}
+	}
+	for topic, ps := range m {
+		for _, p := range ps {
+			if assigned {
+				if t.owned[topic] == nil {
+					t.owned[topic] = map[int32]bool{}
+				}
+				t.owned[topic][p] = true
+			} else {
+				delete(t.owned[topic], p)
+			}
+		}
+	}
+}
+
+// Health reports the member's group state and the partitions it holds
+// ("topic[partition]", sorted). InFlight, Paused, Parked and Blocked stay
+// zero: a transaction holds no records between polls. Safe for concurrent
+// use.
 func (t *TxnProcessor) Health() Health {
 	t.mu.Lock()
 	sess := t.sess
+	h := Health{Group: t.cfg.group, ClientID: t.cfg.clientID, Generation: -1}
+	for topic, ps := range t.owned {
+		for p := range ps {
+			h.Partitions = append(h.Partitions, tp{topic, p}.String())
+		}
+	}
 	t.mu.Unlock()
-	h := Health{Group: t.cfg.group, ClientID: t.cfg.clientID}
+	slices.Sort(h.Partitions)
 	if sess != nil {
 		h.MemberID, h.Generation = sess.Client().GroupMetadata()
 		h.Joined = h.MemberID != "" && h.Generation >= 0
@@ -137,10 +176,13 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 			return fmt.Errorf("processor: transactional session: %w", err)
 		}
 		t.mu.Lock()
-		t.sess = sess
+		t.sess, t.owned = sess, nil
 		t.mu.Unlock()
 		err = t.runSession(ctx, sess)
 		sess.Close()
+		t.mu.Lock()
+		t.owned = nil
+		t.mu.Unlock()
 		if err == nil {
 			return nil
 		}

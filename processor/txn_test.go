@@ -3,6 +3,8 @@ package processor
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,4 +86,68 @@ func readCommitted(t *testing.T, addrs []string, topic string, n int, within tim
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
 	}
 	return out
+}
+
+// TestTxnTransactionTimeout: TransactionTimeout reaches the transaction
+// coordinator. A transaction that stays open longer than it (a handler
+// stalls after earlier records of the transaction were produced) is aborted
+// by the broker, the member resumes from the committed offsets, and every
+// input still has exactly one committed output. With Kafka's default of 60s
+// nothing would be aborted and the Aborted count would stay 0. Health lists
+// the partitions the member holds while it runs.
+func TestTxnTransactionTimeout(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 2, "out": 1, "g.dlq": 1})
+	const n = 40
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Topic: "in", Partition: 0, Value: val(i)})
+	}
+	produce(t, addrs, recs...)
+	var stalled atomic.Bool
+	h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if string(r.Value) == string(val(5)) && stalled.CompareAndSwap(false, true) {
+			// A slow call, well past the 1s transaction timeout (plus
+			// the coordinator's 1s expiry check on the test broker,
+			// scripts/kafka.sh).
+			select {
+			case <-time.After(5 * time.Second):
+			case <-ctx.Done():
+			}
+		}
+		return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
+	}
+	tp, err := NewTransactional("txn-timeout", h, Brokers(addrs...), Group("g"), Topics("in"),
+		CommitInterval(time.Second), TransactionTimeout(time.Second), Backoff(50*time.Millisecond, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tp.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for h := tp.Health(); !slices.Equal(h.Partitions, []string{"in[0]", "in[1]"}); h = tp.Health() {
+		if time.Now().After(deadline) {
+			t.Fatalf("Health.Partitions = %v, want [in[0] in[1]]", h.Partitions)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out := readCommitted(t, addrs, "out", n, 30*time.Second)
+	seen := map[string]int{}
+	for _, r := range out {
+		seen[string(r.Value)]++
+	}
+	for i := range n {
+		if seen[string(val(i))] != 1 {
+			t.Fatalf("record %d: %d committed outputs, want 1", i, seen[string(val(i))])
+		}
+	}
+	if _, aborted := tp.Stats(); aborted == 0 {
+		t.Fatal("no transaction was aborted: the 1s TransactionTimeout did not reach the coordinator")
+	}
 }

@@ -258,6 +258,10 @@ offsets.topic.num.partitions=10
 transaction.state.log.num.partitions=10
 share.coordinator.state.topic.num.partitions=10
 group.initial.rebalance.delay.ms=0
+# the coordinator looks for expired transactions every 10 s by default; every
+# 1 s here, so that a short transaction timeout (processor.TransactionTimeout,
+# --transaction-timeout) takes effect within a test's patience
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 auto.create.topics.enable=false
 unclean.leader.election.enable=false
 
