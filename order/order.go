@@ -28,6 +28,11 @@ type Order struct {
 	// Reference is the caller's own reference (the replay sets the invoice
 	// number); informational only.
 	Reference string `json:"reference,omitempty"`
+	// Channel is where the order was placed, a short lowercase token such
+	// as "web", "api" or "replay" (checkout accepts 1 to 32 of a-z, 0-9,
+	// '_' and '-'); "" means unknown. orderCreated carries it since schema
+	// version 2; events written with version 1 decode with "".
+	Channel string `json:"channel,omitempty"`
 }
 
 // Key is the Kafka record key for the order's events: the customer id, or the

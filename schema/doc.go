@@ -18,16 +18,16 @@
 // (customerId null or "" means a guest). Payment status and method are Avro
 // enums (PAID|REFUSED, WALLET|CARD).
 //
-// The JSON Schemas are generated from the Avro schemas (a test keeps them in
-// step; regenerate with go test ./schema -run TestJSONSchemaGenerated
-// -update) and validate plain-JSON values from producers without a registry,
-// such as a Node.js kafkajs service: the same field names, integers for
-// money, RFC 3339 strings for times (what JSON.stringify of a Date gives),
-// null or absent for optional fields; unknown fields are allowed. They are
-// validated by a small validator of the exact draft 2020-12 subset the
-// generator emits (type, properties, required, items, enum, format
-// date-time), which refuses any other keyword when the package loads, so no
-// rule is ever silently ignored. Validate's rules (non-empty ids, line
+// The JSON Schemas are generated from the Avro schemas (genJSONSchema; a test
+// keeps the files in step: regenerate with go test ./schema -run
+// TestJSONSchemaGenerated -update) and validate plain-JSON values from
+// producers without a registry, such as a Node.js kafkajs service: the same
+// field names, integers for money, RFC 3339 strings for times (what
+// JSON.stringify of a Date gives), null or absent for optional fields;
+// unknown fields are allowed. They are validated by a small validator of the
+// exact draft 2020-12 subset the generator emits (type, properties,
+// required, items, enum, format date-time), which refuses any other keyword
+// when the package loads, so no rule is ever silently ignored. Validate's rules (non-empty ids, line
 // arithmetic, ...) are applied after decoding, whatever the format.
 //
 // # Wire format and registry
@@ -37,17 +37,26 @@
 // subject "<topic>-value". Decode reads any schema id registered under the
 // topic's subject, resolving the writer's schema to this build's (Avro schema
 // resolution), so that consumers built from this package read records of
-// older and newer producers as long as the schemas stay BACKWARD compatible.
+// older producers as long as the schemas stay BACKWARD compatible, and of
+// newer producers whose changes they can skip (fields added with a default).
 //
 // # Evolving a schema
 //
-// avro/history/<topic>.v<N>.avsc keeps every released version. A change to
-// avro/<topic>.avsc must be readable with every released version (fields
-// added with defaults, fields removed, never a type change or a required
-// field added); TestBackwardCompatibleWithHistory fails otherwise, and also
-// until the new version is released by copying it to the next vN file. As
-// with the registry's BACKWARD level, consumers are upgraded before
-// producers.
+// avro/history/<topic>.v<N>.avsc keeps every released version, embedded in
+// the build (Versions). A change to avro/<topic>.avsc must be readable with
+// every released version (fields added with defaults, fields removed, never
+// a type change or a required field added); TestBackwardCompatibleWithHistory
+// fails otherwise, and also until the new version is released by copying it
+// to the next vN file. As with the registry's BACKWARD level, consumers are
+// upgraded before producers; WithVersion pins a topic to a released version
+// (encode and decode exactly as a build that only knew it), for producers
+// during a rolling upgrade and for running "the old build" in tests.
+//
+// Released versions:
+//
+//	orderCreated       v1 initial; v2 adds channel (["null", "string"], default null)
+//	paymentProcessed   v1 initial
+//	shipmentRequested  v1 initial
 //
 // # Errors
 //

@@ -169,6 +169,7 @@ type wireOrderCreated struct {
 	TotalMilli order.Money  `json:"totalMilli"`
 	CreatedAt  time.Time    `json:"createdAt"`
 	Reference  *string      `json:"reference"`
+	Channel    *string      `json:"channel"` // since v2
 }
 
 func orderCreatedToWire(e *order.OrderCreated, w *wireOrderCreated) {
@@ -181,6 +182,7 @@ func orderCreatedToWire(e *order.OrderCreated, w *wireOrderCreated) {
 		TotalMilli: e.Total,
 		CreatedAt:  e.CreatedAt,
 		Reference:  optional(&e.Reference),
+		Channel:    optional(&e.Channel),
 	}
 }
 
@@ -195,6 +197,7 @@ func orderCreatedFromWire(w *wireOrderCreated, e *order.OrderCreated) {
 			Total:      w.TotalMilli,
 			CreatedAt:  w.CreatedAt,
 			Reference:  deref(w.Reference),
+			Channel:    deref(w.Channel),
 		},
 	}
 }

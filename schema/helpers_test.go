@@ -77,6 +77,7 @@ func sampleOrder(lines int) order.OrderCreated {
 			Country:    "United Kingdom",
 			CreatedAt:  at,
 			Reference:  "536365",
+			Channel:    "web",
 		},
 	}
 	for i := range lines {
@@ -97,7 +98,7 @@ func sampleOrder(lines int) order.OrderCreated {
 
 func guestOrder() order.OrderCreated {
 	o := sampleOrder(1)
-	o.CustomerID, o.Country, o.Reference = "", "", ""
+	o.CustomerID, o.Country, o.Reference, o.Channel = "", "", "", ""
 	return o
 }
 

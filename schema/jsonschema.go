@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -191,6 +192,50 @@ func (s *jsonSchema) validate(path string, v any) (string, string) {
 		}
 	}
 	return "", ""
+}
+
+// prune returns the JSON value v (as decoded by parseJSONObject) without the
+// object members that s does not declare, at any depth (properties of
+// objects, items of arrays). Names are matched as encoding/json matches
+// them to struct fields, ignoring case, so that decoding the result into
+// the current Go type behaves as decoding v into the type of the schema
+// version s was generated from. v's maps are modified in place.
+func (s *jsonSchema) prune(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		if s.properties == nil {
+			return x
+		}
+		for name, pv := range x {
+			sub := s.property(name)
+			if sub == nil {
+				delete(x, name)
+				continue
+			}
+			x[name] = sub.prune(pv)
+		}
+	case []any:
+		if s.items != nil {
+			for i := range x {
+				x[i] = s.items.prune(x[i])
+			}
+		}
+	}
+	return v
+}
+
+// property returns the schema of the property name, matched exactly or else
+// ignoring case, or nil.
+func (s *jsonSchema) property(name string) *jsonSchema {
+	if p, ok := s.properties[name]; ok {
+		return p
+	}
+	for k, p := range s.properties {
+		if strings.EqualFold(k, name) {
+			return p
+		}
+	}
+	return nil
 }
 
 func (s *jsonSchema) allows(got string) bool {

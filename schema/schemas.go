@@ -3,12 +3,15 @@ package schema
 import (
 	"embed"
 	"fmt"
+	"io/fs"
+	"regexp"
 	"slices"
+	"strconv"
 
 	"github.com/hamba/avro/v2"
 )
 
-//go:embed avro/*.avsc json/*.json
+//go:embed avro/*.avsc avro/history/*.avsc json/*.json
 var files embed.FS
 
 // avroAPI is the hamba/avro configuration of every encode and decode.
@@ -39,6 +42,11 @@ type contract struct {
 	jsonText string
 	json     *jsonSchema
 	codec    eventCodec
+	// version is the released version (avro/history/<topic>.v<N>.avsc)
+	// this contract is; pinned is true when it is an older one than the
+	// current file, chosen with WithVersion.
+	version int
+	pinned  bool
 }
 
 // contracts holds every topic's contract, parsed once at init; the embedded
@@ -51,10 +59,106 @@ var contracts = func() map[string]*contract {
 		if err != nil {
 			panic(err)
 		}
+		ct.version = len(releases[topic])
 		m[topic] = ct
 	}
 	return m
 }()
+
+// releases holds the text of every released schema version by topic:
+// releases[topic][n-1] is avro/history/<topic>.v<n>.avsc. The schema gate
+// (TestBackwardCompatibleWithHistory) keeps the newest one equal to the
+// current file and every version readable by it.
+var releases = func() map[string][]string {
+	m, err := loadReleases()
+	if err != nil {
+		panic(err)
+	}
+	return m
+}()
+
+var releaseName = regexp.MustCompile(`^(.+)\.v([1-9][0-9]*)\.avsc$`)
+
+func loadReleases() (map[string][]string, error) {
+	entries, err := fs.ReadDir(files, "avro/history")
+	if err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	byTopic := map[string]map[int]string{}
+	for _, e := range entries {
+		m := releaseName.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("schema: avro/history/%s: name must be <topic>.v<N>.avsc", e.Name())
+		}
+		n, _ := strconv.Atoi(m[2])
+		b, err := files.ReadFile("avro/history/" + e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("schema: %w", err)
+		}
+		if byTopic[m[1]] == nil {
+			byTopic[m[1]] = map[int]string{}
+		}
+		byTopic[m[1]][n] = string(b)
+	}
+	out := make(map[string][]string, len(byTopic))
+	for topic, vs := range byTopic {
+		for n := 1; n <= len(vs); n++ {
+			text, ok := vs[n]
+			if !ok {
+				return nil, fmt.Errorf("schema: avro/history: %s has %d versions but no v%d", topic, len(vs), n)
+			}
+			out[topic] = append(out[topic], text)
+		}
+	}
+	return out, nil
+}
+
+// releasedContract returns the contract of topic's released version n: the
+// current contract when n is the newest release, else one built from
+// avro/history/<topic>.v<n>.avsc with the JSON Schema generated from it.
+func releasedContract(topic string, n int) (*contract, error) {
+	cur, ok := contracts[topic]
+	if !ok {
+		return nil, fmt.Errorf("schema: WithVersion(%q, %d): %w", topic, n, ErrUnknownTopic)
+	}
+	vs := releases[topic]
+	if n < 1 || n > len(vs) {
+		return nil, fmt.Errorf("schema: WithVersion(%q, %d): not a released version; %s has v1 to v%d (avro/history/%s.v<N>.avsc)",
+			topic, n, topic, len(vs), topic)
+	}
+	if n == len(vs) {
+		return cur, nil
+	}
+	as, err := avro.ParseWithCache(vs[n-1], "", &avro.SchemaCache{})
+	if err != nil {
+		return nil, fmt.Errorf("schema: %s: parse avro/history/%s.v%d.avsc: %w", topic, topic, n, err)
+	}
+	jt, err := genJSONSchema(topic, as)
+	if err != nil {
+		return nil, fmt.Errorf("schema: %s: JSON Schema of v%d: %w", topic, n, err)
+	}
+	js, err := parseJSONSchema(jt)
+	if err != nil {
+		return nil, fmt.Errorf("schema: %s: JSON Schema of v%d: %w", topic, n, err)
+	}
+	return &contract{
+		topic:    topic,
+		subject:  cur.subject,
+		avroText: vs[n-1],
+		avro:     as,
+		jsonText: string(jt),
+		json:     js,
+		codec:    cur.codec,
+		version:  n,
+		pinned:   true,
+	}, nil
+}
+
+// Versions returns the number of released versions of a topic's schema
+// (avro/history/<topic>.v1.avsc to .v<N>.avsc): the newest, N, is the schema
+// this build writes by default, and 1 to N are what WithVersion accepts. It
+// returns 0 for a topic without a schema.
+func Versions(topic string) int { return len(releases[topic]) }
 
 func loadContract(topic string, c eventCodec) (*contract, error) {
 	at, err := files.ReadFile("avro/" + topic + ".avsc")

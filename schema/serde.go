@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -56,6 +57,7 @@ type options struct {
 	lookupTimeout time.Duration
 	negativeTTL   time.Duration
 	lookupOnly    bool
+	versions      map[string]int // topic -> released version, see WithVersion
 }
 
 // WithLookupTimeout bounds each registry lookup that Decode makes for a
@@ -82,6 +84,44 @@ func WithNegativeCacheTTL(d time.Duration) Opt {
 // registry. New then fails if a schema of this build is not registered.
 func WithLookupOnly() Opt {
 	return func(o *options) { o.lookupOnly = true }
+}
+
+// WithVersion makes the Serde encode and decode topic's values with its
+// released schema version n (avro/history/<topic>.v<n>.avsc, 1 to
+// Versions(topic)) instead of the current one, exactly as a build that only
+// knew version n would:
+//
+//   - New registers (or, with WithLookupOnly, looks up) version n under the
+//     subject, and Encode writes its schema id and leaves out the fields
+//     version n lacks (an OrderCreated's Channel under orderCreated v1);
+//   - Decode reads Avro records of any writer version with version n as the
+//     reader schema, so fields it lacks are skipped and stay zero in the
+//     event; a JSON value is validated with version n's JSON Schema
+//     (generated from it) and its members that version n does not declare
+//     are ignored, as encoding/json ignores unknown fields.
+//
+// Default: every topic at its newest released version, Versions(topic),
+// which is the current schema (n equal to it changes nothing). The last
+// WithVersion for a topic wins. New fails, naming the versions there are,
+// when the topic has no schema (ErrUnknownTopic) or n is not a released
+// version.
+//
+// It is the rolling-upgrade tool. The registry's BACKWARD level guarantees
+// that a new schema reads data written with the old one, so consumers are
+// upgraded first. Until every consumer runs a build that knows the new
+// version, pin the upgraded producers to the old one with WithVersion, and
+// remove the pin once the old builds are gone. (A change that is also
+// FORWARD compatible, such as an optional field added with a default, is
+// read by old consumers too, as Avro resolution skips the writer's extra
+// fields; the pin is then optional.) A pinned instance also runs as the old
+// build in tests, side by side with new ones.
+func WithVersion(topic string, n int) Opt {
+	return func(o *options) {
+		if o.versions == nil {
+			o.versions = map[string]int{}
+		}
+		o.versions[topic] = n
+	}
 }
 
 // Serde encodes the order system's events to Confluent wire-format Avro and
@@ -146,16 +186,17 @@ type fetch struct {
 var errNotFound = errors.New("not found")
 
 // New returns a Serde that uses client to register (or, with
-// WithLookupOnly, look up) each topic's Avro schema under its
-// TopicNameStrategy subject "<topic>-value" and later to resolve the schema
-// ids of records it decodes. Registering is idempotent: the registry answers
-// an already registered schema with its existing id. The ids are cached both
-// ways.
+// WithLookupOnly, look up) each topic's Avro schema (the current one, or the
+// released version chosen with WithVersion) under its TopicNameStrategy
+// subject "<topic>-value" and later to resolve the schema ids of records it
+// decodes. Registering is idempotent: the registry answers an already
+// registered schema with its existing id. The ids are cached both ways.
 //
-// It fails when client is nil or when the registry refuses or cannot be
-// reached (for example a schema that is not compatible with the versions
-// already under its subject); the error names the subject. ctx bounds the
-// registration calls only.
+// It fails when client is nil, when a WithVersion names a topic without a
+// schema or a version that was not released, or when the registry refuses or
+// cannot be reached (for example a schema that is not compatible with the
+// versions already under its subject); the error names the subject. ctx
+// bounds the registration calls only.
 func New(ctx context.Context, client *sr.Client, opts ...Opt) (*Serde, error) {
 	if client == nil {
 		return nil, errors.New("schema: New: nil registry client")
@@ -163,6 +204,17 @@ func New(ctx context.Context, client *sr.Client, opts ...Opt) (*Serde, error) {
 	o := options{lookupTimeout: defaultLookupTimeout, negativeTTL: defaultNegativeTTL}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	chosen := make(map[string]*contract, len(contracts))
+	for topic, c := range contracts {
+		chosen[topic] = c
+	}
+	for topic, n := range o.versions {
+		c, err := releasedContract(topic, n)
+		if err != nil {
+			return nil, err
+		}
+		chosen[topic] = c
 	}
 	s := &Serde{
 		client:    client,
@@ -174,7 +226,7 @@ func New(ctx context.Context, client *sr.Client, opts ...Opt) (*Serde, error) {
 		now:       time.Now,
 	}
 	for _, topic := range Topics() {
-		c := contracts[topic]
+		c := chosen[topic]
 		in := sr.Schema{Schema: c.avroText, Type: sr.TypeAvro}
 		var (
 			ss  sr.SubjectSchema
@@ -208,7 +260,8 @@ func New(ctx context.Context, client *sr.Client, opts ...Opt) (*Serde, error) {
 func (s *Serde) Subjects() []string { return slices.Clone(s.subjects) }
 
 // SchemaText returns the Avro schema text that Encode writes for topic (the
-// embedded .avsc), or "" when the topic has no schema.
+// embedded .avsc, or the released version chosen with WithVersion), or ""
+// when the topic has no schema.
 func (s *Serde) SchemaText(topic string) string {
 	if t, ok := s.topics[topic]; ok {
 		return t.avroText
@@ -223,6 +276,16 @@ func (s *Serde) SchemaID(topic string) (int, bool) {
 		return t.id, true
 	}
 	return 0, false
+}
+
+// SchemaVersion returns the released version of the schema that Encode
+// writes and Decode reads with for topic: Versions(topic) unless WithVersion
+// chose another; 0 when the topic has no schema.
+func (s *Serde) SchemaVersion(topic string) int {
+	if t, ok := s.topics[topic]; ok {
+		return t.version
+	}
+	return 0
 }
 
 var writerPool = sync.Pool{New: func() any { return avro.NewWriter(nil, 1024, avro.WithWriterConfig(avroAPI)) }}
@@ -358,6 +421,13 @@ func (s *Serde) decodeJSON(t *topicState, b []byte, v any) error {
 	}
 	if field, reason := t.json.validate("", doc); field != "" {
 		return newError(ErrInvalid, t.topic, 0, field, reason, nil)
+	}
+	if t.pinned {
+		// What the older build's structs would see: only the members its
+		// schema declares.
+		if b, err = json.Marshal(t.json.prune(doc)); err != nil {
+			return newError(ErrUndecodable, t.topic, 0, "", "re-encoding the JSON value", err)
+		}
 	}
 	if _, err := t.codec.decodeJSON(b, v); err != nil {
 		if rv, ok := err.(*ruleViolation); ok {

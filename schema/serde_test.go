@@ -133,7 +133,7 @@ func TestAvroOptionalFieldsAreNullWhenEmpty(t *testing.T) {
 	if err := avro.Unmarshal(contracts[order.TopicOrderCreated].avro, b[5:], &generic); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"customerId", "country", "reference"} {
+	for _, f := range []string{"customerId", "country", "reference", "channel"} {
 		if v, ok := generic[f]; !ok || v != nil {
 			t.Errorf("%s = %#v, want null", f, v)
 		}
@@ -165,7 +165,7 @@ func TestJSONAccepted(t *testing.T) {
 	// and a field this build does not know yet.
 	node := `{"eventId":"e1","orderId":"o1","customerId":null,"lines":[{"stockCode":"22423",
 	"description":"REGENCY CAKESTAND 3 TIER","quantity":2,"unitPriceMilli":12750,"lineTotalMilli":25500}],
-	"totalMilli":25500,"createdAt":"2024-05-01T10:11:12.345Z","channel":"web"}`
+	"totalMilli":25500,"createdAt":"2024-05-01T10:11:12.345Z","giftWrap":true}`
 	var o order.OrderCreated
 	f, err := s.Decode(order.TopicOrderCreated, []byte(node), &o)
 	if err != nil || f != FormatJSON {
@@ -441,23 +441,23 @@ func TestDecodeAppliesRules(t *testing.T) {
 // schema registered under the subject decode through Avro resolution.
 func TestDecodeResolvesWriterSchema(t *testing.T) {
 	s, reg := newTestSerde(t)
-	// v2 as a future producer might write it: a new optional field
-	// "channel" and no "reference" (removed; the reader's default applies).
-	v2 := strings.Replace(AvroSchemaText(order.TopicOrderCreated),
+	// A version as a future producer might write it: a new optional field
+	// "promo" and no "reference" (removed; the reader's default applies).
+	next := strings.Replace(AvroSchemaText(order.TopicOrderCreated),
 		`{"name": "reference", "type": ["null", "string"], "default": null, "doc": "Caller's own reference (the replay sets the invoice number); informational."}`,
-		`{"name": "channel", "type": ["null", "string"], "default": null}`, 1)
-	if v2 == AvroSchemaText(order.TopicOrderCreated) {
+		`{"name": "promo", "type": ["null", "string"], "default": null}`, 1)
+	if next == AvroSchemaText(order.TopicOrderCreated) {
 		t.Fatal("test schema edit did not apply")
 	}
-	ss, err := reg.client.CreateSchema(context.Background(), SubjectFor(order.TopicOrderCreated), sr.Schema{Schema: v2})
+	ss, err := reg.client.CreateSchema(context.Background(), SubjectFor(order.TopicOrderCreated), sr.Schema{Schema: next})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ss.ID == mustID(t, s, order.TopicOrderCreated) {
-		t.Fatal("v2 got the v1 id")
+		t.Fatal("the next version got the current id")
 	}
-	writer := avro.MustParse(v2)
-	type wireV2 struct {
+	writer := avro.MustParse(next)
+	type wireNext struct {
 		EventID    string       `json:"eventId"`
 		OrderID    string       `json:"orderId"`
 		CustomerID *string      `json:"customerId"`
@@ -466,23 +466,24 @@ func TestDecodeResolvesWriterSchema(t *testing.T) {
 		TotalMilli order.Money  `json:"totalMilli"`
 		CreatedAt  time.Time    `json:"createdAt"`
 		Channel    *string      `json:"channel"`
+		Promo      *string      `json:"promo"`
 	}
 	want := sampleOrder(2)
-	web := "web"
-	body, err := avroAPI.Marshal(writer, &wireV2{
+	promo := "xmas"
+	body, err := avroAPI.Marshal(writer, &wireNext{
 		EventID: want.EventID, OrderID: want.OrderID, CustomerID: &want.CustomerID, Country: &want.Country,
-		Lines: want.Lines, TotalMilli: want.Total, CreatedAt: want.CreatedAt, Channel: &web,
+		Lines: want.Lines, TotalMilli: want.Total, CreatedAt: want.CreatedAt, Channel: &want.Channel, Promo: &promo,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want.Reference = "" // absent in v2: the reader's default (null)
+	want.Reference = "" // absent in the writer's version: the reader's default (null)
 	var got order.OrderCreated
 	if _, err := s.Decode(order.TopicOrderCreated, wire(ss.ID, body), &got); err != nil {
-		t.Fatalf("Decode v2 record: %v", err)
+		t.Fatalf("Decode next-version record: %v", err)
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("v2 record\n got %#v\nwant %#v", got, want)
+		t.Fatalf("next-version record\n got %#v\nwant %#v", got, want)
 	}
 
 	// A writer schema that this build cannot read: totalMilli became a string.
