@@ -60,22 +60,17 @@ func (f *dlqFlags) open(cmd *cobra.Command) (context.Context, func(), *ops.DLQ, 
 	if f.group == "" {
 		return nil, nil, nil, fmt.Errorf("--group is required: the consumer group whose DLQ to use (%s; its DLQ topic is <group>.dlq)", strings.Join(order.Groups, ", "))
 	}
-	ctx, cancel, err := f.start(cmd)
+	c, err := f.dial(cmd)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cl, _, opts, err := f.connect(ctx)
+	c.cl.Close() // the broker answers; the DLQ tools use clients of their own
+	d, err := ops.NewDLQ(f.group, c.opts...)
 	if err != nil {
-		cancel()
+		c.cancel()
 		return nil, nil, nil, err
 	}
-	cl.Close()
-	d, err := ops.NewDLQ(f.group, opts...)
-	if err != nil {
-		cancel()
-		return nil, nil, nil, err
-	}
-	return ctx, func() { d.Close(); cancel() }, d, nil
+	return c.ctx, func() { d.Close(); c.cancel() }, d, nil
 }
 
 // selFlags select DLQ records.

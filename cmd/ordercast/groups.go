@@ -27,17 +27,12 @@ a named group does not exist or could not be described.`,
   ordercast groups payments orders
   ordercast groups payments -o json | jq '.[0].totalLag'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel, err := f.start(cmd)
+			c, err := f.dial(cmd)
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			cl, adm, _, err := f.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			groups, err := ops.DescribeGroups(ctx, adm, args...)
+			defer c.Close()
+			groups, err := ops.DescribeGroups(c.ctx, c.adm, args...)
 			if err != nil {
 				return fmt.Errorf("groups at %s: %w", f.brokers, err)
 			}

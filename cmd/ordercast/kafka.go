@@ -33,21 +33,42 @@ func (o *opsFlags) register(cmd *cobra.Command) {
 	o.sec.register(f)
 }
 
-// start validates the common flags and returns a context bounded by
-// --timeout.
-func (o *opsFlags) start(cmd *cobra.Command) (context.Context, context.CancelFunc, error) {
+// opsConn is one operator command's connection to the cluster: a context
+// bounded by --timeout and a client whose broker answered.
+type opsConn struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	cl     *kgo.Client
+	adm    *kadm.Client
+	opts   []kgo.Opt // the client's options (--brokers, TLS, SASL), for clients of its own
+}
+
+// Close closes the client and releases the context.
+func (c *opsConn) Close() {
+	c.cl.Close()
+	c.cancel()
+}
+
+// dial validates the common flags (--output, --timeout) and connects: the
+// set-up every operator command starts with. The caller closes the result.
+func (o *opsFlags) dial(cmd *cobra.Command) (*opsConn, error) {
 	if o.output != "table" && o.output != "json" {
-		return nil, nil, fmt.Errorf("--output %q: want table or json", o.output)
+		return nil, fmt.Errorf("--output %q: want table or json", o.output)
 	}
 	if o.timeout <= 0 {
-		return nil, nil, fmt.Errorf("--timeout %v: want a positive duration such as 30s", o.timeout)
+		return nil, fmt.Errorf("--timeout %v: want a positive duration such as 30s", o.timeout)
 	}
 	parent := cmd.Context()
 	if parent == nil {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithTimeout(parent, o.timeout)
-	return ctx, cancel, nil
+	cl, adm, opts, err := o.connect(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &opsConn{ctx: ctx, cancel: cancel, cl: cl, adm: adm, opts: opts}, nil
 }
 
 // kafkaOpts returns the client options for --brokers and the TLS and SASL

@@ -40,17 +40,12 @@ func newTopicsList(f *opsFlags) *cobra.Command {
 		Short: "List topics: partitions, replication factor, min.insync.replicas, cleanup.policy, ISR health",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel, err := f.start(cmd)
+			c, err := f.dial(cmd)
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			cl, adm, _, err := f.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			topics, err := ops.ListTopics(ctx, adm, internal)
+			defer c.Close()
+			topics, err := ops.ListTopics(c.ctx, c.adm, internal)
 			if err != nil {
 				return fmt.Errorf("list topics at %s: %w", f.brokers, err)
 			}
@@ -108,17 +103,12 @@ func newTopicsCreate(f *opsFlags) *cobra.Command {
 				}
 				delays = append(delays, v)
 			}
-			ctx, cancel, err := f.start(cmd)
+			c, err := f.dial(cmd)
 			if err != nil {
 				return err
 			}
-			defer cancel()
-			cl, adm, _, err := f.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			meta, err := adm.BrokerMetadata(ctx)
+			defer c.Close()
+			meta, err := c.adm.BrokerMetadata(c.ctx)
 			if err != nil {
 				return fmt.Errorf("brokers of %s: %w", f.brokers, err)
 			}
@@ -143,7 +133,7 @@ func newTopicsCreate(f *opsFlags) *cobra.Command {
 					specs = append(specs, ops.TopicSpec{Name: t, Partitions: partitions, ReplicationFactor: rf, MinInsyncReplicas: minISR})
 				}
 			}
-			res, cerr := ops.CreateTopics(ctx, adm, specs, cfg)
+			res, cerr := ops.CreateTopics(c.ctx, c.adm, specs, cfg)
 			out := cmd.OutOrStdout()
 			if f.output == "json" {
 				if err := writeJSON(out, res); err != nil {
