@@ -283,11 +283,38 @@ func queryStrings(ctx context.Context, db *store.DB, q string) ([]string, error)
 }
 
 // ReadTopic reads every record of topic up to its current end offsets as a
-// read_committed reader (records of aborted transactions are skipped). It
-// gives up after 60s.
+// read_committed reader (records of aborted transactions are skipped),
+// without control records. It gives up after 60s.
 func ReadTopic(ctx context.Context, cl *kgo.Client, topic string) ([]*kgo.Record, error) {
+	all, err := ReadAll(ctx, cl, topic, true)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, r := range all {
+		if !r.Attrs.IsControl() {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// ReadAll reads every record of topic from its log start offsets to its
+// current end offsets, control records (transaction markers) included, in
+// offset order per partition. With committed it reads as a read_committed
+// reader up to the last stable offsets (records of aborted transactions are
+// skipped); otherwise as a read_uncommitted reader up to the high
+// watermarks. Markers are kept so that a partition whose last offset is a
+// marker is still seen to its end. It uses cl's options for a reader client
+// of its own and gives up after 60s, with an error naming how many
+// partitions were not read to their end.
+func ReadAll(ctx context.Context, cl *kgo.Client, topic string, committed bool) ([]*kgo.Record, error) {
 	adm := kadm.NewClient(cl)
-	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offsets
+	list, iso := adm.ListEndOffsets, kgo.ReadUncommitted()
+	if committed {
+		list, iso = adm.ListCommittedOffsets, kgo.ReadCommitted() // last stable offsets
+	}
+	ends, err := list(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("audit: end offsets of %s: %w", topic, err)
 	}
@@ -297,20 +324,26 @@ func ReadTopic(ctx context.Context, cl *kgo.Client, topic string) ([]*kgo.Record
 	}
 	want := map[int32]int64{}
 	offsets := map[string]map[int32]kgo.Offset{topic: {}}
+	var lerr error
 	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			lerr = o.Err
+			return
+		}
 		s, _ := starts.Lookup(topic, o.Partition)
 		if o.Offset > s.Offset {
 			want[o.Partition] = o.Offset
 			offsets[topic][o.Partition] = kgo.NewOffset().At(s.Offset)
 		}
 	})
+	if lerr != nil {
+		return nil, fmt.Errorf("audit: end offsets of %s: %w", topic, lerr)
+	}
 	if len(want) == 0 {
 		return nil, nil
 	}
-	// Control records (transaction markers) are kept so that the last offset
-	// of each partition is seen even when it is a marker; they are filtered
-	// out below.
-	rd, err := kgo.NewClient(append(cl.Opts(), kgo.ConsumePartitions(offsets), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())...)
+	rd, err := kgo.NewClient(append(cl.Opts(), kgo.ConsumePartitions(offsets), kgo.FetchIsolationLevel(iso),
+		kgo.KeepControlRecords(), kgo.FetchMaxWait(200*time.Millisecond))...)
 	if err != nil {
 		return nil, err
 	}
@@ -325,12 +358,15 @@ func ReadTopic(ctx context.Context, cl *kgo.Client, topic string) ([]*kgo.Record
 		}
 		f.EachPartition(func(p kgo.FetchTopicPartition) {
 			end, ok := want[p.Partition]
+			if !ok {
+				return
+			}
 			for _, r := range p.Records {
-				if ok && r.Offset < end && !r.Attrs.IsControl() {
+				if r.Offset < end {
 					out = append(out, r)
 				}
 			}
-			if n := len(p.Records); ok && n > 0 && p.Records[n-1].Offset+1 >= end {
+			if n := len(p.Records); n > 0 && p.Records[n-1].Offset+1 >= end {
 				delete(want, p.Partition)
 			}
 		})

@@ -3,12 +3,10 @@ package chaos
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
-	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/audit"
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/schema"
@@ -25,76 +23,20 @@ type topicView struct {
 // offset for read_committed (aborted transactions' records are filtered out),
 // the high watermark for read_uncommitted. Control records are counted.
 func readTopic(ctx context.Context, cl *kgo.Client, topic string, committed bool) (*topicView, error) {
-	adm := kadm.NewClient(cl)
-	list, iso := adm.ListEndOffsets, kgo.ReadUncommitted()
-	if committed {
-		list, iso = adm.ListCommittedOffsets, kgo.ReadCommitted()
-	}
-	ends, err := list(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
-	}
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("start offsets of %s: %w", topic, err)
-	}
-	v := &topicView{}
-	want := map[int32]int64{}
-	offsets := map[string]map[int32]kgo.Offset{topic: {}}
-	var lerr error
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			lerr = o.Err
-			return
-		}
-		s, _ := starts.Lookup(topic, o.Partition)
-		if o.Offset > s.Offset {
-			want[o.Partition] = o.Offset
-			offsets[topic][o.Partition] = kgo.NewOffset().At(s.Offset)
-		}
-	})
-	if lerr != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, lerr)
-	}
-	if len(want) == 0 {
-		return v, nil
-	}
-	rd, err := kgo.NewClient(append(cl.Opts(), kgo.ConsumePartitions(offsets), kgo.FetchIsolationLevel(iso),
-		kgo.KeepControlRecords(), kgo.FetchMaxWait(200*time.Millisecond))...)
+	all, err := audit.ReadAll(ctx, cl, topic, committed)
 	if err != nil {
 		return nil, err
 	}
-	defer rd.Close()
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	for len(want) > 0 {
-		f := rd.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("reading %s: %d partitions not read to their end: %w", topic, len(want), ctx.Err())
+	v := &topicView{}
+	for _, r := range all {
+		switch {
+		case !r.Attrs.IsControl():
+			v.records = append(v.records, r)
+		case len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 0:
+			v.aborts++
+		default:
+			v.commits++
 		}
-		f.EachPartition(func(p kgo.FetchTopicPartition) {
-			end, ok := want[p.Partition]
-			if !ok {
-				return
-			}
-			for _, r := range p.Records {
-				if r.Offset >= end {
-					break
-				}
-				if r.Attrs.IsControl() {
-					if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 0 {
-						v.aborts++
-					} else {
-						v.commits++
-					}
-					continue
-				}
-				v.records = append(v.records, r)
-			}
-			if n := len(p.Records); n > 0 && p.Records[n-1].Offset+1 >= end {
-				delete(want, p.Partition)
-			}
-		})
 	}
 	return v, nil
 }
@@ -108,7 +50,7 @@ func readTopic(ctx context.Context, cl *kgo.Client, topic string, committed bool
 // its timeout (transaction.timeout.ms): those records exist, a consumer
 // just cannot read them yet. Non-transactional records count as committed.
 func readDecided(ctx context.Context, cl *kgo.Client, topic string) (committed []*kgo.Record, undecided int, err error) {
-	raw, err := readAll(ctx, cl, topic)
+	raw, err := audit.ReadAll(ctx, cl, topic, false)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -135,71 +77,6 @@ func readDecided(ctx context.Context, cl *kgo.Client, topic string) (committed [
 		undecided += len(rs)
 	}
 	return committed, undecided, nil
-}
-
-// readAll reads every record of topic, control records included, as a
-// read_uncommitted reader up to the high watermarks, in offset order per
-// partition.
-func readAll(ctx context.Context, cl *kgo.Client, topic string) ([]*kgo.Record, error) {
-	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
-	}
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("start offsets of %s: %w", topic, err)
-	}
-	want := map[int32]int64{}
-	offsets := map[string]map[int32]kgo.Offset{topic: {}}
-	var lerr error
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			lerr = o.Err
-			return
-		}
-		s, _ := starts.Lookup(topic, o.Partition)
-		if o.Offset > s.Offset {
-			want[o.Partition] = o.Offset
-			offsets[topic][o.Partition] = kgo.NewOffset().At(s.Offset)
-		}
-	})
-	if lerr != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, lerr)
-	}
-	if len(want) == 0 {
-		return nil, nil
-	}
-	rd, err := kgo.NewClient(append(cl.Opts(), kgo.ConsumePartitions(offsets), kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
-		kgo.KeepControlRecords(), kgo.FetchMaxWait(200*time.Millisecond))...)
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	var out []*kgo.Record
-	for len(want) > 0 {
-		f := rd.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("reading %s: %d partitions not read to their end: %w", topic, len(want), ctx.Err())
-		}
-		f.EachPartition(func(p kgo.FetchTopicPartition) {
-			end, ok := want[p.Partition]
-			if !ok {
-				return
-			}
-			for _, r := range p.Records {
-				if r.Offset < end {
-					out = append(out, r)
-				}
-			}
-			if n := len(p.Records); n > 0 && p.Records[n-1].Offset+1 >= end {
-				delete(want, p.Partition)
-			}
-		})
-	}
-	return out, nil
 }
 
 // eventInfo is what the checks need of an event record.
