@@ -8,6 +8,12 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
+// ErrSchemaTooNew is returned (wrapped) by [DB.Migrate] when a newer build
+// has migrated the database with a change this build cannot run against (a
+// version above SchemaVersion not recorded as expand-only). It is permanent:
+// upgrade this instance.
+var ErrSchemaTooNew = errors.New("database schema is newer than this build and not backward compatible")
+
 // IsRetryable reports whether err (or an error it wraps) means the
 // transaction lost a race and may succeed if run again from the start:
 // SQLite SQLITE_BUSY or SQLITE_LOCKED (any extended code), PostgreSQL

@@ -4,22 +4,37 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // SchemaVersion is the highest migration version [DB.Migrate] applies: the
 // version of the schema this build of Ordercast expects.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migration is one versioned schema change. Its statements are written once
 // for both dialects with two placeholders: {{ID}} for an auto-increment
 // BIGINT primary key column type and {{BLOB}} for a binary column type.
+//
+// expandOnly marks a change that builds knowing only earlier versions keep
+// working with: it adds tables, nullable columns, columns with defaults or
+// indexes, and drops, renames or tightens nothing those builds read or
+// write. Migrate records it in schema_migrations.expand_only, so that an
+// older build can tell whether it may run against the newer schema (see
+// [DB.Migrate]). A change that is not expand-only (a contract step: a
+// dropped column, a new NOT NULL without default, ...) makes older builds
+// refuse to start, so roll it out only once no older build runs.
 type migration struct {
-	version int
-	name    string
-	stmts   []string
+	version    int
+	name       string
+	expandOnly bool
+	stmts      []string
 }
+
+// expandOnlyColumnVersion is the migration that adds
+// schema_migrations.expand_only; versions before it are recorded without.
+const expandOnlyColumnVersion = 3
 
 // migrations are applied in order; a released one is never edited, only
 // followed by a new one.
@@ -135,8 +150,16 @@ var migrations = []migration{
 		)`,
 		`CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (id) WHERE sent_at IS NULL`,
 	}},
-	{version: 2, name: "index checkout requests by order id", stmts: []string{
+	{version: 2, name: "index checkout requests by order id", expandOnly: true, stmts: []string{
 		`CREATE INDEX IF NOT EXISTS checkout_requests_order ON checkout_requests (order_id)`,
+	}},
+	// orderCreated v2's channel, stored by the orders service; NULL for
+	// orders stored before, for v1 events and for an older build's inserts.
+	// expand_only records, from here on, which versions older builds may
+	// run against.
+	{version: 3, name: "orders.channel; schema_migrations.expand_only", expandOnly: true, stmts: []string{
+		`ALTER TABLE orders ADD COLUMN channel TEXT`,
+		`ALTER TABLE schema_migrations ADD COLUMN expand_only INTEGER NOT NULL DEFAULT 0`,
 	}},
 }
 
@@ -154,14 +177,33 @@ func (db *DB) schemaSQL(stmt string) string {
 }
 
 // Migrate brings the schema up to SchemaVersion: it creates the
-// schema_migrations(version, applied_at) table if missing and applies, in
-// order, each migration whose version is not recorded there, recording it.
-// Running it again, or from several processes at once, is safe: it all
-// happens in one transaction (on PostgreSQL under an advisory lock, on SQLite
-// under the write lock), so a failure leaves the schema as it was and a
-// concurrent Migrate waits and then finds nothing to do. It returns the first
-// failing statement's error, wrapped with its migration version.
+// schema_migrations(version, applied_at, expand_only) table if missing and
+// applies, in order, each migration whose version is not recorded there,
+// recording it. Running it again, or from several processes at once, is
+// safe: it all happens in one transaction (on PostgreSQL under an advisory
+// lock, on SQLite under the write lock), so a failure leaves the schema as it
+// was and a concurrent Migrate waits and then finds nothing to do. It returns
+// the first failing statement's error, wrapped with its migration version.
+//
+// A database a newer build has migrated past SchemaVersion (an instance of
+// the previous release started during a rolling upgrade) is accepted when
+// every version above SchemaVersion is recorded as expand-only: the older
+// build keeps reading and writing the columns it knows, and the new ones
+// stay NULL or at their defaults in its rows. Otherwise Migrate changes
+// nothing and returns an error wrapping ErrSchemaTooNew that names the
+// versions that are not expand-only. (Builds before SchemaVersion 3 did not
+// check: they ignored newer versions.)
 func (db *DB) Migrate(ctx context.Context) error {
+	return db.migrate(ctx, migrations)
+}
+
+// migrate is Migrate with the migrations a build knows, ms (sorted by
+// version); tests run it with a prefix of migrations to act as an older build.
+func (db *DB) migrate(ctx context.Context, ms []migration) error {
+	known := 0
+	if len(ms) > 0 {
+		known = ms[len(ms)-1].version
+	}
 	return db.InTx(ctx, func(tx *sql.Tx) error {
 		if db.Dialect == Postgres {
 			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLockKey)); err != nil {
@@ -174,26 +216,11 @@ func (db *DB) Migrate(ctx context.Context) error {
 		)`); err != nil {
 			return fmt.Errorf("store: migrate: create schema_migrations: %w", err)
 		}
-		applied := map[int]bool{}
-		rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+		applied, err := appliedVersions(ctx, tx)
 		if err != nil {
-			return fmt.Errorf("store: migrate: read versions: %w", err)
+			return err
 		}
-		for rows.Next() {
-			var v int
-			if err := rows.Scan(&v); err != nil {
-				rows.Close()
-				return fmt.Errorf("store: migrate: read versions: %w", err)
-			}
-			applied[v] = true
-		}
-		if err := rows.Close(); err != nil {
-			return fmt.Errorf("store: migrate: read versions: %w", err)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("store: migrate: read versions: %w", err)
-		}
-		for _, m := range migrations {
+		for _, m := range ms {
 			if applied[m.version] {
 				continue
 			}
@@ -202,11 +229,77 @@ func (db *DB) Migrate(ctx context.Context) error {
 					return fmt.Errorf("store: migrate: version %d (%s) statement %d: %w", m.version, m.name, i+1, err)
 				}
 			}
-			if _, err := tx.ExecContext(ctx, db.Rebind(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`),
-				m.version, time.Now().UnixMilli()); err != nil {
+			q, args := `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, []any{m.version, time.Now().UnixMilli()}
+			if m.version >= expandOnlyColumnVersion {
+				q, args = `INSERT INTO schema_migrations (version, applied_at, expand_only) VALUES (?, ?, ?)`, append(args, boolInt(m.expandOnly))
+			}
+			if _, err := tx.ExecContext(ctx, db.Rebind(q), args...); err != nil {
 				return fmt.Errorf("store: migrate: record version %d: %w", m.version, err)
 			}
 		}
-		return nil
+		return checkNewer(ctx, db, tx, known)
 	})
+}
+
+// appliedVersions reads the versions recorded in schema_migrations.
+func appliedVersions(ctx context.Context, tx *sql.Tx) (map[int]bool, error) {
+	applied := map[int]bool{}
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("store: migrate: read versions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("store: migrate: read versions: %w", err)
+		}
+		applied[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: migrate: read versions: %w", err)
+	}
+	return applied, nil
+}
+
+// checkNewer returns an error wrapping ErrSchemaTooNew when a version above
+// known is recorded without expand_only. A build that knows fewer versions
+// than expandOnlyColumnVersion checks nothing, as those builds did (it may
+// not even have the column).
+func checkNewer(ctx context.Context, db *DB, tx *sql.Tx, known int) error {
+	if known < expandOnlyColumnVersion {
+		return nil
+	}
+	rows, err := tx.QueryContext(ctx, db.Rebind(`SELECT version, expand_only FROM schema_migrations WHERE version > ? ORDER BY version`), known)
+	if err != nil {
+		return fmt.Errorf("store: migrate: read newer versions: %w", err)
+	}
+	defer rows.Close()
+	var newest int
+	var contract []string
+	for rows.Next() {
+		var v, expand int
+		if err := rows.Scan(&v, &expand); err != nil {
+			return fmt.Errorf("store: migrate: read newer versions: %w", err)
+		}
+		newest = v
+		if expand == 0 {
+			contract = append(contract, strconv.Itoa(v))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("store: migrate: read newer versions: %w", err)
+	}
+	if len(contract) > 0 {
+		return fmt.Errorf("store: migrate: %w: the database is at schema version %d, this build knows up to %d, and version(s) %s are not expand-only; run a build with SchemaVersion >= %d",
+			ErrSchemaTooNew, newest, known, strings.Join(contract, ", "), newest)
+	}
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,0 +1,94 @@
+package store_test
+
+import (
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/store/storetest"
+)
+
+// insertOrderV2 is the orders insert of a build before migration 3: it
+// names its columns, so it works against the expanded table (channel NULL).
+const insertOrderV2 = `INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at)
+	VALUES (?, NULL, 'France', 100, 0, NULL, 1, 2)`
+
+// A database of the previous release (migrations 1 and 2) upgrades to 3
+// keeping its rows: their channel is NULL.
+func TestMigrateUpgradesV2Database(t *testing.T) {
+	ctx := ctxT(t)
+	db, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "v2.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := store.MigrateAs(ctx, db, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `SELECT channel FROM orders`); err == nil {
+		t.Fatal("a v2 database already has orders.channel")
+	}
+	if _, err := db.ExecContext(ctx, db.Rebind(insertOrderV2), "ord_old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ch sql.NullString
+	if err := db.QueryRowContext(ctx, `SELECT channel FROM orders WHERE order_id = 'ord_old'`).Scan(&ch); err != nil || ch.Valid {
+		t.Fatalf("channel of a row stored before v3: %v %v, want NULL", ch, err)
+	}
+	var expand int
+	if err := db.QueryRowContext(ctx, `SELECT expand_only FROM schema_migrations WHERE version = 3`).Scan(&expand); err != nil || expand != 1 {
+		t.Fatalf("version 3 expand_only = %d, %v; want 1", expand, err)
+	}
+}
+
+// Rolling upgrade: a build keeps running against a database a newer build
+// migrated past its SchemaVersion when the newer versions are expand-only,
+// and refuses, changing nothing, when one is not. The previous release
+// (SchemaVersion 2) runs against version 3: its inserts leave channel NULL.
+func TestMigrateNewerDatabase(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		ctx := ctxT(t)
+		// The previous release, started after this one migrated to 3.
+		if err := store.MigrateAs(ctx, db, 2); err != nil {
+			t.Fatalf("build 2 against version 3: %v", err)
+		}
+		if _, err := db.ExecContext(ctx, db.Rebind(insertOrderV2), "ord_v2"); err != nil {
+			t.Fatalf("build 2's insert against version 3: %v", err)
+		}
+
+		// A newer build adds an expand-only version 4: this build runs on.
+		v4 := store.TestMigration{Version: 4, Name: "test: orders.promo", ExpandOnly: true,
+			Stmts: []string{`ALTER TABLE orders ADD COLUMN promo TEXT`}}
+		if err := store.MigrateAs(ctx, db, store.SchemaVersion, v4); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Migrate(ctx); err != nil {
+			t.Fatalf("build %d against expand-only version 4: %v", store.SchemaVersion, err)
+		}
+		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at, channel)
+			VALUES (?, NULL, NULL, 1, 0, NULL, 1, 2, 'web')`), "ord_v3"); err != nil {
+			t.Fatalf("this build's insert against version 4: %v", err)
+		}
+
+		// Then one that is not expand-only (it drops a column): refused.
+		v5 := store.TestMigration{Version: 5, Name: "test: drop orders.reference", Stmts: []string{`ALTER TABLE orders DROP COLUMN reference`}}
+		if err := store.MigrateAs(ctx, db, store.SchemaVersion, v4, v5); err != nil {
+			t.Fatal(err)
+		}
+		err := db.Migrate(ctx)
+		if !errors.Is(err, store.ErrSchemaTooNew) || !strings.Contains(err.Error(), "version(s) 5 are not expand-only") ||
+			!strings.Contains(err.Error(), "schema version 5, this build knows up to 3") {
+			t.Fatalf("build %d against version 5: %v, want ErrSchemaTooNew naming version 5", store.SchemaVersion, err)
+		}
+		// The previous release never checked: it starts (and breaks later).
+		if err := store.MigrateAs(ctx, db, 2); err != nil {
+			t.Fatalf("build 2: %v", err)
+		}
+	})
+}
