@@ -2,16 +2,13 @@ package processor
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -33,74 +30,25 @@ func testClusterC(t *testing.T, topics map[string]int32) (*kfake.Cluster, []stri
 	return testkafka.Fake(t, topics)
 }
 
-func produce(t *testing.T, addrs []string, recs ...*kgo.Record) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-}
+func produce(t *testing.T, addrs []string, recs ...*kgo.Record) { testkafka.Produce(t, addrs, recs...) }
 
-// readAll reads every record of topic from the start until n are read or the
-// deadline passes.
+// readAll reads every record of topic from the start (read_uncommitted)
+// until n are read or within passes.
 func readAll(t *testing.T, addrs []string, topic string, n int, within time.Duration) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	var out []*kgo.Record
-	for len(out) < n && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
-	}
-	return out
+	return testkafka.ReadN(t, addrs, topic, n, within, false)
 }
 
 // committed returns the group's committed offsets for topic.
 func committed(t *testing.T, addrs []string, group, topic string) map[int32]int64 {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	offs, err := kadm.NewClient(cl).FetchOffsets(context.Background(), group)
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		return map[int32]int64{}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(map[int32]int64)
-	offs.Each(func(o kadm.OffsetResponse) {
-		if o.Topic == topic {
-			out[o.Partition] = o.At
-		}
-	})
-	return out
+	return testkafka.Committed(t, addrs, group, topic)
 }
 
 // waitFor polls cond every 10ms until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if os.Getenv("WAITLOG") != "" {
-		start := time.Now()
-		defer func() { t.Logf("waited %v for %s", time.Since(start), what) }()
-	}
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkafka.WaitFor(t, d, what, cond)
 }
 
 // history records what handlers saw, concurrency-safe.
@@ -178,26 +126,7 @@ func startMember(t *testing.T, opts ...Opt) *member {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	var once sync.Once
-	m := &member{p: p}
-	m.stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("Run did not return within 30s of cancel")
-			}
-		})
-	}
-	t.Cleanup(m.stop)
-	return m
+	return &member{p: p, stop: testkafka.Run(t, p)}
 }
 
 // committedEquals reports whether the group's committed offsets for topic

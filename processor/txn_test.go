@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/internal/testkafka"
 )
 
 // TestTxnExactlyOnceOutput: every input produces exactly one output for a
@@ -73,19 +75,7 @@ func TestTxnExactlyOnceOutput(t *testing.T) {
 
 func readCommitted(t *testing.T, addrs []string, topic string, n int, within time.Duration) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	var out []*kgo.Record
-	for len(out) < n && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
-	}
-	return out
+	return testkafka.ReadN(t, addrs, topic, n, within, true)
 }
 
 // TestTxnTransactionTimeout: TransactionTimeout reaches the transaction

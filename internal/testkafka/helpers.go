@@ -1,0 +1,98 @@
+package testkafka
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Produce writes recs synchronously and returns them as written (with their
+// partitions and offsets). A record goes to the partition set in it (manual
+// partitioner: set Partition explicitly, 0 by default). It fails the test on
+// any produce error.
+func Produce(t testing.TB, addrs []string, recs ...*kgo.Record) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	res := cl.ProduceSync(context.Background(), recs...)
+	if err := res.FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*kgo.Record, len(res))
+	for i, r := range res {
+		out[i] = r.Record
+	}
+	return out
+}
+
+// ReadN reads topic from its start until n records are read or within
+// passes, and returns what it read (possibly fewer than n: the caller
+// decides whether that fails). With committed it reads as a read_committed
+// reader (records of aborted and still open transactions are not returned),
+// otherwise read_uncommitted.
+func ReadN(t testing.TB, addrs []string, topic string, n int, within time.Duration, committed bool) []*kgo.Record {
+	t.Helper()
+	iso := kgo.ReadUncommitted()
+	if committed {
+		iso = kgo.ReadCommitted()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(iso))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+// Committed returns group's committed offsets for topic, by partition; empty
+// when the group does not exist yet. It fails the test on other errors.
+func Committed(t testing.TB, addrs []string, group, topic string) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	offs, err := kadm.NewClient(cl).FetchOffsets(context.Background(), group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return map[int32]int64{}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[int32]int64)
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == topic {
+			out[o.Partition] = o.At
+		}
+	})
+	return out
+}
+
+// WaitFor polls cond every 10ms until it holds, and fails the test naming
+// what it waited for when d passes first.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
