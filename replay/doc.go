@@ -16,7 +16,9 @@
 //     a fresh environment is seeded with.
 //   - [Replayer] POSTs each sale to checkout with an Idempotency-Key derived
 //     from the invoice number, with rate limiting, bounded concurrency,
-//     retries with backoff and progress output, and returns a [Summary].
+//     retries with backoff and progress output (each distinct failure cause
+//     printed once), and returns a [Summary]. When checkout answers nothing,
+//     it stops early with an [UnreachableError].
 //
 // A typical replay:
 //

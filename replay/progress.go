@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -35,6 +36,7 @@ func (r *Replayer) startProgress(st *runState, total int, start time.Time) (stop
 		}
 	}
 	p := &progress{w: w, bar: mode == ProgressBar, total: total, start: start, st: st}
+	st.p = p
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -66,17 +68,34 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// progress renders one run's progress; used by one goroutine at a time.
+// progress renders one run's progress and its notes; safe for concurrent
+// use.
 type progress struct {
-	w       io.Writer
-	bar     bool
-	total   int
-	start   time.Time
-	st      *runState
-	lastLen int // length of the last bar line, to blank it out
+	w     io.Writer
+	bar   bool
+	total int
+	start time.Time
+	st    *runState
+
+	mu      sync.Mutex // guards w and lastLen
+	lastLen int        // length of the last bar line, to blank it out
+}
+
+// note writes msg on a line of its own; the bar, if any, is blanked out
+// first and redrawn at the next update.
+func (p *progress) note(msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar && p.lastLen > 0 {
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.lastLen))
+		p.lastLen = 0
+	}
+	fmt.Fprintln(p.w, msg)
 }
 
 func (p *progress) render(final bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	acc, rej, fail := p.st.accepted.Load(), p.st.rejected.Load(), p.st.failed.Load()
 	done := int(acc + rej + fail)
 	elapsed := time.Since(p.start)
@@ -146,13 +165,16 @@ func (s Summary) String() string {
 	fmt.Fprintf(&b, "  rejected:    %s\n", fmtCounts(s.Rejected))
 	fmt.Fprintf(&b, "  failed:      %s\n", fmtInt(s.Failed))
 	unfinished := fmtInt(s.Unfinished)
-	if s.Unfinished > 0 {
-		unfinished += " (interrupted)"
+	if s.Unfinished > 0 && s.Stopped != "" {
+		unfinished += " (" + s.Stopped + ")"
 	}
 	fmt.Fprintf(&b, "  unfinished:  %s\n", unfinished)
 	fmt.Fprintf(&b, "  not orders:  %s\n", fmtCounts(s.NotOrders))
 	fmt.Fprintf(&b, "  row errors:  %s\n", fmtCounts(s.RowErrors))
 	fmt.Fprintf(&b, "  retries:     %s\n", fmtInt(s.Retries))
+	if len(s.AttemptErrors) > 0 {
+		fmt.Fprintf(&b, "  attempt errors: %s\n", fmtCounts(s.AttemptErrors))
+	}
 	return b.String()
 }
 

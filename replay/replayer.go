@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -68,7 +70,9 @@ type Options struct {
 	ProgressInterval time.Duration
 	// MaxAttempts is the number of attempts per order, the first included,
 	// before it counts as failed. 1 means no retries. Default
-	// DefaultMaxAttempts (10).
+	// DefaultMaxAttempts (10). When the first order to use them up does so
+	// before checkout has answered any attempt of the run, Run stops with
+	// an [*UnreachableError].
 	MaxAttempts int
 	// InitialBackoff is the wait before the first retry; each further retry
 	// doubles it, up to MaxBackoff. The actual wait is drawn uniformly from
@@ -201,11 +205,27 @@ type Summary struct {
 	// Unfinished is the number of sales without an outcome because the
 	// context was cancelled: never sent, or in flight when it happened.
 	Unfinished int `json:"unfinished"`
+	// Stopped says why Run stopped before every sale had an outcome:
+	// StoppedInterrupted or StoppedUnreachable; empty when none is
+	// Unfinished.
+	Stopped string `json:"stopped,omitempty"`
 	// Retries is the number of attempts beyond the first, over all sales.
 	Retries int `json:"retries"`
+	// AttemptErrors counts the attempts that got no usable answer, by
+	// cause: "http <status> <code>" for a 429 or a 5xx (the code of its
+	// order.ErrorResponse body, if any), the error for a network error
+	// (such as "dial tcp 127.0.0.1:8080: connect: connection refused"),
+	// "no answer within <AttemptTimeout>" for a timed out attempt.
+	AttemptErrors map[string]int `json:"attemptErrors"`
 	// Elapsed is the duration of Run, in nanoseconds in JSON.
 	Elapsed time.Duration `json:"elapsedNs"`
 }
+
+// Values of Summary.Stopped.
+const (
+	StoppedInterrupted = "interrupted"          // the context ended
+	StoppedUnreachable = "checkout unreachable" // see UnreachableError
+)
 
 func newSummary() Summary {
 	return Summary{
@@ -215,6 +235,7 @@ func newSummary() Summary {
 		Rejected:         map[string]int{},
 		RejectedInvoices: map[string]string{},
 		FailedInvoices:   map[string]string{},
+		AttemptErrors:    map[string]int{},
 	}
 }
 
@@ -244,6 +265,13 @@ func (s Summary) RejectedTotal() int {
 //   - any other status: rejected, counted by the code of the
 //     order.ErrorResponse body ("http_<status>" without one).
 //
+// Attempts without a usable answer are counted by cause in
+// Summary.AttemptErrors, and each distinct cause is written once to
+// Options.Progress (on a line of its own) when it first occurs. If the first
+// sale to use up its attempts does so before checkout has answered any
+// attempt, Run stops and returns an [*UnreachableError] with the partial
+// Summary.
+//
 // Run only reads the invoices. The workers share Options.HTTPClient (an
 // *http.Client is safe for that); Options.Progress is written by one
 // goroutine at a time, and not after Run returns.
@@ -271,7 +299,10 @@ func (r *Replayer) Run(ctx context.Context, invoices []*Invoice) (Summary, error
 	}
 	sum.Sales = len(sales)
 
-	st := &runState{sum: &sum}
+	// runCtx ends with ctx, or with an *UnreachableError as its cause.
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	st := &runState{sum: &sum, start: start, giveUp: cancelRun}
 	stopProgress := r.startProgress(st, len(sales), start)
 
 	jobs := make(chan *Invoice)
@@ -279,7 +310,7 @@ func (r *Replayer) Run(ctx context.Context, invoices []*Invoice) (Summary, error
 	for range min(r.opts.Concurrency, max(len(sales), 1)) {
 		wg.Go(func() {
 			for inv := range jobs {
-				r.send(ctx, inv, st)
+				r.send(runCtx, inv, st)
 			}
 		})
 	}
@@ -289,12 +320,12 @@ func (r *Replayer) Run(ctx context.Context, invoices []*Invoice) (Summary, error
 	}
 dispatch:
 	for _, inv := range sales {
-		if limiter != nil && !waitToken(ctx, limiter) {
+		if limiter != nil && !waitToken(runCtx, limiter) {
 			break
 		}
 		select {
 		case jobs <- inv:
-		case <-ctx.Done():
+		case <-runCtx.Done():
 			break dispatch
 		}
 	}
@@ -306,7 +337,15 @@ dispatch:
 	sum.Elapsed = time.Since(start)
 	stopProgress()
 	if sum.Unfinished > 0 && ctx.Err() != nil {
+		sum.Stopped = StoppedInterrupted
 		return sum, ctx.Err()
+	}
+	var unreachable *UnreachableError
+	if errors.As(context.Cause(runCtx), &unreachable) {
+		if sum.Unfinished > 0 {
+			sum.Stopped = StoppedUnreachable
+		}
+		return sum, unreachable
 	}
 	return sum, nil
 }
@@ -336,6 +375,33 @@ type runState struct {
 
 	// Progress counters, readable without mu.
 	accepted, rejected, failed, retries atomic.Int64
+
+	start    time.Time
+	p        *progress // where causes are printed; nil: nowhere
+	attempts atomic.Int64
+	answered atomic.Bool // checkout answered an attempt (any status)
+	giveUp   context.CancelCauseFunc
+}
+
+// attemptFailed counts a failed attempt by its cause and prints the cause
+// the first time it is seen.
+func (s *runState) attemptFailed(res attemptResult) {
+	s.mu.Lock()
+	s.sum.AttemptErrors[res.cause]++
+	first := s.sum.AttemptErrors[res.cause] == 1
+	s.mu.Unlock()
+	if first && s.p != nil {
+		s.p.note(fmt.Sprintf("replay: an attempt failed: %s (each cause is shown once; the summary counts them)", res.err))
+	}
+}
+
+// unreachable stops the run if checkout never answered; called when a sale
+// used up its attempts.
+func (s *runState) unreachable(url, cause string) {
+	if s.answered.Load() {
+		return
+	}
+	s.giveUp(&UnreachableError{URL: url, Attempts: int(s.attempts.Load()), Elapsed: time.Since(s.start), Cause: cause})
 }
 
 func (s *runState) accept(no, orderID string) {
@@ -372,9 +438,11 @@ const (
 
 type attemptResult struct {
 	outcome    outcome
+	answered   bool          // checkout answered (any status)
 	orderID    string        // outcomeAccepted
 	code       string        // outcomeRejected
 	err        string        // outcomeRetry: what went wrong
+	cause      string        // outcomeRetry: err without the details of this attempt (see Summary.AttemptErrors)
 	retryAfter time.Duration // outcomeRetry: the Retry-After header, 0 if none
 }
 
@@ -393,6 +461,9 @@ func (r *Replayer) send(ctx context.Context, inv *Invoice, st *runState) {
 	backoff := r.opts.InitialBackoff
 	for attempt := 1; ; attempt++ {
 		res := r.attempt(ctx, body, key)
+		if res.answered {
+			st.answered.Store(true)
+		}
 		switch res.outcome {
 		case outcomeAccepted:
 			st.accept(inv.No, res.orderID)
@@ -402,10 +473,13 @@ func (r *Replayer) send(ctx context.Context, inv *Invoice, st *runState) {
 			return
 		}
 		if ctx.Err() != nil {
-			return
+			return // abandoned, not failed
 		}
+		st.attempts.Add(1)
+		st.attemptFailed(res)
 		if attempt >= r.opts.MaxAttempts {
 			st.fail(inv.No, fmt.Sprintf("gave up after %d attempts: %s", attempt, res.err))
+			st.unreachable(r.opts.BaseURL, res.err)
 			return
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
@@ -426,14 +500,15 @@ func (r *Replayer) attempt(ctx context.Context, body []byte, key string) attempt
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, r.url, bytes.NewReader(body))
 	if err != nil {
-		return attemptResult{err: err.Error()}
+		return attemptResult{err: err.Error(), cause: err.Error()}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Idempotency-Key", key)
 	resp, err := r.client.Do(req)
 	if err != nil {
-		return attemptResult{err: err.Error()}
+		cause := r.networkCause(err)
+		return attemptResult{err: cause, cause: cause}
 	}
 	defer func() {
 		// Drain a little so the connection can be reused.
@@ -447,24 +522,54 @@ func (r *Replayer) attempt(ctx context.Context, body []byte, key string) attempt
 		if readErr != nil {
 			// Accepted, but the answer was lost: ask again, the same key
 			// gets the same answer.
-			return attemptResult{err: fmt.Sprintf("http %d: reading body: %v", status, readErr)}
+			return attemptResult{answered: true, err: fmt.Sprintf("http %d: reading body: %v", status, readErr),
+				cause: fmt.Sprintf("http %d, body unreadable", status)}
 		}
 		var ok order.PlaceOrderResponse
 		_ = json.Unmarshal(data, &ok) // a 2xx is an acceptance even if its body is not as expected
-		return attemptResult{outcome: outcomeAccepted, orderID: ok.OrderID}
+		return attemptResult{outcome: outcomeAccepted, answered: true, orderID: ok.OrderID}
 	case status == http.StatusTooManyRequests || status >= 500:
-		msg := fmt.Sprintf("http %d", status)
+		msg, cause := fmt.Sprintf("http %d", status), fmt.Sprintf("http %d", status)
 		if e := errorBody(data); e.Code != "" || e.Error != "" {
 			msg += fmt.Sprintf(": %s: %s", e.Code, e.Error)
+			cause = strings.TrimSpace(cause + " " + e.Code)
 		}
-		return attemptResult{err: msg, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
+		return attemptResult{answered: true, err: msg, cause: cause, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
 	default:
 		code := errorBody(data).Code
 		if code == "" {
 			code = "http_" + strconv.Itoa(status)
 		}
-		return attemptResult{outcome: outcomeRejected, code: code}
+		return attemptResult{outcome: outcomeRejected, answered: true, code: code}
 	}
+}
+
+// networkCause describes an attempt that got no answer, without what differs
+// from one attempt to the next (the request's URL, a local port), so that one
+// cause reads the same on every attempt.
+func (r *Replayer) networkCause(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("no answer within %v", r.opts.AttemptTimeout)
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		s := op.Op
+		if op.Net != "" {
+			s += " " + op.Net
+		}
+		if op.Addr != nil && op.Op == "dial" {
+			s += " " + op.Addr.String()
+		}
+		return s + ": " + op.Err.Error()
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "connection closed without an answer (" + err.Error() + ")"
+	}
+	return err.Error()
 }
 
 func errorBody(data []byte) order.ErrorResponse {

@@ -237,7 +237,7 @@ func TestRunOneDay(t *testing.T) {
 	var fields map[string]json.RawMessage
 	json.Unmarshal(js, &fields)
 	for _, k := range []string{"invoicesRead", "lines", "rowErrors", "sales", "notOrders", "ordersAccepted", "acceptedOrderIds",
-		"rejected", "rejectedInvoices", "failed", "failedInvoices", "unfinished", "retries", "elapsedNs"} {
+		"rejected", "rejectedInvoices", "failed", "failedInvoices", "unfinished", "retries", "attemptErrors", "elapsedNs"} {
 		if _, ok := fields[k]; !ok {
 			t.Errorf("JSON lacks %q: %s", k, js[:200])
 		}

@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,9 +19,11 @@ import (
 
 func newReplay() *cobra.Command {
 	var (
-		url         string
+		baseURL     string
 		rate        float64
 		concurrency int
+		timeout     time.Duration
+		maxAttempts int
 		summaryFile string
 	)
 	cmd := &cobra.Command{
@@ -25,15 +31,30 @@ func newReplay() *cobra.Command {
 		Short: "Replay the Online Retail CSV (plain or .gz) into a running checkout, one order per sale invoice",
 		Long: `Groups lines by InvoiceNo, sends each sale invoice to POST /orders with the Idempotency-Key
 invoice-<InvoiceNo> (so a second replay of the same file creates no new orders), and counts
-cancellations, adjustments, write-offs and checkout's rejections by reason.`,
+cancellations, adjustments, write-offs and checkout's rejections by reason.
+
+A request without a usable answer (a network error, no answer within --timeout, a 429 or a 5xx)
+is sent again with backoff, up to --max-attempts times; each distinct cause is printed once. If
+the first invoice to use up its attempts does so before checkout answered any request, the
+replay stops there: nothing is reachable at --url. Exit status 1 then, when invoices could not
+be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it again resumes).`,
 		Example: `  ordercast replay data/online-retail/online_retail_2010-12-01.csv --url http://127.0.0.1:8080 --rate 200`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if rate < 0 {
+			if u, err := url.Parse(baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("--url %q: want checkout's base URL, such as http://127.0.0.1:8080", baseURL)
+			}
+			if !(rate >= 0) {
 				return fmt.Errorf("--rate %v: want >= 0 orders per second (0: unlimited)", rate)
 			}
 			if concurrency < 1 {
 				return fmt.Errorf("--concurrency %d: want >= 1", concurrency)
+			}
+			if timeout <= 0 {
+				return fmt.Errorf("--timeout %v: want a positive duration such as 30s (the bound of one request)", timeout)
+			}
+			if maxAttempts < 1 {
+				return fmt.Errorf("--max-attempts %d: want >= 1 (1: no retries)", maxAttempts)
 			}
 			rc, err := replay.Open(args[0])
 			if err != nil {
@@ -44,28 +65,57 @@ cancellations, adjustments, write-offs and checkout's rejections by reason.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			parent := cmd.Context()
+			if parent == nil {
+				parent = context.Background()
+			}
+			ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			sum, err := replay.Run(ctx, invoices, replay.Options{BaseURL: url, Rate: rate, Concurrency: concurrency, Progress: os.Stderr})
-			fmt.Fprintln(os.Stderr, sum.String())
+			stderr := cmd.ErrOrStderr()
+			sum, err := replay.Run(ctx, invoices, replay.Options{BaseURL: baseURL, Rate: rate, Concurrency: concurrency,
+				AttemptTimeout: timeout, MaxAttempts: maxAttempts, Progress: stderr})
+			fmt.Fprint(stderr, sum.String())
 			if summaryFile != "" {
 				b, _ := json.MarshalIndent(sum, "", "  ")
 				if werr := os.WriteFile(summaryFile, b, 0o644); werr != nil {
 					return werr
 				}
 			}
-			if err != nil {
+			var unreachable *replay.UnreachableError
+			switch {
+			case errors.As(err, &unreachable):
+				hint := "is checkout running there? (--url)"
+				if strings.HasPrefix(unreachable.Cause, "no answer within") {
+					hint = "is checkout running there (--url), and does it answer within --timeout?"
+				}
+				return fmt.Errorf("%w: %s", err, hint)
+			case err != nil && ctx.Err() != nil:
+				return &exitError{code: 1, msg: "replay " + interrupted(ctx, sum)}
+			case err != nil:
 				return err
-			}
-			if sum.Failed > 0 {
+			case sum.Failed > 0:
 				return &exitError{code: 1, msg: fmt.Sprintf("%d invoices could not be sent", sum.Failed)}
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:8080", "checkout base URL")
-	cmd.Flags().Float64Var(&rate, "rate", 0, "orders per second (0: unlimited)")
-	cmd.Flags().IntVar(&concurrency, "concurrency", 8, "requests in flight")
-	cmd.Flags().StringVar(&summaryFile, "summary", "", "also write the JSON summary to this file")
+	fl := cmd.Flags()
+	fl.StringVar(&baseURL, "url", "http://127.0.0.1:8080", "checkout base URL")
+	fl.Float64Var(&rate, "rate", 0, "orders per second (0: unlimited)")
+	fl.IntVar(&concurrency, "concurrency", 8, "requests in flight")
+	fl.DurationVar(&timeout, "timeout", replay.DefaultAttemptTimeout, "bound of one request (connect, send, answer); a request without an answer by then is retried")
+	fl.IntVar(&maxAttempts, "max-attempts", replay.DefaultMaxAttempts, "attempts per invoice, the first included, before it counts as failed")
+	fl.StringVar(&summaryFile, "summary", "", "also write the JSON summary to this file")
 	return cmd
+}
+
+// interrupted says that a replay was stopped by a signal and how far it got.
+func interrupted(ctx context.Context, sum replay.Summary) string {
+	why := "interrupted"
+	if c := context.Cause(ctx); c != nil && c.Error() != context.Canceled.Error() {
+		why += " (" + c.Error() + ")"
+	}
+	done := sum.OrdersAccepted + sum.RejectedTotal() + sum.Failed
+	return fmt.Sprintf("%s after %d of %d sales (%d accepted, %d rejected, %d failed, %d not sent); the same command again resumes: re-sent invoices get their first answer (same Idempotency-Key)",
+		why, done, sum.Sales, sum.OrdersAccepted, sum.RejectedTotal(), sum.Failed, sum.Unfinished)
 }
