@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/schema"
 )
 
 // runtimeHeaderPrefix is the prefix of the headers the runtime sets on retry
@@ -202,6 +203,19 @@ func (d *DLQ) Close() { d.cl.Close() }
 
 // Topic returns the DLQ topic, "<group>.dlq".
 func (d *DLQ) Topic() string { return d.topic }
+
+// ErrorClasses are the values of the ordercast-error-class header that the
+// order system's consumers write (processor.ErrorClass): the schema
+// package's classes of a record that cannot be decoded or breaks its
+// contract, then "timeout" (a handler timeout), "permanent" (another
+// permanent handler error) and "transient" (any other error, after the
+// retries). A DLQ written by other handlers may hold other classes: those of
+// errors with a Class() string method.
+var ErrorClasses = []string{
+	schema.ClassUndecodable, schema.ClassUnknownSchemaID, schema.ClassWrongSubject, schema.ClassIncompatibleSchema,
+	schema.ClassInvalid, schema.ClassUnknownTopic, schema.ClassUnsupportedType,
+	"timeout", "permanent", "transient",
+}
 
 // Selection chooses DLQ records. The zero Selection is every record at or
 // above its partition's purge position.

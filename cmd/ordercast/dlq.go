@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -75,6 +76,7 @@ func (f *dlqFlags) open(cmd *cobra.Command) (context.Context, func(), *ops.DLQ, 
 
 // selFlags select DLQ records.
 type selFlags struct {
+	fs         *pflag.FlagSet
 	partitions []int32
 	from, to   int64
 	classes    []string
@@ -83,19 +85,31 @@ type selFlags struct {
 }
 
 func (s *selFlags) register(fs *pflag.FlagSet) {
+	s.fs = fs
 	fs.Int32SliceVarP(&s.partitions, "partition", "p", nil, "DLQ partitions, repeatable or comma separated (default all)")
-	fs.Int64Var(&s.from, "from-offset", -1, "first offset to select, inclusive (per partition)")
-	fs.Int64Var(&s.to, "to-offset", -1, "last offset to select, inclusive (per partition)")
-	fs.StringSliceVar(&s.classes, "class", nil, "error classes to select (ordercast-error-class: undecodable, invalid, unknown_schema_id, wrong_subject, permanent, transient, timeout, ...)")
+	fs.Int64Var(&s.from, "from-offset", -1, "first offset to select, inclusive (per partition; default the purge position)")
+	fs.Int64Var(&s.to, "to-offset", -1, "last offset to select, inclusive (per partition; default the end)")
+	fs.StringSliceVar(&s.classes, "class", nil, "error classes to select (ordercast-error-class), repeatable or comma separated: "+strings.Join(ops.ErrorClasses, ", "))
 	fs.StringSliceVar(&s.keys, "key", nil, "record keys to select")
 	fs.BoolVar(&s.purged, "purged", false, "also select records below the purge position")
 }
 
 func (s *selFlags) selection() (ops.Selection, error) {
 	sel := ops.Selection{Partitions: s.partitions, Classes: s.classes, Keys: s.keys, IncludePurged: s.purged}
-	for _, p := range s.partitions {
-		if p < 0 {
-			return sel, fmt.Errorf("--partition %d: want >= 0", p)
+	if err := checkPartitions(s.partitions); err != nil {
+		return sel, err
+	}
+	for _, c := range s.classes {
+		if !slices.Contains(ops.ErrorClasses, c) {
+			return sel, fmt.Errorf("--class %q: unknown error class; the classes are %s (`ordercast dlq list` counts the records of each)", c, strings.Join(ops.ErrorClasses, ", "))
+		}
+	}
+	for _, o := range []struct {
+		name string
+		v    int64
+	}{{"from-offset", s.from}, {"to-offset", s.to}} {
+		if s.fs.Changed(o.name) && o.v < 0 {
+			return sel, fmt.Errorf("--%s %d: want an offset >= 0", o.name, o.v)
 		}
 	}
 	if s.from >= 0 {
@@ -108,6 +122,16 @@ func (s *selFlags) selection() (ops.Selection, error) {
 		}
 	}
 	return sel, nil
+}
+
+// checkPartitions rejects negative --partition values.
+func checkPartitions(ps []int32) error {
+	for _, p := range ps {
+		if p < 0 {
+			return fmt.Errorf("--partition %d: want >= 0", p)
+		}
+	}
+	return nil
 }
 
 func newDLQList(f *dlqFlags) *cobra.Command {
@@ -123,6 +147,9 @@ func newDLQList(f *dlqFlags) *cobra.Command {
 			s, err := sel.selection()
 			if err != nil {
 				return err
+			}
+			if limit < 0 {
+				return fmt.Errorf("--limit %d: want >= 0 records (0 prints all)", limit)
 			}
 			ctx, done, d, err := f.open(cmd)
 			if err != nil {
@@ -231,6 +258,11 @@ topic's contract as this build reads it.`,
 				}
 				if f.group != "" && f.group != group {
 					return fmt.Errorf("%s is in the DLQ of group %s, not of --group %s", args[0], group, f.group)
+				}
+				for _, name := range []string{"partition", "offset"} {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("--%s: the record is named by %s already; give the ID or --group, --partition and --offset, not both", name, args[0])
+					}
 				}
 				f.group, partition, offset = group, c.Partition, c.Offset
 			} else if partition < 0 || offset < 0 {
@@ -395,8 +427,11 @@ as a new record (with ordercast-replayed-from), which can be replayed again.`,
 			if to != string(ops.TargetSource) && to != string(ops.TargetRetry) {
 				return fmt.Errorf("--to %q: want source (the original topic) or retry (the group's retry topic)", to)
 			}
-			if rate < 0 {
+			if !(rate >= 0) {
 				return fmt.Errorf("--rate %v: want >= 0 records per second (0: unlimited)", rate)
+			}
+			if limit < 0 {
+				return fmt.Errorf("--limit %d: want >= 0 records (0: all selected)", limit)
 			}
 			ctx, done, d, err := f.open(cmd)
 			if err != nil {
@@ -479,6 +514,9 @@ the compacted topic ordercast.dlq.state, in a transaction (id ordercast-dlq-<gro
   ordercast dlq purge --group orders --partition 2 --to-offset 17`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkPartitions(partitions); err != nil {
+				return err
+			}
 			o := ops.PurgeOptions{Partitions: partitions, Force: force, DryRun: dryRun}
 			switch {
 			case all == (toOffset >= 0):

@@ -77,3 +77,21 @@ func TestReplayUnreachable(t *testing.T) {
 		t.Errorf("took %v to give up", d)
 	}
 }
+
+func TestDLQFlags(t *testing.T) {
+	b := "--brokers=127.0.0.1:1"
+	known := []string{"undecodable", "unknown_schema_id", "wrong_subject", "incompatible_schema", "invalid", "timeout", "permanent", "transient"}
+	checkFlagErrors(t, []flagCase{
+		{[]string{"dlq", "replay", "--group", "orders", "--class", "nosuch", b, "--timeout", "1s"}, append([]string{"--class", `"nosuch"`, "unknown error class"}, known...)},
+		{[]string{"dlq", "replay", "--group", "orders", "--class", "invalid,Invalid", b, "--timeout", "1s"}, []string{"--class", `"Invalid"`}},
+		{[]string{"dlq", "list", "--group", "orders", "--class", "nosuch", b, "--timeout", "1s"}, []string{"--class", "undecodable"}},
+		{[]string{"dlq", "list", "--group", "orders", "--limit", "-1", b}, []string{"--limit", ">= 0"}},
+		{[]string{"dlq", "list", "--group", "orders", "--from-offset", "-5", b}, []string{"--from-offset", ">= 0"}},
+		{[]string{"dlq", "replay", "--group", "orders", "--to-offset", "-2", b}, []string{"--to-offset", ">= 0"}},
+		{[]string{"dlq", "replay", "--group", "orders", "--limit", "-3", b}, []string{"--limit", ">= 0"}},
+		{[]string{"dlq", "replay", "--group", "orders", "--rate", "NaN", b}, []string{"--rate", ">= 0"}},
+		{[]string{"dlq", "show", "orders.dlq/0/1", "--partition", "2", b}, []string{"--partition", "orders.dlq/0/1"}},
+		{[]string{"dlq", "show", "orders.dlq/0/1", "--offset", "3", b}, []string{"--offset", "orders.dlq/0/1"}},
+		{[]string{"dlq", "purge", "--group", "orders", "--all", "--partition", "-1", b}, []string{"--partition", ">= 0"}},
+	})
+}
