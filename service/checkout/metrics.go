@@ -20,8 +20,11 @@ import (
 //	ordercast_checkout_produce_duration_seconds{result}            histogram: ok, error or timeout
 //	ordercast_checkout_catalog_products                            gauge
 //
-// route is the matched ServeMux pattern ("POST /orders", "GET /orders/{id}",
-// ...), or "unmatched", so its cardinality is bounded.
+// route is one of a fixed set (routeLabels): the API route the request
+// matched, "POST /orders" or "GET /orders/{id}" (HEAD included), else
+// "other" (unknown paths, a known path with a method it does not allow,
+// redirects), never a raw path; with method bounded to the standard methods
+// and "other", the label sets are bounded.
 type metrics struct {
 	requests        *prometheus.CounterVec
 	duration        *prometheus.HistogramVec
@@ -110,16 +113,27 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the real ResponseWriter.
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
+// Route labels of the HTTP metrics: the ServeMux patterns of the API's
+// routes, as registered in New, label themselves; any other pattern (the
+// method-not-allowed and not-found handlers) or none is routeOther.
+const (
+	routePlace = "POST /orders"
+	routeGet   = "GET /orders/{id}"
+	routeOther = "other"
+)
+
+var routeLabels = map[string]string{routePlace: routePlace, routeGet: routeGet}
+
 // instrument counts and times every request served by mux. The route label
-// is the pattern the mux matched (it stores it in r.Pattern).
+// is derived from the pattern the mux matched (it stores it in r.Pattern).
 func (m *metrics) instrument(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
 		mux.ServeHTTP(rec, r)
-		route := r.Pattern
-		if route == "" {
-			route = "unmatched"
+		route, ok := routeLabels[r.Pattern]
+		if !ok {
+			route = routeOther
 		}
 		method := r.Method
 		switch method {

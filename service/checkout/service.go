@@ -70,9 +70,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /orders", s.handlePlace)
+	mux.HandleFunc(routePlace, s.handlePlace)
 	mux.HandleFunc("/orders", s.methodNotAllowed(http.MethodPost))
-	mux.HandleFunc("GET /orders/{id}", s.handleGet)
+	mux.HandleFunc(routeGet, s.handleGet)
 	mux.HandleFunc("/orders/{id}", s.methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, reject(http.StatusNotFound, CodeNotFound, fmt.Sprintf("no such resource: %s %s", r.Method, r.URL.Path)))
