@@ -62,8 +62,12 @@ type OrderView struct {
 	// the same in thousandths; both absent when unknown.
 	Total      string       `json:"total,omitempty"`
 	TotalMilli *order.Money `json:"totalMilli,omitempty"`
-	// History lists the stages reached, oldest first: "accepted" (from
-	// checkout's own record) and then the order_status rows.
+	// History lists the stages reached, oldest first by At (equal times in
+	// stage order): "accepted" (from checkout's own record, at the time it
+	// recorded the broker's acknowledgement) and the order_status rows. Each
+	// stage's time comes from the service that reached it, so a stage may
+	// precede one of lower rank (the orders service can store an order
+	// before checkout records its acknowledgement).
 	History []StageEntry `json:"history"`
 	// Notified reports whether any notification was sent for the order;
 	// Notifications lists their kinds, oldest first (table notifications).
@@ -138,11 +142,12 @@ func (s *Service) Order(ctx context.Context, orderID string) (*OrderView, error)
 		return nil, ErrOrderNotFound
 	}
 	v.Status = StageAccepted
+	var stages []StageEntry
 	if inRequests {
 		if req.status == statusPending {
 			v.Status = StagePending
 		} else if req.publishedAt.Valid {
-			v.History = append(v.History, StageEntry{Kind: StageAccepted, At: time.UnixMilli(req.publishedAt.Int64).UTC()})
+			stages = append(stages, StageEntry{Kind: StageAccepted, At: time.UnixMilli(req.publishedAt.Int64).UTC()})
 		}
 		if !inOrders && req.payload != nil {
 			var ev order.OrderCreated
@@ -161,7 +166,6 @@ func (s *Service) Order(ctx context.Context, orderID string) (*OrderView, error)
 	if err != nil {
 		return nil, fmt.Errorf("checkout: read order_status of %s: %w", orderID, err)
 	}
-	var stages []StageEntry
 	for rows.Next() {
 		var (
 			e      StageEntry
@@ -179,8 +183,10 @@ func (s *Service) Order(ctx context.Context, orderID string) (*OrderView, error)
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("checkout: read order_status of %s: %w", orderID, err)
 	}
-	// Oldest first; equal times in stage order (services' clocks differ and
-	// milliseconds collide).
+	// Oldest first, checkout's "accepted" included: its time is when
+	// checkout recorded the broker's acknowledgement, which the orders
+	// service may have beaten. Equal times in stage order (services' clocks
+	// differ and milliseconds collide).
 	sort.SliceStable(stages, func(i, j int) bool {
 		if !stages[i].At.Equal(stages[j].At) {
 			return stages[i].At.Before(stages[j].At)

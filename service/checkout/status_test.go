@@ -141,3 +141,31 @@ func TestOrderNotFoundError(t *testing.T) {
 		t.Errorf("Order: %v, want ErrOrderNotFound", err)
 	}
 }
+
+// The history is in time order, checkout's "accepted" included: the orders
+// service may store the order before checkout records the broker's
+// acknowledgement (before, "accepted" was always listed first).
+func TestGetOrderHistoryTimeOrdered(t *testing.T) {
+	e := newEnv(t)
+	ok := e.post(`{"customerId":"17850","lines":[{"stockCode":"85123A","quantity":1}]}`).accepted(t)
+	var published int64
+	if err := e.db.QueryRowContext(testCtx(t), e.db.Rebind(`SELECT published_at FROM checkout_requests WHERE order_id = ?`), ok.OrderID).Scan(&published); err != nil {
+		t.Fatal(err)
+	}
+	pub := time.UnixMilli(published).UTC()
+	e.addStage(ok.OrderID, checkout.StageCreated, "", pub.Add(-5*time.Millisecond))
+	e.addStage(ok.OrderID, checkout.StageNotified, "order_received", pub.Add(-2*time.Millisecond))
+	e.addStage(ok.OrderID, checkout.StagePaid, "CARD 2.550", pub) // same millisecond: stage order
+	v, r := e.getOrder(ok.OrderID)
+	if want := []string{"created", "notified", "accepted", "paid"}; !slices.Equal(kinds(v.History), want) {
+		t.Fatalf("history %v, want %v: %s", kinds(v.History), want, r.body)
+	}
+	for i := 1; i < len(v.History); i++ {
+		if v.History[i].At.Before(v.History[i-1].At) {
+			t.Errorf("history not in time order at %d: %s", i, r.body)
+		}
+	}
+	if v.Status != checkout.StagePaid {
+		t.Errorf("status %s, want paid", v.Status)
+	}
+}
