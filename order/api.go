@@ -4,11 +4,14 @@ package order
 // never taken from the client: checkout prices each line from its catalog.
 //
 //	{"customerId": "17850", "country": "United Kingdom", "reference": "536365",
-//	 "lines": [{"stockCode": "85123A", "quantity": 6}]}
+//	 "channel": "web", "lines": [{"stockCode": "85123A", "quantity": 6}]}
+//
+// Checkout refuses any other member, at any level (400 unknown_field).
 type PlaceOrderRequest struct {
-	CustomerID string        `json:"customerId,omitempty"` // optional: absent or null means a guest; "" is rejected (400 bad_customer_id)
+	CustomerID string        `json:"customerId,omitempty"` // optional: absent or null means a guest; "" is rejected (422 bad_customer_id)
 	Country    string        `json:"country,omitempty"`
 	Reference  string        `json:"reference,omitempty"`
+	Channel    string        `json:"channel,omitempty"` // optional: where the order was placed ("web", "api"); absent or null means unknown; see Order.Channel (422 bad_channel)
 	Lines      []RequestLine `json:"lines"`
 }
 
@@ -36,12 +39,14 @@ type ErrorResponse struct {
 // Rejection reasons returned by checkout in ErrorResponse.Code.
 const (
 	ReasonMalformedJSON       = "malformed_json"
+	ReasonUnknownField        = "unknown_field"
 	ReasonBodyTooLarge        = "body_too_large"
 	ReasonNoLines             = "no_lines"
 	ReasonTooManyLines        = "too_many_lines"
 	ReasonUnknownStockCode    = "unknown_stock_code"
 	ReasonBadQuantity         = "bad_quantity"
 	ReasonBadCustomerID       = "bad_customer_id"
+	ReasonBadChannel          = "bad_channel"
 	ReasonIdempotencyMismatch = "idempotency_key_reused"
 	ReasonAmountOverflow      = "amount_overflow"
 )

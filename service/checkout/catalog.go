@@ -118,6 +118,7 @@ func (c catalog) price(req *order.PlaceOrderRequest, orderID, eventID string, no
 			Total:      total,
 			CreatedAt:  now.UTC().Truncate(time.Millisecond),
 			Reference:  req.Reference,
+			Channel:    req.Channel,
 		},
 	}, nil
 }

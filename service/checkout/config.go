@@ -27,6 +27,9 @@ const (
 	// MaxCustomerIDLen is the longest customer id accepted; a customer id
 	// is 1 to MaxCustomerIDLen characters of [A-Za-z0-9_-].
 	MaxCustomerIDLen = 64
+	// MaxChannelLen is the longest channel accepted; a channel is 1 to
+	// MaxChannelLen characters of [a-z0-9_-] starting with a letter.
+	MaxChannelLen = 32
 	// MaxIdempotencyKeyLen is the longest Idempotency-Key accepted, in
 	// bytes (keys are printable ASCII).
 	MaxIdempotencyKeyLen = 200

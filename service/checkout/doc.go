@@ -9,23 +9,43 @@
 //	                    202 order.PlaceOrderResponse once the event is acknowledged
 //	GET  /orders/{id}   200 OrderView: status, stage history, notifications
 //
+// The body of POST /orders is one JSON object with the members customerId
+// (string; absent or null: a guest), country, reference, channel (strings,
+// optional) and lines (an array of {stockCode: string, quantity: integer}),
+// matched by exact name; any other member, at any level, is refused (a
+// misspelt "customerID" must not become a guest order, a client's price
+// must not look accepted). channel says where the order was placed: 1 to
+// MaxChannelLen characters of a-z, 0-9, '_' and '-' starting with a letter
+// ("web", "api", "replay"); it is carried in orderCreated (schema version
+// 2) and shown by GET once the orders service stored it.
+//
 // Every error is an order.ErrorResponse{Code, Error} with Content-Type
 // application/json; the codes are the order.Reason* constants and the Code*
-// constants of this package. Status codes: 400 (malformed_json,
-// bad_customer_id, bad_idempotency_key), 404 (not_found), 405
-// (method_not_allowed, with an Allow header), 413 (body_too_large), 422
-// (no_lines, too_many_lines, bad_quantity, unknown_stock_code,
-// amount_overflow, idempotency_key_reused), 500 (internal), 503
-// (broker_unavailable, database_unavailable; both carry Retry-After and are
-// safe to retry with the same Idempotency-Key). The request's Content-Type is
-// not checked: any body is parsed as JSON.
+// constants of this package, and the messages name members by their JSON
+// path ("lines[2].quantity") and JSON types, never Go types. Status codes:
+//
+//	400  the request is malformed: malformed_json (not one JSON object, or a
+//	     member of the wrong JSON type, such as a string quantity),
+//	     unknown_field (a member the request does not have, named),
+//	     bad_idempotency_key (the header)
+//	404  not_found
+//	405  method_not_allowed, with an Allow header
+//	413  body_too_large
+//	422  a well-formed request whose values are refused: bad_customer_id,
+//	     bad_channel, no_lines, too_many_lines, bad_quantity,
+//	     unknown_stock_code, amount_overflow, idempotency_key_reused
+//	500  internal
+//	503  broker_unavailable, database_unavailable; both carry Retry-After
+//	     and are safe to retry with the same Idempotency-Key
+//
+// The request's Content-Type is not checked: any body is parsed as JSON.
 //
 // # Pricing
 //
 // Prices come only from the catalog table, loaded into memory by [New] and
 // replaced as a whole by [Service.ReloadCatalog]. Stock codes are normalized
-// with order.NormalizeStockCode on both sides. Whatever else a client sends
-// (a price field, a total) is ignored.
+// with order.NormalizeStockCode on both sides. A client that sends a price
+// or a total is refused (400 unknown_field).
 //
 // # Publication and idempotency
 //
@@ -36,7 +56,7 @@
 //
 //  1. Outside any transaction: decode and validate the body and hash its
 //     canonical form (sha256 of the re-marshalled request with normalized
-//     stock codes), so that whitespace, field order, unknown fields and the
+//     stock codes), so that whitespace, member order, null members and the
 //     case of stock codes do not change the hash.
 //  2. In one transaction: look the key up. A row with another hash answers
 //     422 idempotency_key_reused. A 'published' row is replayed: its stored

@@ -23,10 +23,14 @@ import (
 const (
 	keyedBody = `{"customerId":"12583","country":"France","reference":"536370","lines":[{"stockCode":"85123A","quantity":24},{"stockCode":"POST","quantity":3}]}`
 	// keyedBodyReformatted asks for the same order as keyedBody: other
-	// white space, field order and stock code case, plus an unknown field.
+	// white space, member order and stock code case, and null for an
+	// absent optional member.
 	keyedBodyReformatted = `{ "lines" : [ { "quantity" : 24, "stockCode" : "85123a" },
-		{ "stockCode" : "post", "quantity" : 3 } ],
-		"reference" : "536370", "country" : "France", "customerId" : "12583", "price": 1 }`
+		{ "stockCode" : "post", "quantity" : 3 } ], "channel": null,
+		"reference" : "536370", "country" : "France", "customerId" : "12583" }`
+	// keyedBodyWithPrice is keyedBody plus a member checkout does not
+	// have: refused, even with a key that has a stored answer.
+	keyedBodyWithPrice = `{"customerId":"12583","country":"France","reference":"536370","price":1,"lines":[{"stockCode":"85123A","quantity":24},{"stockCode":"POST","quantity":3}]}`
 )
 
 func TestIdempotencyKeyReplaysSameOrder(t *testing.T) {
@@ -48,6 +52,10 @@ func testIdempotencyKeyReplaysSameOrder(t *testing.T, db *store.DB) {
 		if again.header.Get(checkout.HeaderIdempotentReplayed) != "true" {
 			t.Errorf("replay lacks %s: true", checkout.HeaderIdempotentReplayed)
 		}
+	}
+	if r := e.post(keyedBodyWithPrice, "Idempotency-Key", "invoice-536370"); r.status != http.StatusBadRequest ||
+		r.errorCode(t) != order.ReasonUnknownField || r.header.Get(checkout.HeaderIdempotentReplayed) != "" {
+		t.Errorf("same key, body with an unknown member: %d %s, want 400 unknown_field and no replay", r.status, r.body)
 	}
 	if n := e.topicCount(); n != 1 {
 		t.Errorf("%d records on the topic, want 1", n)

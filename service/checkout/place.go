@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ordercast/ordercast/order"
@@ -24,17 +26,6 @@ const (
 // keylessPrefix prefixes the checkout_requests key of an order placed
 // without an Idempotency-Key ("order:<orderId>"); client keys may not use it.
 const keylessPrefix = "order:"
-
-// placeBody is the wire form of order.PlaceOrderRequest, with CustomerID a
-// pointer to tell an absent (or null) customerId, a guest, from a present
-// but invalid one. Unknown fields, such as a price sent by the client, are
-// ignored.
-type placeBody struct {
-	CustomerID *string             `json:"customerId"`
-	Country    string              `json:"country"`
-	Reference  string              `json:"reference"`
-	Lines      []order.RequestLine `json:"lines"`
-}
 
 // handlePlace serves POST /orders.
 func (s *Service) handlePlace(w http.ResponseWriter, r *http.Request) {
@@ -90,9 +81,12 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 
 // readRequest reads, decodes and validates the body of POST /orders and
 // returns the request in canonical form: stock codes normalized, customer id
-// "" for a guest. Errors: 413 body_too_large, 400 malformed_json, 400
-// bad_customer_id, 422 no_lines, too_many_lines, bad_quantity. Catalog checks
-// (unknown_stock_code, amount_overflow) come later, when the order is priced.
+// and channel "" when absent. Errors: 413 body_too_large; 400 malformed_json
+// (not one JSON object, or a member of the wrong JSON type) and
+// unknown_field (a member the request does not have); 422 bad_customer_id,
+// bad_channel, no_lines, too_many_lines, bad_quantity. Catalog checks
+// (unknown_stock_code, amount_overflow) come later, when the order is
+// priced.
 func (s *Service) readRequest(w http.ResponseWriter, r *http.Request) (*order.PlaceOrderRequest, *apiError) {
 	limit := s.cfg.MaxBodyBytes
 	tooLarge := func() *apiError {
@@ -112,41 +106,117 @@ func (s *Service) readRequest(w http.ResponseWriter, r *http.Request) (*order.Pl
 	return parseRequest(data)
 }
 
+// The members of a POST /orders body and of each of its lines, by their
+// exact (case-sensitive) names; any other member is 400 unknown_field.
+var (
+	requestMembers = []string{"customerId", "country", "reference", "channel", "lines"}
+	lineMembers    = []string{"stockCode", "quantity"}
+)
+
 // parseRequest decodes and validates a POST /orders body (see readRequest).
+//
+// It decodes member by member rather than with json.Unmarshal into a
+// struct, so that member names match exactly (encoding/json would take
+// "customerID" for customerId) and every message names the member by its
+// JSON path ("lines[2].quantity") and the JSON type expected, never a Go
+// type.
 func parseRequest(data []byte) (*order.PlaceOrderRequest, *apiError) {
-	malformed := func(msg string) (*order.PlaceOrderRequest, *apiError) {
-		return nil, reject(http.StatusBadRequest, order.ReasonMalformedJSON, msg)
+	malformed := func(format string, args ...any) (*order.PlaceOrderRequest, *apiError) {
+		return nil, reject(http.StatusBadRequest, order.ReasonMalformedJSON, fmt.Sprintf(format, args...))
 	}
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return malformed("the request body must be one JSON object (an order.PlaceOrderRequest)")
+		return malformed(`the request body must be one JSON object, such as {"lines": [{"stockCode": "85123A", "quantity": 6}]}`)
 	}
-	var b placeBody
-	// json.Unmarshal also rejects anything but white space after the object.
-	if err := json.Unmarshal(data, &b); err != nil {
-		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &se):
-			return malformed(fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, err))
-		case errors.As(err, &te):
-			return malformed(fmt.Sprintf("field %s: %v", te.Field, err))
+	var top map[string]json.RawMessage
+	// json.Unmarshal checks the whole input first: one value, nothing but
+	// white space after it.
+	if err := json.Unmarshal(data, &top); err != nil {
+		if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+			return malformed("invalid JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
 		}
-		return malformed("invalid JSON: " + err.Error())
+		return malformed("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	req := &order.PlaceOrderRequest{Country: b.Country, Reference: b.Reference, Lines: b.Lines}
-	if b.CustomerID != nil {
-		if !validCustomerID(*b.CustomerID) {
-			return nil, reject(http.StatusBadRequest, order.ReasonBadCustomerID,
+	if aerr := checkMembers("", top, requestMembers, "a request has customerId, country, reference, channel and lines"); aerr != nil {
+		return nil, aerr
+	}
+	req := &order.PlaceOrderRequest{}
+	var customerID, channel *string
+	for _, f := range []struct {
+		name string
+		dst  *string
+		set  **string // non-nil: tell absent or null (nil) from a string
+	}{
+		{name: "customerId", set: &customerID},
+		{name: "country", dst: &req.Country},
+		{name: "reference", dst: &req.Reference},
+		{name: "channel", set: &channel},
+	} {
+		v, ok, aerr := stringMember(top, "", f.name)
+		if aerr != nil {
+			return nil, aerr
+		}
+		if f.set != nil {
+			if ok {
+				*f.set = &v
+			}
+		} else {
+			*f.dst = v
+		}
+	}
+	if raw, ok := top["lines"]; ok && jsonType(raw) != "null" {
+		var lines []json.RawMessage
+		if jsonType(raw) != "an array" {
+			return malformed("lines must be an array of {stockCode, quantity} objects, got %s", jsonType(raw))
+		}
+		if err := json.Unmarshal(raw, &lines); err != nil { // cannot fail: raw is a valid array
+			return malformed("lines: %s", strings.TrimPrefix(err.Error(), "json: "))
+		}
+		if n := len(lines); n > MaxLines { // before decoding each of them
+			return nil, unprocessable(order.ReasonTooManyLines, fmt.Sprintf("the order has %d lines, more than %d", n, MaxLines))
+		}
+		req.Lines = make([]order.RequestLine, len(lines))
+		for i, lr := range lines {
+			at := fmt.Sprintf("lines[%d]", i)
+			if jsonType(lr) != "an object" {
+				return malformed("%s must be an object {stockCode, quantity}, got %s", at, jsonType(lr))
+			}
+			var lm map[string]json.RawMessage
+			if err := json.Unmarshal(lr, &lm); err != nil { // cannot fail either
+				return malformed("%s: %s", at, strings.TrimPrefix(err.Error(), "json: "))
+			}
+			if aerr := checkMembers(at, lm, lineMembers, "a line has only stockCode and quantity; prices come from the catalog"); aerr != nil {
+				return nil, aerr
+			}
+			code, _, aerr := stringMember(lm, at, "stockCode")
+			if aerr != nil {
+				return nil, aerr
+			}
+			qty, aerr := intMember(lm, at, "quantity")
+			if aerr != nil {
+				return nil, aerr
+			}
+			req.Lines[i] = order.RequestLine{StockCode: code, Quantity: qty}
+		}
+	}
+
+	if customerID != nil {
+		if !validCustomerID(*customerID) {
+			return nil, unprocessable(order.ReasonBadCustomerID,
 				fmt.Sprintf("customerId %q must be 1 to %d characters of A-Z, a-z, 0-9, '_' and '-' (omit it for a guest)",
-					truncate(*b.CustomerID, 80), MaxCustomerIDLen))
+					truncate(*customerID, 80), MaxCustomerIDLen))
 		}
-		req.CustomerID = *b.CustomerID
+		req.CustomerID = *customerID
 	}
-	switch n := len(req.Lines); {
-	case n == 0:
+	if channel != nil {
+		if !validChannel(*channel) {
+			return nil, unprocessable(order.ReasonBadChannel,
+				fmt.Sprintf("channel %q must be 1 to %d characters of a-z, 0-9, '_' and '-', starting with a letter, such as \"web\" or \"api\" (omit it when unknown)",
+					truncate(*channel, 80), MaxChannelLen))
+		}
+		req.Channel = *channel
+	}
+	if len(req.Lines) == 0 {
 		return nil, unprocessable(order.ReasonNoLines, "the order has no lines")
-	case n > MaxLines:
-		return nil, unprocessable(order.ReasonTooManyLines, fmt.Sprintf("the order has %d lines, more than %d", n, MaxLines))
 	}
 	for i := range req.Lines {
 		l := &req.Lines[i]
@@ -157,6 +227,93 @@ func parseRequest(data []byte) (*order.PlaceOrderRequest, *apiError) {
 		l.StockCode = order.NormalizeStockCode(l.StockCode)
 	}
 	return req, nil
+}
+
+// checkMembers answers 400 unknown_field for the first member of m (by
+// name) that is not in known, naming its path and, when it differs only in
+// case, the member meant; hint says what the object has.
+func checkMembers(at string, m map[string]json.RawMessage, known []string, hint string) *apiError {
+	var unknown []string
+	for name := range m {
+		if !slices.Contains(known, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	name := unknown[0]
+	msg := fmt.Sprintf("unknown field %q", truncate(path(at, name), 100))
+	for _, k := range known {
+		if strings.EqualFold(k, name) {
+			msg += fmt.Sprintf(" (did you mean %q?)", path(at, k))
+		}
+	}
+	return reject(http.StatusBadRequest, order.ReasonUnknownField, msg+"; "+hint)
+}
+
+// stringMember returns member name of m: its string, and whether it was
+// present and not null; 400 malformed_json when it is another JSON type.
+func stringMember(m map[string]json.RawMessage, at, name string) (string, bool, *apiError) {
+	raw, ok := m[name]
+	if !ok || jsonType(raw) == "null" {
+		return "", false, nil
+	}
+	var v string
+	if jsonType(raw) != "a string" || json.Unmarshal(raw, &v) != nil {
+		return "", false, reject(http.StatusBadRequest, order.ReasonMalformedJSON,
+			fmt.Sprintf("%s must be a string or null, got %s", path(at, name), jsonType(raw)))
+	}
+	return v, true, nil
+}
+
+// intMember returns member name of m as an integer, 0 when absent or null;
+// 400 malformed_json when it is not a JSON integer in int64 range.
+func intMember(m map[string]json.RawMessage, at, name string) (int64, *apiError) {
+	raw, ok := m[name]
+	if !ok || jsonType(raw) == "null" {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		got := jsonType(raw)
+		if got == "a number" {
+			got = "the number " + truncate(string(raw), 40)
+		}
+		return 0, reject(http.StatusBadRequest, order.ReasonMalformedJSON,
+			fmt.Sprintf("%s must be an integer (no fraction or exponent, at most 19 digits), got %s", path(at, name), got))
+	}
+	return v, nil
+}
+
+// jsonType names the JSON type of a valid JSON value as messages do: "a
+// string", "a number", "an object", "an array", "a boolean" or "null".
+func jsonType(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// path joins a JSON path and a member name.
+func path(at, name string) string {
+	if at == "" {
+		return name
+	}
+	return at + "." + name
 }
 
 func validCustomerID(id string) bool {
@@ -173,6 +330,22 @@ func validCustomerID(id string) bool {
 	return true
 }
 
+// validChannel reports whether ch is 1 to MaxChannelLen characters of a-z,
+// 0-9, '_' and '-', starting with a letter.
+func validChannel(ch string) bool {
+	if len(ch) == 0 || len(ch) > MaxChannelLen || ch[0] < 'a' || ch[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(ch); i++ {
+		switch c := ch[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // truncate shortens s for an error message.
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -182,9 +355,10 @@ func truncate(s string, n int) string {
 }
 
 // requestHash is the hex sha256 of the canonical request: the validated
-// request (normalized stock codes, unknown fields dropped) re-marshalled, so
+// request (normalized stock codes, null members dropped) re-marshalled, so
 // that two bodies that ask for the same order hash the same whatever their
-// white space, field order or stock code case.
+// white space, member order or stock code case. A request without channel
+// hashes as before channel existed (it is omitted when empty).
 func requestHash(req *order.PlaceOrderRequest) string {
 	sum := sha256.Sum256(marshal(req))
 	return hex.EncodeToString(sum[:])

@@ -49,8 +49,30 @@ func TestPlaceOrderRejections(t *testing.T) {
 		{name: "two objects", body: oneLine + oneLine, status: 400, code: order.ReasonMalformedJSON},
 		{name: "array", body: `[` + oneLine + `]`, status: 400, code: order.ReasonMalformedJSON},
 		{name: "null", body: `null`, status: 400, code: order.ReasonMalformedJSON},
-		{name: "quantity is a string", body: `{"lines":[{"stockCode":"85123A","quantity":"1"}]}`, status: 400, code: order.ReasonMalformedJSON},
-		{name: "quantity is fractional", body: `{"lines":[{"stockCode":"85123A","quantity":1.5}]}`, status: 400, code: order.ReasonMalformedJSON},
+		{name: "quantity is a string", body: `{"lines":[{"stockCode":"85123A","quantity":"1"}]}`, status: 400, code: order.ReasonMalformedJSON,
+			contains: []string{"lines[0].quantity must be an integer", "got a string"}},
+		{name: "quantity is fractional", body: `{"lines":[{"stockCode":"85123A","quantity":1},{"stockCode":"85123A","quantity":1.5}]}`, status: 400, code: order.ReasonMalformedJSON,
+			contains: []string{"lines[1].quantity must be an integer", "got the number 1.5"}},
+		{name: "quantity beyond int64", body: `{"lines":[{"stockCode":"85123A","quantity":99999999999999999999}]}`, status: 400, code: order.ReasonMalformedJSON,
+			contains: []string{"lines[0].quantity must be an integer"}},
+		{name: "lines is an object", body: `{"lines":{"stockCode":"85123A","quantity":1}}`, status: 400, code: order.ReasonMalformedJSON,
+			contains: []string{"lines must be an array", "got an object"}},
+		{name: "line is a number", body: `{"lines":[1]}`, status: 400, code: order.ReasonMalformedJSON,
+			contains: []string{"lines[0] must be an object", "got a number"}},
+		{name: "stock code is a number", body: `{"lines":[{"stockCode":85123,"quantity":1}]}`, status: 400, code: order.ReasonMalformedJSON,
+			contains: []string{"lines[0].stockCode must be a string or null", "got a number"}},
+		{name: "customer id is a number", body: `{"customerId":17850,"lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonMalformedJSON,
+			contains: []string{"customerId must be a string or null", "got a number"}},
+		{name: "channel is a boolean", body: `{"channel":true,"lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonMalformedJSON,
+			contains: []string{"channel must be a string or null", "got a boolean"}},
+		{name: "customerID (wrong case)", body: `{"customerID":"17850","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonUnknownField,
+			contains: []string{`unknown field "customerID"`, `did you mean "customerId"?`}},
+		{name: "customer_id", body: `{"customer_id":"17850","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonUnknownField,
+			contains: []string{`unknown field "customer_id"`, "customerId, country, reference, channel and lines"}},
+		{name: "client total", body: `{"total":"0.01","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonUnknownField,
+			contains: []string{`unknown field "total"`}},
+		{name: "client line price", body: `{"lines":[{"stockCode":"85123A","quantity":1},{"stockCode":"71053","quantity":2,"unitPriceMilli":1}]}`,
+			status: 400, code: order.ReasonUnknownField, contains: []string{`unknown field "lines[1].unitPriceMilli"`, "prices come from the catalog"}},
 		{name: "body too large", body: big, status: 413, code: order.ReasonBodyTooLarge},
 		{name: "no lines key", body: `{"customerId":"17850"}`, status: 422, code: order.ReasonNoLines},
 		{name: "empty lines", body: `{"lines":[]}`, status: 422, code: order.ReasonNoLines},
@@ -64,10 +86,17 @@ func TestPlaceOrderRejections(t *testing.T) {
 		{name: "unknown stock code", body: `{"lines":[{"stockCode":"85123A","quantity":1},{"stockCode":" nope9 ","quantity":1}]}`,
 			status: 422, code: order.ReasonUnknownStockCode, contains: []string{"lines[1]", `"NOPE9"`}},
 		{name: "empty stock code", body: `{"lines":[{"stockCode":"","quantity":1}]}`, status: 422, code: order.ReasonUnknownStockCode},
-		{name: "empty customer id", body: `{"customerId":"","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonBadCustomerID},
-		{name: "customer id with a space", body: `{"customerId":"17 850","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonBadCustomerID},
-		{name: "customer id not ASCII", body: `{"customerId":"jürgen","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonBadCustomerID},
-		{name: "customer id too long", body: `{"customerId":"` + strings.Repeat("a", 65) + `","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 400, code: order.ReasonBadCustomerID},
+		{name: "empty customer id", body: `{"customerId":"","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 422, code: order.ReasonBadCustomerID},
+		{name: "customer id with a space", body: `{"customerId":"17 850","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 422, code: order.ReasonBadCustomerID},
+		{name: "customer id not ASCII", body: `{"customerId":"jürgen","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 422, code: order.ReasonBadCustomerID},
+		{name: "customer id too long", body: `{"customerId":"` + strings.Repeat("a", 65) + `","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 422, code: order.ReasonBadCustomerID},
+		{name: "empty channel", body: `{"channel":"","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 422, code: order.ReasonBadChannel,
+			contains: []string{`channel ""`, "omit it when unknown"}},
+		{name: "channel upper case", body: `{"channel":"Web","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 422, code: order.ReasonBadChannel,
+			contains: []string{`channel "Web" must be 1 to 32 characters of a-z`}},
+		{name: "channel with a space", body: `{"channel":"mobile app","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 422, code: order.ReasonBadChannel},
+		{name: "channel starting with a digit", body: `{"channel":"1web","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 422, code: order.ReasonBadChannel},
+		{name: "channel too long", body: `{"channel":"` + strings.Repeat("a", 33) + `","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 422, code: order.ReasonBadChannel},
 		{name: "line total overflow", body: `{"lines":[{"stockCode":"HUGE","quantity":2}]}`, status: 422, code: order.ReasonAmountOverflow},
 		{name: "order total overflow", body: `{"lines":[{"stockCode":"HUGE","quantity":1},{"stockCode":"HUGE","quantity":1}]}`, status: 422, code: order.ReasonAmountOverflow},
 		{name: "idempotency key too long", body: oneLine, header: []string{"Idempotency-Key", strings.Repeat("k", 201)}, status: 400, code: checkout.CodeBadIdempotencyKey},
@@ -100,6 +129,12 @@ func TestPlaceOrderRejections(t *testing.T) {
 			for _, s := range tc.contains {
 				if !strings.Contains(msg.Error, s) {
 					t.Errorf("message %s does not contain %q", r.body, s)
+				}
+			}
+			// Messages speak JSON, never Go.
+			for _, leak := range []string{"Go ", "struct", "int64", "[]", "order.", "checkout.", "placeBody", "json:"} {
+				if strings.Contains(msg.Error, leak) {
+					t.Errorf("message %s leaks %q", r.body, leak)
 				}
 			}
 			if r.status == 405 && r.header.Get("Allow") == "" {
@@ -139,14 +174,12 @@ func TestPlaceOrderBodyLimitWithoutContentLength(t *testing.T) {
 
 func TestPlaceOrderAccepted(t *testing.T) {
 	e := newEnv(t)
-	// Lower-case and padded stock codes, client-side prices and totals that
-	// must be ignored, no Content-Type.
+	// Lower-case and padded stock codes, a channel, no Content-Type.
 	body := `{
-		"customerId": "17850", "country": "United Kingdom", "reference": "536365",
-		"total": "0.01",
+		"customerId": "17850", "country": "United Kingdom", "reference": "536365", "channel": "web",
 		"lines": [
-			{"stockCode": " 85123a", "quantity": 6, "unitPrice": "0.01", "unitPriceMilli": 1},
-			{"stockCode": "71053", "quantity": 2, "lineTotalMilli": 5},
+			{"stockCode": " 85123a", "quantity": 6},
+			{"stockCode": "71053", "quantity": 2},
 			{"stockCode": "FREE", "quantity": 1}
 		]}`
 	req := httptest.NewRequestWithContext(testCtx(t), http.MethodPost, "/orders", strings.NewReader(body))
@@ -173,7 +206,7 @@ func TestPlaceOrderAccepted(t *testing.T) {
 	if ev.OrderID != ok.OrderID || !strings.HasPrefix(ev.EventID, "evt_") {
 		t.Errorf("event ids %q/%q, want order %q and an evt_ id", ev.OrderID, ev.EventID, ok.OrderID)
 	}
-	if ev.CustomerID != "17850" || ev.Country != "United Kingdom" || ev.Reference != "536365" {
+	if ev.CustomerID != "17850" || ev.Country != "United Kingdom" || ev.Reference != "536365" || ev.Channel != "web" {
 		t.Errorf("event header fields %+v", ev.Order)
 	}
 	want := []order.Line{
@@ -205,6 +238,33 @@ func TestPlaceOrderAccepted(t *testing.T) {
 	}
 	if got := e.metric("ordercast_checkout_orders_accepted_total"); got != 1 {
 		t.Errorf("orders_accepted_total = %v, want 1", got)
+	}
+}
+
+// Prices come from the catalog only: a client that sends one is told so,
+// and nothing is ordered (before, the price was silently ignored).
+func TestPlaceOrderRefusesClientPrice(t *testing.T) {
+	e := newEnv(t)
+	for _, body := range []string{
+		`{"customerId":"17850","lines":[{"stockCode":"85123A","quantity":6,"unitPriceMilli":1}]}`,
+		`{"customerId":"17850","lines":[{"stockCode":"85123A","quantity":6,"unitPrice":"0.01"}]}`,
+		`{"customerId":"17850","total":"0.01","lines":[{"stockCode":"85123A","quantity":6}]}`,
+	} {
+		r := e.post(body, "Idempotency-Key", "price-1")
+		if r.status != http.StatusBadRequest || r.errorCode(t) != order.ReasonUnknownField {
+			t.Fatalf("%s: %d %s, want 400 unknown_field", body, r.status, r.body)
+		}
+	}
+	if n := e.topicCount(); n != 0 {
+		t.Errorf("%d records published for refused requests", n)
+	}
+	var rows int
+	if err := e.db.QueryRowContext(testCtx(t), `SELECT COUNT(*) FROM checkout_requests`).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("refused requests left %d checkout_requests rows (%v)", rows, err)
+	}
+	// The same key then works for the right body.
+	if ok := e.post(`{"customerId":"17850","lines":[{"stockCode":"85123A","quantity":6}]}`, "Idempotency-Key", "price-1").accepted(t); ok.Total != "15.300" {
+		t.Errorf("total %s, want the catalog's 15.300", ok.Total)
 	}
 }
 
