@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // flagCase is a command line that must fail at once with an error naming
@@ -94,4 +96,92 @@ func TestDLQFlags(t *testing.T) {
 		{[]string{"dlq", "show", "orders.dlq/0/1", "--offset", "3", b}, []string{"--offset", "orders.dlq/0/1"}},
 		{[]string{"dlq", "purge", "--group", "orders", "--all", "--partition", "-1", b}, []string{"--partition", ">= 0"}},
 	})
+}
+
+// upQuick are `up` flags that keep a run that got past the flag checks
+// from touching the default ports or the working directory.
+func upQuick(t *testing.T, extra ...string) []string {
+	return append([]string{"up", "--data-dir", t.TempDir(), "--broker-addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0",
+		"--http", "127.0.0.1:0", "--seed-data", "/nonexistent/seed.csv"}, extra...)
+}
+
+func TestCommonFlags(t *testing.T) {
+	run := func(extra ...string) []string {
+		return append([]string{"run", "payments", "--brokers", "127.0.0.1:1", "--registry", "http://127.0.0.1:1", "--db", "sqlite:" + t.TempDir() + "/x.db"}, extra...)
+	}
+	notHostPort := []string{"not a host:port", "127.0.0.1:8080"}
+	checkFlagErrors(t, []flagCase{
+		{upQuick(t, "--http", "nonsense"), append([]string{`--http "nonsense"`}, notHostPort...)},
+		{upQuick(t, "--http", "127.0.0.1:99999"), []string{"--http", "not a host:port"}},
+		{run("--http", "nonsense"), []string{"--http", "not a host:port"}},
+		{upQuick(t, "--broker-addr", "9092"), []string{"--broker-addr", "not a host:port"}},
+		{upQuick(t, "--registry-addr", "localhost"), []string{"--registry-addr", "not a host:port"}},
+		{upQuick(t, "--registry", "127.0.0.1:8081"), []string{"--registry", "http://"}},
+		{upQuick(t, "--min-insync-replicas", "-1"), []string{"--min-insync-replicas", "replication factor"}},
+		{upQuick(t, "--min-insync-replicas", "2"), []string{"--min-insync-replicas", "--replication-factor 1"}},
+		{run("--session-timeout", "0"), []string{"--session-timeout", "positive duration"}},
+		{run("--session-timeout", "abc"), []string{`--session-timeout "abc"`, "positive duration"}},
+		{upQuick(t, "--session-timeout", "-5s"), []string{"--session-timeout", "positive duration"}},
+		{run("--member-id", ""), []string{"--member-id", "empty"}},
+		{upQuick(t, "--member-id", " "), []string{"--member-id", "empty"}},
+	})
+	// A bad value from the environment names the variable and the flag.
+	t.Setenv("ORDERCAST_SESSION_TIMEOUT", "soon")
+	checkFlagErrors(t, []flagCase{{run(), []string{"ORDERCAST_SESSION_TIMEOUT", `"soon"`, "--session-timeout"}}})
+}
+
+// --member-id and --session-timeout fill system.Config; each flag wins over
+// its environment variable, which is the default.
+func TestMemberIDAndSessionTimeout(t *testing.T) {
+	parse := func(args ...string) (string, time.Duration) {
+		t.Helper()
+		var c common
+		cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+		c.register(cmd, false)
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := c.config()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return cfg.MemberID, cfg.SessionTimeout
+	}
+	if id, st := parse(); id != "" || st != 0 {
+		t.Errorf("no flag, no env: member id %q, session timeout %v; want the system's defaults", id, st)
+	}
+	if id, st := parse("--member-id", "f1", "--session-timeout", "10s"); id != "f1" || st != 10*time.Second {
+		t.Errorf("flags: %q, %v", id, st)
+	}
+	t.Setenv("ORDERCAST_MEMBER_ID", "env-id")
+	t.Setenv("ORDERCAST_SESSION_TIMEOUT", "7s")
+	if id, st := parse(); id != "env-id" || st != 7*time.Second {
+		t.Errorf("env only: %q, %v", id, st)
+	}
+	if id, st := parse("--member-id", "f2", "--session-timeout", "1m"); id != "f2" || st != time.Minute {
+		t.Errorf("flags over env: %q, %v", id, st)
+	}
+	out, _ := ordercast(t, "run", "--help")
+	for _, want := range []string{"--member-id", "--session-timeout", "ORDERCAST_MEMBER_ID", "ORDERCAST_SESSION_TIMEOUT", "session.timeout.ms"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run --help lacks %q", want)
+		}
+	}
+}
+
+// A real conflict on --http still says the address is in use.
+func TestUpHTTPInUse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the embedded stack")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	args := upQuick(t, "--http", ln.Addr().String(), "--seed-data", oneDay)
+	_, err = ordercast(t, args...)
+	if err == nil || !strings.Contains(err.Error(), "in use") || !strings.Contains(err.Error(), "--http") {
+		t.Errorf("up --http on a busy port: %v", err)
+	}
 }

@@ -3,12 +3,15 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/ordercast/ordercast/ops"
@@ -32,6 +35,7 @@ func newRoot() *cobra.Command {
 
 // common holds the flags shared by up and run.
 type common struct {
+	fs            *pflag.FlagSet
 	brokers       string
 	registry      string
 	registryUser  string
@@ -49,6 +53,8 @@ type common struct {
 	seedData      string
 	retryDelays   string
 	maxAttempts   int
+	memberID      string
+	sessionTO     string
 	sec           security
 }
 
@@ -61,6 +67,7 @@ func envOr(name, def string) string {
 
 func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f := cmd.Flags()
+	c.fs = f
 	brokersHelp := "Kafka bootstrap servers, comma separated (env KAFKA_BROKERS)"
 	if embedded {
 		brokersHelp += "; empty runs the embedded broker"
@@ -70,7 +77,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.registryUser, "registry-user", os.Getenv("SCHEMA_REGISTRY_USER"), "schema registry basic-auth user (env SCHEMA_REGISTRY_USER)")
 	f.StringVar(&c.registryPass, "registry-password", os.Getenv("SCHEMA_REGISTRY_PASSWORD"), "schema registry basic-auth password (env SCHEMA_REGISTRY_PASSWORD)")
 	f.StringVar(&c.db, "db", os.Getenv("ORDERCAST_DB"), "database: sqlite:PATH or postgres://... (env ORDERCAST_DB)"+map[bool]string{true: "; empty uses SQLite in the data directory", false: ""}[embedded])
-	f.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "listen address of checkout, /metrics, /healthz and /readyz")
+	f.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "listen address (host:port; port 0: a free one) of checkout, /metrics, /healthz and /readyz")
 	f.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	f.Int32Var(&c.partitions, "partitions", 6, "partitions of topics created at start")
 	f.Int16Var(&c.rf, "replication-factor", 1, "replication factor of topics created at start (3 on a real cluster)")
@@ -82,6 +89,8 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.seedData, "seed-data", "data/online-retail/online_retail.csv.gz", "Online Retail CSV (plain or .gz) the catalog and wallets are seeded from on first start")
 	f.StringVar(&c.retryDelays, "retry-delays", "1s,10s", "delays of the retry topics, comma separated durations (empty: no retry topics, straight to the DLQ)")
 	f.IntVar(&c.maxAttempts, "max-attempts", 3, "in-place attempts per record before a retry topic or the DLQ")
+	f.StringVar(&c.memberID, "member-id", os.Getenv(system.EnvMemberID), "name of this process in fulfillment's transactional ids (ordercast-fulfillment-<id>-<n>): every process running fulfillment against one cluster needs its own, kept across restarts (env "+system.EnvMemberID+"; empty: the host name)")
+	f.StringVar(&c.sessionTO, "session-timeout", os.Getenv(system.EnvSessionTimeout), "group session timeout of every member, e.g. 10s (session.timeout.ms; the rebalance timeout is twice it, the heartbeat interval a sixth); a member that stops heartbeating is out of its group after this long (env "+system.EnvSessionTimeout+"; empty: 45s)")
 	c.sec.register(f)
 }
 
@@ -115,13 +124,24 @@ func (c *common) config() (system.Config, error) {
 		return cfg, err
 	}
 	cfg.RegistryOpts = append(cfg.RegistryOpts, regTLS...)
+	if c.registry != "" {
+		if u, err := url.Parse(c.registry); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return cfg, fmt.Errorf("--registry %q: want the schema registry's URL, such as http://127.0.0.1:8081", c.registry)
+		}
+	}
 	cfg.DSN = c.db
+	if err := checkListenAddr("http", c.httpAddr); err != nil {
+		return cfg, err
+	}
 	cfg.HTTPAddr = c.httpAddr
 	if c.partitions < 1 {
 		return cfg, fmt.Errorf("--partitions %d: want >= 1", c.partitions)
 	}
 	if c.rf < 1 {
 		return cfg, fmt.Errorf("--replication-factor %d: want >= 1", c.rf)
+	}
+	if c.minISR < 0 || c.minISR > int(c.rf) {
+		return cfg, fmt.Errorf("--min-insync-replicas %d: want 0 (the broker's default) to the replication factor (--replication-factor %d); RF-1 lets one replica fail without stopping acks=all writes", c.minISR, c.rf)
 	}
 	cfg.Layout = ops.Layout{Partitions: c.partitions, ReplicationFactor: c.rf, MinInsyncReplicas: c.minISR}
 	for _, d := range splitList(c.retryDelays) {
@@ -151,7 +171,37 @@ func (c *common) config() (system.Config, error) {
 	}
 	cfg.OpeningCredit = credit
 	cfg.SeedFile = c.seedData
+	if c.fs.Changed("member-id") && strings.TrimSpace(c.memberID) == "" {
+		return cfg, fmt.Errorf("--member-id %q: want a non-empty name for this process, such as f1 (leave the flag out for the host name)", c.memberID)
+	}
+	cfg.MemberID = strings.TrimSpace(c.memberID)
+	if c.sessionTO != "" {
+		d, err := time.ParseDuration(c.sessionTO)
+		if err != nil || d < time.Millisecond {
+			name := "--session-timeout"
+			if !c.fs.Changed("session-timeout") {
+				name = system.EnvSessionTimeout + " (the default of --session-timeout)"
+			}
+			return cfg, fmt.Errorf("%s %q: want a positive duration such as 10s (the group session timeout, session.timeout.ms)", name, c.sessionTO)
+		}
+		cfg.SessionTimeout = d
+	} else if c.fs.Changed("session-timeout") {
+		return cfg, fmt.Errorf("--session-timeout \"\": want a positive duration such as 10s (leave the flag out for 45s)")
+	}
 	return cfg, nil
+}
+
+// checkListenAddr rejects a listen address flag whose value is not
+// host:port; whether the address is free is for the listener to say.
+func checkListenAddr(flag, v string) error {
+	host, port, err := net.SplitHostPort(v)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil || strings.ContainsAny(host, " /") {
+		return fmt.Errorf("--%s %q is not a host:port address: want e.g. 127.0.0.1:8080, :8080 (every interface) or 127.0.0.1:0 (a free port)", flag, v)
+	}
+	return nil
 }
 
 func splitList(s string) []string {

@@ -95,6 +95,12 @@ func runUp(parent context.Context, f *upFlags) error {
 	if err != nil {
 		return err
 	}
+	if err := checkListenAddr("broker-addr", f.brokerAddr); err != nil {
+		return err
+	}
+	if err := checkListenAddr("registry-addr", f.registryAddr); err != nil {
+		return err
+	}
 	var stack *devstack.Stack
 	if len(cfg.Brokers) == 0 || cfg.RegistryURL == "" {
 		embedded := devstack.Config{DataDir: f.dataDir, BrokerAddr: f.brokerAddr, RegistryAddr: f.registryAddr, Logger: cfg.Logger}
