@@ -58,6 +58,9 @@ type OrderView struct {
 	CustomerID string `json:"customerId,omitempty"`
 	Country    string `json:"country,omitempty"`
 	Reference  string `json:"reference,omitempty"`
+	// Channel is where the order was placed ("web", "api", ...), absent
+	// when unknown (see order.Order.Channel).
+	Channel string `json:"channel,omitempty"`
 	// Total is the order total as a decimal string ("15.300"), TotalMilli
 	// the same in thousandths; both absent when unknown.
 	Total      string       `json:"total,omitempty"`
@@ -105,7 +108,8 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 var ErrOrderNotFound = errors.New("checkout: order not found")
 
 // Order returns the view of GET /orders/{id}: the order's status, stage
-// history and notifications, read from checkout_requests, orders,
+// history and notifications (its fields from the orders service's row once
+// stored, else from checkout's own event), read from checkout_requests, orders,
 // order_status and notifications with read-only queries (no transaction:
 // the parts may be read at slightly different moments). It returns
 // ErrOrderNotFound when the id is in neither checkout_requests nor orders,
@@ -118,18 +122,18 @@ func (s *Service) Order(ctx context.Context, orderID string) (*OrderView, error)
 
 	// The orders service's copy, when it has stored the order.
 	var (
-		cust, country, ref sql.NullString
-		total              int64
+		cust, country, ref, channel sql.NullString
+		total                       int64
 	)
-	err := s.db.QueryRowContext(ctx, s.db.Rebind(`SELECT customer_id, country, total_milli, reference
-		FROM orders WHERE order_id = ?`), orderID).Scan(&cust, &country, &total, &ref)
+	err := s.db.QueryRowContext(ctx, s.db.Rebind(`SELECT customer_id, country, total_milli, reference, channel
+		FROM orders WHERE order_id = ?`), orderID).Scan(&cust, &country, &total, &ref, &channel)
 	inOrders := err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("checkout: read order %s: %w", orderID, err)
 	}
 	if inOrders {
 		m := order.Money(total)
-		v.CustomerID, v.Country, v.Reference = cust.String, country.String, ref.String
+		v.CustomerID, v.Country, v.Reference, v.Channel = cust.String, country.String, ref.String, channel.String
 		v.Total, v.TotalMilli = m.String(), &m
 	}
 
@@ -153,7 +157,7 @@ func (s *Service) Order(ctx context.Context, orderID string) (*OrderView, error)
 			var ev order.OrderCreated
 			if _, err := s.serde.DecodeContext(ctx, order.TopicOrderCreated, req.payload, &ev); err == nil {
 				m := ev.Total
-				v.CustomerID, v.Country, v.Reference = ev.CustomerID, ev.Country, ev.Reference
+				v.CustomerID, v.Country, v.Reference, v.Channel = ev.CustomerID, ev.Country, ev.Reference, ev.Channel
 				v.Total, v.TotalMilli = m.String(), &m
 			} else {
 				s.log.Warn("checkout: stored payload does not decode", slog.String("order_id", orderID), slog.Any("error", err))

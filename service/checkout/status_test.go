@@ -169,3 +169,25 @@ func TestGetOrderHistoryTimeOrdered(t *testing.T) {
 		t.Errorf("status %s, want paid", v.Status)
 	}
 }
+
+// GET shows the channel when the order has one: from checkout's own event
+// until the orders service stored the order, then from its row.
+func TestGetOrderShowsChannel(t *testing.T) {
+	e := newEnv(t)
+	ok := e.post(`{"channel":"api","lines":[{"stockCode":"85123A","quantity":1}]}`).accepted(t)
+	if v, r := e.getOrder(ok.OrderID); v.Channel != "api" {
+		t.Errorf("before the orders service: %s, want channel api", r.body)
+	}
+	if _, err := e.db.ExecContext(testCtx(t), e.db.Rebind(`INSERT INTO orders
+		(order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at, channel)
+		VALUES (?, NULL, NULL, 2550, 1, NULL, 1, 1, 'api')`), ok.OrderID); err != nil {
+		t.Fatal(err)
+	}
+	if v, r := e.getOrder(ok.OrderID); v.Channel != "api" {
+		t.Errorf("stored: %s, want channel api", r.body)
+	}
+	none := e.post(`{"lines":[{"stockCode":"85123A","quantity":1}]}`).accepted(t)
+	if _, r := e.getOrder(none.OrderID); strings.Contains(string(r.body), `"channel"`) {
+		t.Errorf("an order without channel shows one: %s", r.body)
+	}
+}

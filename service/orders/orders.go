@@ -2,6 +2,10 @@
 // each order exactly once (the inbox row and the order rows in one database
 // transaction), and records the order's later stages (paid or refused,
 // shipment requested) as the other services report them on their topics.
+//
+// orders.channel holds the event's channel (orderCreated v2), NULL when the
+// event has none: a v1 event, or an instance whose Serde is pinned to v1
+// (schema.WithVersion), which reads v2 events as v1 did.
 package orders
 
 import (
@@ -76,12 +80,9 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 
 func (s *Service) store(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated) error {
 	now := time.Now().UnixMilli()
-	var cust any
-	if ev.CustomerID != "" {
-		cust = ev.CustomerID
-	}
-	if _, err := tx.ExecContext(ctx, s.DB.Rebind(`INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), ev.OrderID, cust, ev.Country, int64(ev.Total), len(ev.Lines), ev.Reference, ev.CreatedAt.UnixMilli(), now); err != nil {
+	if _, err := tx.ExecContext(ctx, s.DB.Rebind(`INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at, channel)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`), ev.OrderID, nullIfEmpty(ev.CustomerID), ev.Country, int64(ev.Total), len(ev.Lines), ev.Reference,
+		ev.CreatedAt.UnixMilli(), now, nullIfEmpty(ev.Channel)); err != nil {
 		return fmt.Errorf("orders: insert order %s: %w", ev.OrderID, err)
 	}
 	stmt, err := tx.PrepareContext(ctx, s.DB.Rebind(`INSERT INTO order_lines (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli)
@@ -96,6 +97,15 @@ func (s *Service) store(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated)
 		}
 	}
 	return insertStatus(ctx, s.DB, tx, ev.OrderID, StatusCreated, ev.Reference, now)
+}
+
+// nullIfEmpty maps "" to SQL NULL: a guest's customer_id, an unknown
+// channel (every orderCreated v1 event, and v2 events without one).
+func nullIfEmpty(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
 }
 
 func (s *Service) status(ctx context.Context, r *kgo.Record, eventID, orderID, kind, detail string, at time.Time) error {
