@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -96,6 +99,9 @@ func readReport(t *testing.T, path string) Report {
 
 func checkReport(t *testing.T, r Report) {
 	t.Helper()
+	if r.Status != StatusPassed || r.Reason != "" || r.Outstanding != nil {
+		t.Errorf("status %q, reason %q, outstanding %+v; want passed", r.Status, r.Reason, r.Outstanding)
+	}
 	if len(r.Invariants) < 5 {
 		t.Fatalf("report has %d invariants, want 5: %+v", len(r.Invariants), r.Invariants)
 	}
@@ -148,9 +154,94 @@ func TestUpReplayOneDay(t *testing.T) {
 	}
 }
 
-// TestUpResumesAfterSIGTERM: SIGTERM mid-replay exits 0 after a clean
-// shutdown; running again on the same data directory resumes: nothing
-// accepted is lost and nothing is charged twice.
+// upProc is a running `ordercast up` whose stderr is collected.
+type upProc struct {
+	cmd      *exec.Cmd
+	base     string   // checkout's host:port
+	brokers  []string // the brokers it uses (embedded or --brokers)
+	registry string   // the schema registry URL
+
+	mu     sync.Mutex    // guards stderr
+	stderr bytes.Buffer  // what it wrote so far
+	read   chan struct{} // closed when stderr is read to its end
+}
+
+// launchUp starts `ordercast up` with args and waits until checkout
+// listens.
+func launchUp(t *testing.T, bin string, args ...string) *upProc {
+	t.Helper()
+	p := &upProc{cmd: upCommand(bin, args...), read: make(chan struct{})}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan []string, 1)
+	go func() {
+		defer close(p.read)
+		re := regexp.MustCompile(`checkout on http://([0-9.:]+) .*; brokers \[([^\]]*)\], registry (\S+), db`)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.stderr.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				started <- m
+			}
+		}
+	}()
+	select {
+	case m := <-started:
+		p.base, p.brokers, p.registry = m[1], strings.Fields(m[2]), m[3]
+	case <-time.After(90 * time.Second):
+		p.cmd.Process.Kill()
+		t.Fatalf("up did not start in 90s:\n%s", p.log())
+	}
+	return p
+}
+
+func (p *upProc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+// waitProcessed waits until payments processed n records.
+func (p *upProc) waitProcessed(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for processed(t, p.base, "payments") < n {
+		if time.Now().After(deadline) {
+			p.cmd.Process.Kill()
+			t.Fatalf("payments processed fewer than %d records in 60s:\n%s", n, p.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// wait waits, up to 60s, for the process to exit and returns its exit code.
+func (p *upProc) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.read:
+	case <-time.After(60 * time.Second):
+		p.cmd.Process.Kill()
+		t.Fatalf("up did not exit within 60s:\n%s", p.log())
+	}
+	err := p.cmd.Wait()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// TestUpResumesAfterSIGTERM: without --exit-when-done, SIGTERM is how `up`
+// is stopped: mid-replay it exits 0 after a clean shutdown, saying how far
+// the replay got; running again on the same data directory resumes:
+// nothing accepted is lost and nothing is charged twice.
 func TestUpResumesAfterSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process test")
@@ -159,55 +250,16 @@ func TestUpResumesAfterSIGTERM(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
-	cmd := upCommand(bin, upArgs(data, "--replay", oneDay, "--rate", "40")...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
+	p := launchUp(t, bin, upArgs(data, "--replay", oneDay, "--rate", "40")...)
+	p.waitProcessed(t, 20)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("after SIGTERM: exit %d, want 0:\n%s", code, p.log())
 	}
-	addr := make(chan string, 1)
-	var logBuf strings.Builder
-	go func() {
-		re := regexp.MustCompile(`checkout on http://([0-9.:]+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logBuf.WriteString(sc.Text() + "\n")
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-	}()
-	var base string
-	select {
-	case base = <-addr:
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("up did not start:\n%s", logBuf.String())
-	}
-	// Wait until payments has processed some orders, then SIGTERM.
-	deadline := time.Now().Add(60 * time.Second)
-	for processed(t, base, "payments") < 20 {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("payments processed fewer than 20 records in 60s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("after SIGTERM: %v (want exit 0)", err)
-		}
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("up did not exit within 60s of SIGTERM")
+	if !regexp.MustCompile(`replay interrupted \(terminated signal received\) after [0-9]+ of 136 sales`).MatchString(p.log()) {
+		t.Errorf("stderr does not say how far the replay got:\n%s", p.log())
 	}
 	report := filepath.Join(dir, "report.json")
 	again := upCommand(bin, upArgs(data, "--replay", oneDay, "--exit-when-done", "--report", report, "--timeout", "3m")...)
@@ -215,6 +267,70 @@ func TestUpResumesAfterSIGTERM(t *testing.T) {
 		t.Fatalf("second run: %v\n%s", err, out)
 	}
 	checkReport(t, readReport(t, report))
+}
+
+// TestUpInterruptedWithExitWhenDone: with --exit-when-done the run is a job
+// that did not finish: SIGTERM still shuts down cleanly, but the exit status
+// is 1, and the report says it was interrupted and what was outstanding.
+func TestUpInterruptedWithExitWhenDone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test")
+	}
+	freshCluster(t)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	report := filepath.Join(dir, "report.json")
+	p := launchUp(t, bin, upArgs(filepath.Join(dir, "data"), "--replay", oneDay, "--rate", "40", "--exit-when-done", "--report", report)...)
+	p.waitProcessed(t, 10)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, p.log())
+	}
+	for _, re := range []string{`replay interrupted \(terminated signal received\) after [0-9]+ of 136 sales`, `shutting down`} {
+		if !regexp.MustCompile(re).MatchString(p.log()) {
+			t.Errorf("stderr lacks %s:\n%s", re, p.log())
+		}
+	}
+	r := readReport(t, report)
+	if r.Status != "interrupted" || !strings.Contains(r.Reason, "interrupted") || r.Outstanding == nil || r.Outstanding.SalesNotSent == 0 {
+		t.Fatalf("report: status %q, reason %q, outstanding %+v", r.Status, r.Reason, r.Outstanding)
+	}
+	if r.InvoicesRead != 143 || r.OrdersAccepted == 0 || r.Outstanding.SalesNotSent+r.OrdersAccepted > 136 {
+		t.Errorf("report counts: %+v", r)
+	}
+}
+
+// TestUpReportOnTimeout: when --timeout passes before every order is
+// processed, the report is written anyway, with what was measured and what
+// was outstanding, and the exit status is 1.
+func TestUpReportOnTimeout(t *testing.T) {
+	freshCluster(t)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	report := filepath.Join(dir, "report.json")
+	// 1ns: the wait gives up at its first look, before the last orders
+	// accepted went through every service.
+	cmd := upCommand(bin, upArgs(filepath.Join(dir, "data"), "--replay", oneDay, "--exit-when-done", "--report", report, "--timeout", "1ns")...)
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("exit %d (%v), want 1:\n%s", code, err, out)
+	}
+	if !strings.Contains(string(out), "--timeout 1ns passed") {
+		t.Errorf("output does not say the timeout passed:\n%s", out)
+	}
+	r := readReport(t, report)
+	if r.Status != "timed_out" || !strings.Contains(r.Reason, "--timeout 1ns") || r.Outstanding == nil {
+		t.Fatalf("report: status %q, reason %q, outstanding %+v", r.Status, r.Reason, r.Outstanding)
+	}
+	o := r.Outstanding
+	if o.SalesNotSent != 0 || o.OrdersNotStored+o.PaymentsNotDecided+o.NotificationsMissing+o.ShipmentsNotSeen+o.OutboxPending == 0 || o.Summary == "" {
+		t.Errorf("outstanding %+v: want something missing, every sale sent", o)
+	}
+	if r.InvoicesRead != 143 || r.OrdersAccepted == 0 || len(r.Invariants) < 5 || r.DLQRecords == nil {
+		t.Errorf("report lacks what was measured: %+v", r)
+	}
 }
 
 // processed reads ordercast_consumer_records_processed_total for a group.

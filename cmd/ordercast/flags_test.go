@@ -185,3 +185,21 @@ func TestUpHTTPInUse(t *testing.T) {
 		t.Errorf("up --http on a busy port: %v", err)
 	}
 }
+
+// Flags of up that only mean something with another are refused without
+// it, and values that mean nothing are refused before anything starts.
+func TestUpFlags(t *testing.T) {
+	checkFlagErrors(t, []flagCase{
+		{upQuick(t, "--report", "r.json"), []string{"--report", "--exit-when-done"}},
+		{upQuick(t, "--replay", oneDay, "--report", "r.json"), []string{"--report", "--exit-when-done"}},
+		{upQuick(t, "--timeout", "5m"), []string{"--timeout", "--exit-when-done"}},
+		{upQuick(t, "--exit-when-done"), []string{"--exit-when-done", "--replay"}},
+		{upQuick(t, "--rate", "5"), []string{"--rate", "--replay"}},
+		{upQuick(t, "--replay-concurrency", "4"), []string{"--replay-concurrency", "--replay"}},
+		{upQuick(t, "--replay", oneDay, "--replay-concurrency", "0"), []string{"--replay-concurrency", ">= 1"}},
+		{upQuick(t, "--replay", oneDay, "--rate", "-1"), []string{"--rate", ">= 0"}},
+		{upQuick(t, "--replay", oneDay, "--exit-when-done", "--timeout", "0"), []string{"--timeout", "positive"}},
+		{upQuick(t, "--replay", oneDay, "--exit-when-done", "--report", ""), []string{"--report", "file"}},
+		{upQuick(t, "--replay", "/nonexistent/orders.csv"), []string{"--replay", "/nonexistent/orders.csv"}},
+	})
+}

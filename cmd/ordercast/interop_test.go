@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,50 +35,14 @@ type running struct {
 // when the test ends.
 func startUp(t *testing.T, bin, dataDir string, extra ...string) running {
 	t.Helper()
-	cmd := upCommand(bin, upArgs(dataDir, extra...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan running, 1)
-	logDone := make(chan struct{})
-	var logBuf strings.Builder
-	go func() {
-		defer close(logDone)
-		re := regexp.MustCompile(`checkout on http://([0-9.:]+) .*; brokers \[([^\]]*)\], registry (\S+), db`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logBuf.WriteString(sc.Text() + "\n")
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				started <- running{base: m[1], brokers: strings.Fields(m[2]), registry: m[3]}
-			}
-		}
-	}()
+	p := launchUp(t, bin, upArgs(dataDir, extra...)...)
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { <-logDone; done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("ordercast up after SIGTERM: %v (want exit 0)\n%s", err, logBuf.String())
-			}
-		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("ordercast up did not exit within 60s of SIGTERM")
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.wait(t); code != 0 {
+			t.Errorf("ordercast up after SIGTERM: exit %d, want 0\n%s", code, p.log())
 		}
 	})
-	select {
-	case r := <-started:
-		return r
-	case <-time.After(90 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("ordercast up did not start in 90s:\n%s", logBuf.String())
-	}
-	panic("unreachable")
+	return running{base: p.base, brokers: p.brokers, registry: p.registry}
 }
 
 // placeOrder posts an order to checkout and returns its 202 answer.

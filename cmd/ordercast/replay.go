@@ -111,10 +111,7 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 
 // interrupted says that a replay was stopped by a signal and how far it got.
 func interrupted(ctx context.Context, sum replay.Summary) string {
-	why := "interrupted"
-	if c := context.Cause(ctx); c != nil && c.Error() != context.Canceled.Error() {
-		why += " (" + c.Error() + ")"
-	}
+	why := "interrupted" + signalNote(ctx)
 	done := sum.OrdersAccepted + sum.RejectedTotal() + sum.Failed
 	return fmt.Sprintf("%s after %d of %d sales (%d accepted, %d rejected, %d failed, %d not sent); the same command again resumes: re-sent invoices get their first answer (same Idempotency-Key)",
 		why, done, sum.Sales, sum.OrdersAccepted, sum.RejectedTotal(), sum.Failed, sum.Unfinished)

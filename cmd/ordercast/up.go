@@ -7,10 +7,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ordercast/ordercast/audit"
 	"github.com/ordercast/ordercast/devstack"
@@ -41,30 +44,81 @@ consumer group with --instances members, on an embedded Kafka-protocol broker, a
 registry and SQLite, all persisted in --data-dir, so a restart resumes where it stopped.
 With --brokers, --registry or --db it uses those instead of the embedded ones.
 
-SIGINT/SIGTERM: stop taking requests, drain in-flight records, commit, leave the groups, close the
-broker cleanly and exit 0.`,
+With --replay it sends the file's sale invoices to checkout once the system is up. With
+--exit-when-done too it is a job: it waits until every accepted order went through every
+service, recomputes the invariants, writes --report (its "status": passed, failed, timed_out
+or interrupted) and exits 0 only if it passed. If --timeout passes first, or on SIGINT/SIGTERM,
+it still writes the report, with what was measured and what was outstanding, and exits 1.
+
+SIGINT/SIGTERM (without --exit-when-done): stop taking requests, drain in-flight records,
+commit, leave the groups, close the broker cleanly and exit 0. A replay in progress says how
+far it got; running up again on the same --data-dir resumes it.`,
 		Example: `  ordercast up
   ordercast up --replay data/online-retail/online_retail.csv.gz --exit-when-done --report report.json
   ordercast up --instances payments=3,orders=2`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), &f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(cmd.Flags()); err != nil {
+				return err
+			}
+			return runUp(cmd.Context(), &f)
+		},
 	}
 	f.register(cmd, true)
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", ".ordercast", "directory of the embedded broker's log, the registry's schemas and the SQLite database")
-	fl.StringVar(&f.brokerAddr, "broker-addr", "127.0.0.1:9092", "listen address of the embedded broker")
-	fl.StringVar(&f.registryAddr, "registry-addr", "127.0.0.1:8081", "listen address of the embedded schema registry")
+	fl.StringVar(&f.brokerAddr, "broker-addr", "127.0.0.1:9092", "listen address (host:port) of the embedded broker")
+	fl.StringVar(&f.registryAddr, "registry-addr", "127.0.0.1:8081", "listen address (host:port) of the embedded schema registry")
 	fl.StringVar(&f.replayFile, "replay", "", "replay this Online Retail CSV (plain or .gz) into checkout once the system is up")
-	fl.Float64Var(&f.rate, "rate", 0, "replay rate limit in orders per second (0: unlimited)")
-	fl.IntVar(&f.replayConc, "replay-concurrency", 16, "replay requests in flight")
-	fl.BoolVar(&f.exitWhenDone, "exit-when-done", false, "with --replay: wait until every accepted order went through every service, write --report and exit")
-	fl.StringVar(&f.report, "report", "", "with --exit-when-done: write the JSON report to this file (- for stdout)")
-	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "with --exit-when-done: give up (exit 1, saying what is missing) after this long")
+	fl.Float64Var(&f.rate, "rate", 0, "with --replay: rate limit in orders per second (0: unlimited)")
+	fl.IntVar(&f.replayConc, "replay-concurrency", 16, "with --replay: requests in flight")
+	fl.BoolVar(&f.exitWhenDone, "exit-when-done", false, "with --replay: wait until every accepted order went through every service, write --report and exit (0 only if every invariant held)")
+	fl.StringVar(&f.report, "report", "", "with --exit-when-done: write the JSON report to this file (- for stdout), whatever the outcome; its \"status\" is passed, failed, timed_out or interrupted")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "with --exit-when-done: how long to wait, once the replay is sent, for every order to be processed; then the report says timed_out and what was outstanding, and the exit status is 1")
 	return cmd
+}
+
+// check refuses flags that mean nothing: without the flag they go with, or
+// with a value out of range.
+func (f *upFlags) check(fs *pflag.FlagSet) error {
+	for _, d := range []struct {
+		flag, needs, why string
+		given, ok        bool
+	}{
+		{"exit-when-done", "replay FILE", "it exits once the replayed orders are processed", f.exitWhenDone, f.replayFile != ""},
+		{"rate", "replay FILE", "it limits the replay", fs.Changed("rate"), f.replayFile != ""},
+		{"replay-concurrency", "replay FILE", "it is the replay's requests in flight", fs.Changed("replay-concurrency"), f.replayFile != ""},
+		{"report", "exit-when-done", "the report is written when up exits, once the replayed orders are processed (or the run ends early)", fs.Changed("report"), f.exitWhenDone},
+		{"timeout", "exit-when-done", "it bounds the wait for the replayed orders to be processed", fs.Changed("timeout"), f.exitWhenDone},
+	} {
+		if d.given && !d.ok {
+			return fmt.Errorf("--%s needs --%s: %s", d.flag, d.needs, d.why)
+		}
+	}
+	switch {
+	case !(f.rate >= 0):
+		return fmt.Errorf("--rate %v: want >= 0 orders per second (0: unlimited)", f.rate)
+	case f.replayConc < 1:
+		return fmt.Errorf("--replay-concurrency %d: want >= 1", f.replayConc)
+	case f.timeout <= 0:
+		return fmt.Errorf("--timeout %v: want a positive duration such as 10m", f.timeout)
+	case fs.Changed("report") && f.report == "":
+		return fmt.Errorf("--report \"\": want a file name, or - for stdout")
+	}
+	return nil
 }
 
 // Report is the JSON written by `up --exit-when-done --report`.
 type Report struct {
+	// Status is the verdict: StatusPassed, StatusFailed, StatusTimedOut or
+	// StatusInterrupted.
+	Status string `json:"status"`
+	// Reason says why, when Status is not StatusPassed.
+	Reason string `json:"reason,omitempty"`
+	// Outstanding is what was not done when the run ended before every
+	// accepted order was processed (timed out or interrupted); nil
+	// otherwise.
+	Outstanding        *Outstanding               `json:"outstanding,omitempty"`
 	InvoicesRead       int                        `json:"invoicesRead"`
 	OrdersAccepted     int                        `json:"ordersAccepted"`
 	RejectedByReason   map[string]int             `json:"rejectedByReason"`
@@ -81,6 +135,26 @@ type Report struct {
 	Invariants         map[string]audit.Invariant `json:"invariants"`
 }
 
+// Values of Report.Status.
+const (
+	StatusPassed      = "passed"      // every order processed, every invariant holds, every invoice sent
+	StatusFailed      = "failed"      // an invariant violated, invoices not sent, or the replay failed
+	StatusTimedOut    = "timed_out"   // --timeout passed before every accepted order was processed
+	StatusInterrupted = "interrupted" // SIGINT/SIGTERM before the end
+)
+
+// Outstanding is what a run that ended early had not done, from the
+// database (audit.Progress) and the replay's summary.
+type Outstanding struct {
+	SalesNotSent         int    `json:"salesNotSent"`         // sale invoices the replay had not sent
+	OrdersNotStored      int    `json:"ordersNotStored"`      // accepted orders not in the orders table
+	PaymentsNotDecided   int    `json:"paymentsNotDecided"`   // accepted orders without a payment (paid or refused)
+	NotificationsMissing int    `json:"notificationsMissing"` // of one per accepted order and one per payment
+	ShipmentsNotSeen     int    `json:"shipmentsNotSeen"`     // paid orders whose shipment request the orders service has not seen
+	OutboxPending        int    `json:"outboxPending"`        // paymentProcessed events not yet published
+	Summary              string `json:"summary"`              // the same, for people
+}
+
 func runUp(parent context.Context, f *upFlags) error {
 	start := time.Now()
 	if parent == nil {
@@ -88,9 +162,6 @@ func runUp(parent context.Context, f *upFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if f.exitWhenDone && f.replayFile == "" {
-		return fmt.Errorf("--exit-when-done needs --replay FILE")
-	}
 	cfg, err := f.config()
 	if err != nil {
 		return err
@@ -100,6 +171,12 @@ func runUp(parent context.Context, f *upFlags) error {
 	}
 	if err := checkListenAddr("registry-addr", f.registryAddr); err != nil {
 		return err
+	}
+	var invoices []*replay.Invoice
+	if f.replayFile != "" {
+		if invoices, err = readInvoices(f.replayFile); err != nil {
+			return fmt.Errorf("--replay %s: %w", f.replayFile, err)
+		}
 	}
 	var stack *devstack.Stack
 	if len(cfg.Brokers) == 0 || cfg.RegistryURL == "" {
@@ -123,7 +200,15 @@ func runUp(parent context.Context, f *upFlags) error {
 	}
 	sys, err := system.Start(ctx, cfg)
 	if err != nil {
-		return err
+		if ctx.Err() == nil {
+			return err
+		}
+		msg := "interrupted while starting" + signalNote(ctx)
+		if f.exitWhenDone {
+			return &exitError{code: 1, msg: "up " + msg}
+		}
+		fmt.Fprintln(os.Stderr, "ordercast up: "+msg)
+		return nil
 	}
 	if stack != nil {
 		if err := stack.SaveRegistry(ctx); err != nil {
@@ -135,7 +220,7 @@ func runUp(parent context.Context, f *upFlags) error {
 
 	var runErr error
 	if f.replayFile != "" {
-		runErr = replayAndReport(ctx, f, sys, start)
+		runErr = replayAndReport(ctx, f, sys, invoices, start)
 	} else {
 		<-ctx.Done()
 	}
@@ -146,47 +231,60 @@ func runUp(parent context.Context, f *upFlags) error {
 	return runErr
 }
 
-func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, start time.Time) error {
-	rc, err := replay.Open(f.replayFile)
+// readInvoices reads an Online Retail file.
+func readInvoices(path string) ([]*replay.Invoice, error) {
+	rc, err := replay.Open(path)
 	if err != nil {
-		return fmt.Errorf("--replay %s: %w", f.replayFile, err)
+		return nil, err
 	}
-	invoices, err := replay.ReadInvoices(rc)
-	rc.Close()
-	if err != nil {
-		return fmt.Errorf("--replay %s: %w", f.replayFile, err)
-	}
+	defer rc.Close()
+	return replay.ReadInvoices(rc)
+}
+
+// replayAndReport replays the invoices into checkout. Without
+// --exit-when-done it then serves until ctx ends and returns nil, an
+// interrupted replay included (SIGTERM is how up is stopped). With it, it
+// waits until every accepted order is processed, writes the report and
+// returns an *exitError unless the run passed.
+func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoices []*replay.Invoice, start time.Time) error {
 	sum, err := replay.Run(ctx, invoices, replay.Options{
 		BaseURL:     "http://" + sys.HTTPAddr(),
 		Rate:        f.rate,
 		Concurrency: f.replayConc,
 		Progress:    os.Stderr,
 	})
-	fmt.Fprintln(os.Stderr, sum.String())
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // interrupted: a clean shutdown, the next run resumes
+	fmt.Fprint(os.Stderr, sum.String())
+	switch {
+	case err != nil && ctx.Err() != nil:
+		msg := "replay " + interrupted(ctx, sum)
+		if !f.exitWhenDone {
+			fmt.Fprintln(os.Stderr, "ordercast up: "+msg)
+			return nil
 		}
+		return endEarly(f, sys, sum, start, StatusInterrupted, msg)
+	case err != nil && f.exitWhenDone:
+		return endEarly(f, sys, sum, start, StatusFailed, "replay: "+err.Error())
+	case err != nil:
 		return fmt.Errorf("replay: %w", err)
-	}
-	if !f.exitWhenDone {
+	case !f.exitWhenDone:
 		<-ctx.Done()
 		return nil
 	}
 	deadline := time.Now().Add(f.timeout)
 	var prog audit.Progress
 	for {
-		if prog, err = audit.ReadProgress(ctx, sys.DB); err != nil {
-			return err
+		prog, err = audit.ReadProgress(ctx, sys.DB)
+		if ctx.Err() != nil {
+			return endEarly(f, sys, sum, start, StatusInterrupted, "interrupted"+signalNote(ctx)+" while waiting for every order to be processed")
+		}
+		if err != nil {
+			return endEarly(f, sys, sum, start, StatusFailed, err.Error())
 		}
 		if prog.Done() || (prog.Accepted == 0 && sum.OrdersAccepted == 0) {
 			break
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
 		if time.Now().After(deadline) {
-			return &exitError{code: 1, msg: fmt.Sprintf("--timeout %v passed before every order was processed: %s", f.timeout, prog.Missing())}
+			return endEarly(f, sys, sum, start, StatusTimedOut, fmt.Sprintf("--timeout %v passed before every order was processed", f.timeout))
 		}
 		select {
 		case <-ctx.Done():
@@ -195,46 +293,162 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, start 
 	}
 	res, err := audit.Check(ctx, sys.DB, sys.Producer, sys.Serde)
 	if err != nil {
+		if ctx.Err() != nil {
+			return endEarly(f, sys, sum, start, StatusInterrupted, "interrupted"+signalNote(ctx)+" while checking the invariants")
+		}
+		return endEarly(f, sys, sum, start, StatusFailed, "audit: "+err.Error())
+	}
+	rep := newReport(sum, prog, start)
+	rep.addAudit(res)
+	var why []string
+	if bad := violated(res); len(bad) > 0 {
+		for _, name := range bad {
+			fmt.Fprintf(os.Stderr, "invariant %s violated: %s\n", name, res.Invariants[name].Detail)
+		}
+		why = append(why, "invariants violated: "+strings.Join(bad, ", "))
+	}
+	if sum.Failed > 0 {
+		why = append(why, fmt.Sprintf("%d invoices could not be sent to checkout", sum.Failed))
+	}
+	rep.Status, rep.Reason = StatusPassed, strings.Join(why, "; ")
+	if len(why) > 0 {
+		rep.Status = StatusFailed
+	}
+	if err := writeReport(f.report, rep); err != nil {
 		return err
 	}
-	rep := Report{
-		InvoicesRead:       sum.InvoicesRead,
-		OrdersAccepted:     prog.Accepted,
-		RejectedByReason:   sum.Rejected,
-		NotOrdersByReason:  sum.NotOrders,
-		ReplayFailed:       sum.Failed,
-		OrdersStored:       prog.Stored,
-		PaymentsDebited:    prog.Debited,
-		PaymentsByCard:     prog.PaidByCard,
-		PaymentsRefused:    prog.Refused,
-		NotificationsSent:  prog.Notifications,
-		ShipmentsRequested: res.ShipmentRecords,
-		DLQRecords:         res.DLQRecords,
-		ElapsedSeconds:     time.Since(start).Seconds(),
-		Invariants:         res.Invariants,
+	fmt.Fprintf(os.Stderr, "ordercast up: %s in %.1fs: %d orders accepted, %d stored, %d debited, %d by card, %d refused, %d notifications, %d shipments\n",
+		rep.Status, rep.ElapsedSeconds, rep.OrdersAccepted, rep.OrdersStored, rep.PaymentsDebited, rep.PaymentsByCard, rep.PaymentsRefused, rep.NotificationsSent, rep.ShipmentsRequested)
+	if rep.Status != StatusPassed {
+		return &exitError{code: 1, msg: rep.Reason + " (see the report)"}
 	}
+	return nil
+}
+
+// endEarly ends a --exit-when-done run that stopped before every accepted
+// order was processed: it measures what it can within a minute (the
+// progress from the database; after a timeout also the audit, whose
+// processing invariants then fall short by what is outstanding), writes the
+// report with status and reason, and returns the *exitError of exit status 1.
+func endEarly(f *upFlags, sys *system.System, sum replay.Summary, start time.Time, status, reason string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prog, err := audit.ReadProgress(ctx, sys.DB)
+	rep := newReport(sum, prog, start)
+	rep.Status, rep.Reason = status, reason
+	if err != nil {
+		rep.Reason += "; progress not measured: " + err.Error()
+	} else {
+		rep.Outstanding = outstanding(sum, prog)
+	}
+	if status == StatusTimedOut {
+		if res, err := audit.Check(ctx, sys.DB, sys.Producer, sys.Serde); err != nil {
+			rep.Reason += "; invariants not checked: " + err.Error()
+		} else {
+			rep.addAudit(res)
+		}
+	}
+	if err := writeReport(f.report, rep); err != nil {
+		return err
+	}
+	msg := rep.Reason
+	if rep.Outstanding != nil {
+		msg += "; outstanding: " + rep.Outstanding.Summary
+	}
+	if f.report != "" && f.report != "-" {
+		msg += " (report in " + f.report + ")"
+	}
+	return &exitError{code: 1, msg: msg}
+}
+
+func newReport(sum replay.Summary, prog audit.Progress, start time.Time) Report {
+	return Report{
+		InvoicesRead:      sum.InvoicesRead,
+		OrdersAccepted:    prog.Accepted,
+		RejectedByReason:  sum.Rejected,
+		NotOrdersByReason: sum.NotOrders,
+		ReplayFailed:      sum.Failed,
+		OrdersStored:      prog.Stored,
+		PaymentsDebited:   prog.Debited,
+		PaymentsByCard:    prog.PaidByCard,
+		PaymentsRefused:   prog.Refused,
+		NotificationsSent: prog.Notifications,
+		ElapsedSeconds:    time.Since(start).Seconds(),
+	}
+}
+
+func (r *Report) addAudit(res *audit.Result) {
+	r.ShipmentsRequested = res.ShipmentRecords
+	r.DLQRecords = res.DLQRecords
+	r.Invariants = res.Invariants
+}
+
+// violated returns the names of the violated invariants, sorted.
+func violated(res *audit.Result) []string {
+	var bad []string
+	for name, inv := range res.Invariants {
+		if !inv.OK {
+			bad = append(bad, name)
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+// outstanding is what is left to do, from the replay and the progress.
+func outstanding(sum replay.Summary, p audit.Progress) *Outstanding {
+	o := &Outstanding{
+		SalesNotSent:         sum.Unfinished,
+		OrdersNotStored:      max(p.Accepted-p.Stored, 0),
+		PaymentsNotDecided:   max(p.Accepted-p.Payments, 0),
+		NotificationsMissing: max(p.Accepted+p.Payments-p.Notifications, 0),
+		ShipmentsNotSeen:     max(p.Paid-p.ShipmentsRecorded, 0),
+		OutboxPending:        p.OutboxPending,
+	}
+	var parts []string
+	for _, x := range []struct {
+		n    int
+		what string
+	}{
+		{o.SalesNotSent, "sales not sent (or sent without an answer)"},
+		{o.OrdersNotStored, "orders not stored"},
+		{o.PaymentsNotDecided, "payments not decided"},
+		{o.NotificationsMissing, "notifications missing"},
+		{o.ShipmentsNotSeen, "shipments not seen"},
+		{o.OutboxPending, "paymentProcessed events not published"},
+	} {
+		if x.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", x.n, x.what))
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "nothing")
+	}
+	o.Summary = fmt.Sprintf("%s, of %d orders accepted", strings.Join(parts, ", "), p.Accepted)
+	return o
+}
+
+// writeReport writes the report as indented JSON to path ("-": stdout; "":
+// nowhere).
+func writeReport(path string, rep Report) error {
 	b, _ := json.MarshalIndent(rep, "", "  ")
-	switch f.report {
+	switch path {
 	case "":
 	case "-":
 		fmt.Println(string(b))
 	default:
-		if err := os.WriteFile(f.report, append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("--report %s: %w", f.report, err)
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("--report %s: %w", path, err)
 		}
-	}
-	fmt.Fprintf(os.Stderr, "ordercast up: done in %.1fs: %d orders accepted, %d stored, %d debited, %d by card, %d refused, %d notifications, %d shipments\n",
-		rep.ElapsedSeconds, rep.OrdersAccepted, rep.OrdersStored, rep.PaymentsDebited, rep.PaymentsByCard, rep.PaymentsRefused, rep.NotificationsSent, rep.ShipmentsRequested)
-	if !res.OK() || sum.Failed > 0 {
-		for name, inv := range res.Invariants {
-			if !inv.OK {
-				fmt.Fprintf(os.Stderr, "invariant %s violated: %s\n", name, inv.Detail)
-			}
-		}
-		if sum.Failed > 0 {
-			return &exitError{code: 1, msg: fmt.Sprintf("%d invoices could not be sent to checkout", sum.Failed)}
-		}
-		return &exitError{code: 1, msg: "invariants violated (see the report)"}
 	}
 	return nil
+}
+
+// signalNote is " (<signal> signal received)" when ctx was ended by a
+// signal (signal.NotifyContext), and "" otherwise.
+func signalNote(ctx context.Context) string {
+	if c := context.Cause(ctx); c != nil && c.Error() != context.Canceled.Error() {
+		return " (" + c.Error() + ")"
+	}
+	return ""
 }
