@@ -95,6 +95,18 @@ type Config struct {
 	// (still correct, much slower). Default: env ORDERCAST_MEMBER_ID, else
 	// the host name.
 	MemberID string
+	// SchemaVersions pins topics to released schema versions, topic ->
+	// version (schema.WithVersion): this process encodes and decodes those
+	// topics exactly as a build that only knew that version, writing its
+	// schema id and leaving out, and not reading, the fields it lacks
+	// (orderCreated 1: no channel). It is for rolling upgrades: the
+	// registry's BACKWARD level lets consumers be upgraded first, so pin the
+	// upgraded producers (checkout) to the version the old instances know
+	// until every instance runs the new build, then remove the pin. Tests
+	// run "the old build" with it. Default nil: every topic at its current
+	// version. Start fails on a topic without a schema or a version that
+	// was not released (schema.Versions gives the newest).
+	SchemaVersions map[string]int
 	// SessionTimeout sets every member's group session timeout (and the
 	// rebalance timeout to twice it, the heartbeat interval to a sixth).
 	// Default: env ORDERCAST_SESSION_TIMEOUT, else the runtime's (45 s).
@@ -208,9 +220,19 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		s.DB.Close()
 		return nil, fmt.Errorf("schema registry %q (--registry): %w", cfg.RegistryURL, err)
 	}
-	if s.Serde, err = schema.New(ctx, srCl); err != nil {
+	var serdeOpts []schema.Opt
+	for topic, n := range cfg.SchemaVersions {
+		serdeOpts = append(serdeOpts, schema.WithVersion(topic, n))
+	}
+	if s.Serde, err = schema.New(ctx, srCl, serdeOpts...); err != nil {
 		s.DB.Close()
+		if len(cfg.SchemaVersions) > 0 {
+			return nil, fmt.Errorf("schema registry %q (--registry), schema versions %v: %w", cfg.RegistryURL, cfg.SchemaVersions, err)
+		}
 		return nil, fmt.Errorf("schema registry %q (--registry): %w", cfg.RegistryURL, err)
+	}
+	if len(cfg.SchemaVersions) > 0 {
+		log.Info("schema versions pinned", "versions", cfg.SchemaVersions)
 	}
 	kopts := append(append([]kgo.Opt{}, cfg.ClientOpts...), kgo.SeedBrokers(cfg.Brokers...))
 	if s.adminCl, err = kgo.NewClient(kopts...); err != nil {
