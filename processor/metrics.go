@@ -9,7 +9,8 @@ import (
 )
 
 // Metrics are the runtime's Prometheus metrics. Create one per process with
-// NewMetrics and pass it to every processor with WithMetrics; a nil *Metrics
+// NewMetrics and pass it to every processor (New and NewTransactional) with
+// WithMetrics; a nil *Metrics
 // records nothing. All names start with "ordercast_consumer_"; labels are
 // group, topic, partition (and client_id for per-member gauges). Safe for
 // concurrent use. The series:
@@ -282,6 +283,14 @@ func (m *Metrics) setLag(group string, s *partState) {
 		lag = 0
 	}
 	m.lag.WithLabelValues(group, s.tp.topic, strconv.Itoa(int(s.tp.partition))).Set(float64(lag))
+}
+
+// setLagValue publishes lag (clamped at 0) for t.
+func (m *Metrics) setLagValue(group string, t tp, lag int64) {
+	if m == nil {
+		return
+	}
+	m.lag.WithLabelValues(group, t.topic, strconv.Itoa(int(t.partition))).Set(float64(max(lag, 0)))
 }
 
 func (m *Metrics) forget(group string, t tp) {

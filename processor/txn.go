@@ -55,7 +55,12 @@ type TxnProcessor struct {
 // be unique per member and stable across its restarts (so a restarted member
 // fences its zombie predecessor). The same options as New apply (Brokers,
 // Group, Topics, MaxAttempts, Backoff, CommitInterval, MaxInFlight, Logger,
-// ClientOpts...); WithHandler is not used.
+// ClientOpts, WithMetrics...) plus TransactionTimeout; WithHandler is not
+// used. With WithMetrics the member reports the runtime's series as New's
+// members do (consumed, processed, failed, retried, dead-lettered,
+// rebalances, committed_offset and lag after each committed transaction,
+// commit_duration_seconds for ending one); handler calls of aborted
+// transactions are counted too, as they ran.
 func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnProcessor, error) {
 	c := defaultCfg()
 	c.commitInterval = 100 * time.Millisecond
@@ -103,9 +108,9 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	// The session wraps these two to abort its open transaction first, then
 	// calls ours; they only keep Health's view of the assignment.
 	opts = append(opts,
-		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, true) }),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, false) }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, false) }),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "assigned") }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "revoked") }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "lost") }),
 	)
 	if c.groupProtocol == "consumer" {
 		opts = append(opts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
@@ -122,8 +127,14 @@ func (t *TxnProcessor) Stats() (committed, aborted int) {
 	return t.committed, t.aborted
 }
 
-// track adds (assigned) or removes partitions of the current session.
-func (t *TxnProcessor) track(m map[string][]int32, assigned bool) {
+// track adds (kind "assigned") or removes ("revoked", "lost") partitions of
+// the current session, and counts the rebalance; a removed partition's
+// committed_offset and lag series are deleted, as New's members do.
+func (t *TxnProcessor) track(m map[string][]int32, kind string) {
+	assigned := kind == "assigned"
+	if len(m) > 0 {
+		t.cfg.metrics.rebalance(t.cfg.group, kind)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.owned == nil {
@@ -138,6 +149,7 @@ func (t *TxnProcessor) track(m map[string][]int32, assigned bool) {
 				t.owned[topic][p] = true
 			} else {
 				delete(t.owned[topic], p)
+				t.cfg.metrics.forget(t.cfg.group, tp{topic, p})
 			}
 		}
 	}
@@ -196,6 +208,8 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 // runSession runs transactions on one session. It returns nil on shutdown and
 // an error when the session must be replaced (outcome unknown).
 func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	m := t.cfg.metrics
+	ends := map[tp]int64{} // last stable offset per partition, from the latest fetch
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -204,11 +218,7 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		if fetches.IsClientClosed() {
 			return nil
 		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				t.cfg.logger.Warn("fetch error", "topic", topic, "partition", p, "error", err)
-			}
-		})
+		t.noteFetches(fetches, ends)
 		recs := fetches.Records()
 		if len(recs) == 0 {
 			continue
@@ -228,11 +238,14 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 			}
 		}
 		n := 0
+		last := map[tp]int64{} // highest offset per partition in this transaction
 		for {
 			for _, r := range recs {
+				last[tp{r.Topic, r.Partition}] = r.Offset
 				if r.Attrs.IsControl() {
 					continue // a transaction marker: nothing to transform, its offset is still committed
 				}
+				m.partition(t.cfg.group, r.Topic).consumed(int64(len(r.Key) + len(r.Value)))
 				outs, err := t.transform(ctx, r)
 				if err != nil { // shutdown mid-record
 					abort = true
@@ -256,6 +269,7 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 				abort = true
 				break
 			}
+			t.noteFetches(more, ends)
 			recs = more.Records()
 			if len(recs) == 0 {
 				break
@@ -279,8 +293,20 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		if abort {
 			try = kgo.TryAbort
 		}
+		endStart := time.Now()
 		committed, err := sess.End(endCtx, try)
 		cancel()
+		if !abort {
+			m.commitLatency(t.cfg.group, time.Since(endStart), err)
+		}
+		if committed && err == nil {
+			for k, off := range last {
+				m.committed(t.cfg.group, k.topic, k.partition, off+1)
+				if end, ok := ends[k]; ok {
+					m.setLagValue(t.cfg.group, k, end-(off+1))
+				}
+			}
+		}
 		t.statsMu.Lock()
 		if committed {
 			t.committed++
@@ -297,6 +323,22 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 	}
 }
 
+// noteFetches logs and counts fetch errors and keeps each partition's last
+// stable offset (for the lag gauge) in ends.
+func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) {
+	f.EachError(func(topic string, p int32, err error) {
+		if !errors.Is(err, context.Canceled) {
+			t.cfg.logger.Warn("fetch error", "topic", topic, "partition", p, "error", err)
+			t.cfg.metrics.fetchError(t.cfg.group)
+		}
+	})
+	f.EachPartition(func(p kgo.FetchTopicPartition) {
+		if p.Err == nil && p.LastStableOffset > 0 {
+			ends[tp{p.Topic, p.Partition}] = p.LastStableOffset
+		}
+	})
+}
+
 // transform runs the handler with in-place retries; after MaxAttempts, or on
 // a permanent error, it returns a DLQ record instead of the output. It
 // returns an error only when ctx ends.
@@ -307,8 +349,10 @@ func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) ([]*kgo.Rec
 		if t.cfg.handlerTimeout > 0 {
 			hctx, cancel = context.WithTimeout(ctx, t.cfg.handlerTimeout)
 		}
+		start := time.Now()
 		outs, err := safeTransform(hctx, t.handler, r)
 		cancel()
+		t.cfg.metrics.handled(t.cfg.group, r.Topic, time.Since(start), err)
 		if err == nil {
 			return outs, nil
 		}
@@ -325,8 +369,10 @@ func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) ([]*kgo.Rec
 		if IsPermanent(err) || it.attempts >= t.cfg.maxAttempts {
 			t.cfg.logger.Warn("record dead-lettered inside the transaction", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
 			p := &Processor{cfg: t.cfg}
+			t.cfg.metrics.forwarded(t.cfg.group, DLQTopic(t.cfg.group), true)
 			return []*kgo.Record{{Topic: DLQTopic(t.cfg.group), Key: r.Key, Value: r.Value, Headers: p.forwardHeaders(it)}}, nil
 		}
+		t.cfg.metrics.retried(t.cfg.group, r.Topic)
 		sleepCtx(ctx, backoff(it.attempts, t.cfg.backoffMin, t.cfg.backoffMax))
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/internal/testkafka"
@@ -31,8 +33,10 @@ func TestTxnExactlyOnceOutput(t *testing.T) {
 		}
 		return []*kgo.Record{{Topic: "out", Key: r.Value, Value: r.Value}}, nil
 	}
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(reg)
 	start := func(id string) func() {
-		tp, err := NewTransactional(id, h, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(20*time.Millisecond), MaxInFlight(10, 1<<20))
+		tp, err := NewTransactional(id, h, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(20*time.Millisecond), MaxInFlight(10, 1<<20), WithMetrics(metrics))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,6 +53,26 @@ func TestTxnExactlyOnceOutput(t *testing.T) {
 	stopA := start("txn-a")
 	stopB := start("txn-b")
 	out := readCommitted(t, addrs, "out", n-1, 30*time.Second)
+	// The members report the runtime's metrics like New's: every input
+	// processed (some twice, after aborts), the poison dead-lettered, and
+	// lag back to 0 on every partition.
+	waitFor(t, 20*time.Second, "lag 0 on every partition of in", func() bool {
+		for p := range 4 {
+			if gaugeValue(t, reg, "ordercast_consumer_lag", strconv.Itoa(p)) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if got := counterValue(t, reg, "ordercast_consumer_records_processed_total"); got < n-1 {
+		t.Errorf("records_processed_total = %v, want >= %d", got, n-1)
+	}
+	if got := counterValue(t, reg, "ordercast_consumer_records_dead_lettered_total"); got < 1 {
+		t.Errorf("records_dead_lettered_total = %v, want >= 1", got)
+	}
+	if got := counterValue(t, reg, "ordercast_consumer_rebalances_total"); got < 2 {
+		t.Errorf("rebalances_total = %v, want >= 2 (two members joined)", got)
+	}
 	stopA()
 	stopB()
 	seen := map[string]int{}
