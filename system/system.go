@@ -112,6 +112,12 @@ type Config struct {
 	// Default: env ORDERCAST_SESSION_TIMEOUT, else the runtime's (45 s).
 	// Kafka settings: session.timeout.ms, max.poll.interval.ms.
 	SessionTimeout time.Duration
+	// TransactionTimeout sets fulfillment's transaction.timeout.ms: how long
+	// a transaction of a member that died (and is not restarted under the
+	// same MemberID) holds back read_committed readers of
+	// shipmentRequested before the coordinator aborts it. Default: the
+	// runtime's, Kafka's 60 s. See processor.TransactionTimeout.
+	TransactionTimeout time.Duration
 }
 
 // System is a running order system.
@@ -334,7 +340,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 				log.Warn("could not fence the previous incarnation's transactions; they end at their timeout", "transactional_id", txnID, "error", err)
 			}
 			t, err := processor.NewTransactional(txnID, flt.txnHandler(txnID, f.Transform),
-				append(popts(ServiceFulfillment, fulfillment.Topics, processor.OrderPartition, false), processor.ClientOpts(flt.txnHooks(txnID)...))...)
+				append(popts(ServiceFulfillment, fulfillment.Topics, processor.OrderPartition, false), processor.ClientOpts(flt.txnHooks(txnID)...), txnTimeout(cfg.TransactionTimeout))...)
 			if err != nil {
 				s.Stop(context.Background())
 				return nil, err
@@ -474,6 +480,15 @@ func (s *System) close() {
 	if s.DB != nil {
 		s.DB.Close()
 	}
+}
+
+// txnTimeout is processor.TransactionTimeout(d), or no option for d == 0
+// (the runtime's default).
+func txnTimeout(d time.Duration) processor.Opt {
+	if d == 0 {
+		return processor.ClientOpts()
+	}
+	return processor.TransactionTimeout(d)
 }
 
 // fenceTransactionalID initialises the transactional id once
