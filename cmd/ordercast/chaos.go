@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ordercast/ordercast/chaos"
+	"github.com/ordercast/ordercast/order"
 )
 
 func newChaos() *cobra.Command {
@@ -60,14 +64,20 @@ log per process in DATA-DIR/logs/, and exits 1 on any violation.`,
 				}
 				cfg.Binary = exe
 			}
+			if err := checkChaosFlags(&cfg); err != nil {
+				return err
+			}
 			cfg.Faults = splitList(faults)
 			if crashRates != "" {
 				cfg.CrashRates = map[string]float64{}
 				for _, kv := range splitList(crashRates) {
 					k, v, ok := strings.Cut(kv, "=")
 					p, err := strconv.ParseFloat(v, 64)
-					if !ok || err != nil || p < 0 || p > 1 {
+					if !ok || err != nil || !(p >= 0 && p <= 1) {
 						return fmt.Errorf("--crash-rates %q: %q is not point=probability (0..1)", crashRates, kv)
+					}
+					if _, known := chaos.CrashPoints[k]; !known {
+						return fmt.Errorf("--crash-rates %q: unknown crash point %q; the points are %s", crashRates, k, strings.Join(slices.Sorted(maps.Keys(chaos.CrashPoints)), ", "))
 					}
 					cfg.CrashRates[k] = p
 				}
@@ -98,7 +108,7 @@ log per process in DATA-DIR/logs/, and exits 1 on any violation.`,
 	f.DurationVar(&cfg.FaultEvery, "fault-every", 4*time.Second, "mean pause between two injected process faults")
 	f.StringVar(&crashRates, "crash-rates", "", "override crash point probabilities, e.g. crash-after-effect=0.01,crash-after-txn-offsets=0.05")
 	f.StringVar(&cfg.Workload, "workload", "data/online-retail/online_retail_2010-12-01.csv", "Online Retail CSV whose sale invoices are sent as orders (empty: none)")
-	f.Float64Var(&cfg.Rate, "rate", 15, "synthetic orders per second during --duration (negative: none)")
+	f.Float64Var(&cfg.Rate, "rate", 15, "synthetic orders per second during --duration (0 or negative: none)")
 	f.StringVar(&cfg.SeedData, "seed-data", "data/online-retail/online_retail.csv.gz", "Online Retail CSV the catalog and wallets are seeded from")
 	f.StringVar(&cfg.OpeningCredit, "opening-credit", "400", "opening wallet balance in GBP (low, so that wallets run dry)")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", 6*time.Second, "group session timeout of every member; a SIGSTOP lasts this plus 2s")
@@ -107,4 +117,34 @@ log per process in DATA-DIR/logs/, and exits 1 on any violation.`,
 	f.StringVar(&binary, "binary", "", "the ordercast binary the processes run (default: this executable)")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
+}
+
+// checkChaosFlags refuses the values that chaos.Config would replace by its
+// defaults without a word, and makes --rate 0 mean no synthetic orders.
+func checkChaosFlags(cfg *chaos.Config) error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"duration", cfg.Duration}, {"fault-every", cfg.FaultEvery}, {"session-timeout", cfg.SessionTimeout}, {"drain-timeout", cfg.DrainTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("--%s %v: want a positive duration", d.flag, d.v)
+		}
+	}
+	switch {
+	case cfg.CheckEvery == 0:
+		return fmt.Errorf("--check-every 0: want a positive interval, or a negative one to check only at the end")
+	case cfg.Instances < 1 || cfg.Instances > 4:
+		return fmt.Errorf("--instances %d: want 1 to 4 processes per service (the topics have 6 partitions, scaling goes to 4)", cfg.Instances)
+	case cfg.Checkouts < 1:
+		return fmt.Errorf("--checkouts %d: want >= 1", cfg.Checkouts)
+	case math.IsNaN(cfg.Rate):
+		return fmt.Errorf("--rate NaN: want a number of orders per second (0 or negative: none)")
+	}
+	if cfg.Rate == 0 {
+		cfg.Rate = -1 // chaos.Config: 0 is the default rate, negative none
+	}
+	if credit, err := order.ParseMoney(cfg.OpeningCredit); err != nil || credit < 0 {
+		return fmt.Errorf("--opening-credit %q: want a non-negative amount in GBP such as 400 or 150.50", cfg.OpeningCredit)
+	}
+	return nil
 }

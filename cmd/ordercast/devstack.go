@@ -51,6 +51,15 @@ The registry is also saved every --save-every, so a killed devstack loses at mos
 			if err != nil {
 				return err
 			}
+			if err := checkListenAddr("broker-addr", brokerAddr); err != nil {
+				return err
+			}
+			if err := checkListenAddr("registry-addr", registryAddr); err != nil {
+				return err
+			}
+			if saveEvery < 0 {
+				return fmt.Errorf("--save-every %v: want a duration >= 0 (0: only on shutdown)", saveEvery)
+			}
 			if err := os.MkdirAll(dataDir, 0o755); err != nil {
 				return fmt.Errorf("--data-dir %s: %w", dataDir, err)
 			}

@@ -119,6 +119,9 @@ func (c *common) config() (system.Config, error) {
 	if cfg.ClientOpts, err = c.sec.kafkaOpts(); err != nil {
 		return cfg, err
 	}
+	if c.sec.registryCA != "" && !strings.HasPrefix(c.registry, "https://") {
+		return cfg, fmt.Errorf("--registry-tls-ca needs an https --registry (or SCHEMA_REGISTRY_URL); the registry here is %q", c.registry)
+	}
 	regTLS, err := c.sec.registryOpts()
 	if err != nil {
 		return cfg, err

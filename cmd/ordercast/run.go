@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -45,6 +46,11 @@ Needs --brokers (or KAFKA_BROKERS), --registry (or SCHEMA_REGISTRY_URL) and --db
 				return fmt.Errorf("--registry (or SCHEMA_REGISTRY_URL) is required: the schema registry URL, e.g. http://127.0.0.1:8081")
 			case cfg.DSN == "":
 				return fmt.Errorf("--db (or ORDERCAST_DB) is required: sqlite:PATH or postgres://user:pass@host/db")
+			}
+			for svc := range cfg.Instances {
+				if !slices.Contains(args, svc) {
+					return fmt.Errorf("--instances names %s, which this process does not run (it runs %s)", svc, strings.Join(args, ", "))
+				}
 			}
 			cfg.Services = args
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

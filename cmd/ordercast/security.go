@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -18,6 +19,8 @@ import (
 // registry. Every flag has an environment form so secrets need not be on the
 // command line.
 type security struct {
+	fs            *pflag.FlagSet
+	tlsEnv        string // KAFKA_TLS, the default of --kafka-tls
 	tls           bool
 	tlsCA         string
 	tlsCert       string
@@ -30,7 +33,10 @@ type security struct {
 }
 
 func (s *security) register(f *pflag.FlagSet) {
-	f.BoolVar(&s.tls, "kafka-tls", os.Getenv("KAFKA_TLS") == "true", "connect to Kafka over TLS (env KAFKA_TLS=true)")
+	s.fs = f
+	s.tlsEnv = os.Getenv("KAFKA_TLS")
+	tlsDefault, _ := strconv.ParseBool(s.tlsEnv)
+	f.BoolVar(&s.tls, "kafka-tls", tlsDefault, "connect to Kafka over TLS (env KAFKA_TLS=true)")
 	f.StringVar(&s.tlsCA, "kafka-tls-ca", os.Getenv("KAFKA_TLS_CA"), "PEM file of the CA that signed the brokers' certificates (env KAFKA_TLS_CA; default: system roots)")
 	f.StringVar(&s.tlsCert, "kafka-tls-cert", os.Getenv("KAFKA_TLS_CERT"), "PEM client certificate for mutual TLS (env KAFKA_TLS_CERT)")
 	f.StringVar(&s.tlsKey, "kafka-tls-key", os.Getenv("KAFKA_TLS_KEY"), "PEM client key for mutual TLS (env KAFKA_TLS_KEY)")
@@ -45,7 +51,13 @@ func (s *security) register(f *pflag.FlagSet) {
 // the flag that is wrong.
 func (s *security) kafkaOpts() ([]kgo.Opt, error) {
 	var opts []kgo.Opt
-	if s.tls || s.tlsCA != "" || s.tlsCert != "" {
+	if _, err := strconv.ParseBool(s.tlsEnv); s.tlsEnv != "" && err != nil && !s.fs.Changed("kafka-tls") {
+		return nil, fmt.Errorf("KAFKA_TLS %q (the default of --kafka-tls): want true or false", s.tlsEnv)
+	}
+	if s.tlsSkipVerify && !s.tls && s.tlsCA == "" && s.tlsCert == "" && s.tlsKey == "" {
+		return nil, fmt.Errorf("--kafka-tls-insecure-skip-verify needs --kafka-tls: without TLS there is no certificate to verify")
+	}
+	if s.tls || s.tlsCA != "" || s.tlsCert != "" || s.tlsKey != "" {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: s.tlsSkipVerify} //nolint:gosec // opt-in flag for tests
 		if s.tlsCA != "" {
 			pool, err := loadCA(s.tlsCA)
@@ -79,6 +91,13 @@ func (s *security) kafkaOpts() ([]kgo.Opt, error) {
 	}
 	if s.saslMechanism != "" && s.saslUser == "" {
 		return nil, fmt.Errorf("--sasl-mechanism %s needs --sasl-user (or KAFKA_SASL_USER)", s.saslMechanism)
+	}
+	if s.saslMechanism == "" && (s.saslUser != "" || s.saslPassword != "") {
+		flag := "--sasl-user (or KAFKA_SASL_USER)"
+		if s.saslUser == "" {
+			flag = "--sasl-password (or KAFKA_SASL_PASSWORD)"
+		}
+		return nil, fmt.Errorf("%s needs --sasl-mechanism (or KAFKA_SASL_MECHANISM): PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; without one no SASL is used", flag)
 	}
 	return opts, nil
 }

@@ -87,6 +87,9 @@ func newTopicsCreate(f *opsFlags) *cobra.Command {
 			if partitions < 1 {
 				return fmt.Errorf("--partitions %d: want >= 1", partitions)
 			}
+			if cmd.Flags().Changed("retry-delays") && !system {
+				return fmt.Errorf("--retry-delays needs --system: it sets how many <group>.retry.N topics the system has")
+			}
 			cfg := map[string]string{}
 			for _, kv := range configs {
 				k, v, ok := strings.Cut(kv, "=")
