@@ -146,7 +146,7 @@ const (
 // Outstanding is what a run that ended early had not done, from the
 // database (audit.Progress) and the replay's summary.
 type Outstanding struct {
-	SalesNotSent         int    `json:"salesNotSent"`         // sale invoices the replay had not sent
+	SalesNotSent         int    `json:"salesNotSent"`         // sale invoices the replay had not sent, or sent without getting an answer
 	OrdersNotStored      int    `json:"ordersNotStored"`      // accepted orders not in the orders table
 	PaymentsNotDecided   int    `json:"paymentsNotDecided"`   // accepted orders without a payment (paid or refused)
 	NotificationsMissing int    `json:"notificationsMissing"` // of one per accepted order and one per payment
