@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"net"
 	"strings"
 	"testing"
@@ -124,6 +125,12 @@ func TestCommonFlags(t *testing.T) {
 		{upQuick(t, "--session-timeout", "-5s"), []string{"--session-timeout", "positive duration"}},
 		{run("--member-id", ""), []string{"--member-id", "empty"}},
 		{upQuick(t, "--member-id", " "), []string{"--member-id", "empty"}},
+		{run("--transaction-timeout", "-1s"), []string{"--transaction-timeout", "1s or more"}},
+		{run("--transaction-timeout", "10ms"), []string{"--transaction-timeout", "1s or more"}},
+		{run("--schema-version", "orderCreated"), []string{"--schema-version", "topic=version"}},
+		{run("--schema-version", "orders=1"), []string{"--schema-version", `"orders" has no schema`, "orderCreated"}},
+		{run("--schema-version", "orderCreated=9"), []string{"--schema-version", "released one, 1 to"}},
+		{upQuick(t, "--schema-version", "orderCreated=1,orderCreated=2"), []string{"--schema-version", "twice"}},
 	})
 	// A bad value from the environment names the variable and the flag.
 	t.Setenv("ORDERCAST_SESSION_TIMEOUT", "soon")
@@ -166,6 +173,26 @@ func TestMemberIDAndSessionTimeout(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("run --help lacks %q", want)
 		}
+	}
+}
+
+// --transaction-timeout and --schema-version fill system.Config.
+func TestTransactionTimeoutAndSchemaVersionFlags(t *testing.T) {
+	var c common
+	cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+	c.register(cmd, false)
+	if err := cmd.ParseFlags([]string{"--transaction-timeout", "15s", "--schema-version", "orderCreated=1, paymentProcessed=v1"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TransactionTimeout != 15*time.Second {
+		t.Errorf("TransactionTimeout = %v, want 15s", cfg.TransactionTimeout)
+	}
+	if want := map[string]int{"orderCreated": 1, "paymentProcessed": 1}; !maps.Equal(cfg.SchemaVersions, want) {
+		t.Errorf("SchemaVersions = %v, want %v", cfg.SchemaVersions, want)
 	}
 }
 

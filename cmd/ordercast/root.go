@@ -17,6 +17,7 @@ import (
 	"github.com/ordercast/ordercast/ops"
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/schema"
 	"github.com/ordercast/ordercast/system"
 )
 
@@ -55,6 +56,8 @@ type common struct {
 	maxAttempts   int
 	memberID      string
 	sessionTO     string
+	txnTimeout    time.Duration
+	schemaVers    string
 	sec           security
 }
 
@@ -91,6 +94,8 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.IntVar(&c.maxAttempts, "max-attempts", 3, "in-place attempts per record before a retry topic or the DLQ")
 	f.StringVar(&c.memberID, "member-id", os.Getenv(system.EnvMemberID), "name of this process in fulfillment's transactional ids (ordercast-fulfillment-<id>-<n>): every process running fulfillment against one cluster needs its own, kept across restarts (env "+system.EnvMemberID+"; empty: the host name)")
 	f.StringVar(&c.sessionTO, "session-timeout", os.Getenv(system.EnvSessionTimeout), "group session timeout of every member, e.g. 10s (session.timeout.ms; the rebalance timeout is twice it, the heartbeat interval a sixth); a member that stops heartbeating is out of its group after this long (env "+system.EnvSessionTimeout+"; empty: 45s)")
+	f.DurationVar(&c.txnTimeout, "transaction-timeout", 0, "fulfillment's transaction timeout (transaction.timeout.ms), e.g. 15s: how long a member that died without being restarted under its --member-id holds back read_committed readers of shipmentRequested; at most the broker's transaction.max.timeout.ms (0: Kafka's default, 60s)")
+	f.StringVar(&c.schemaVers, "schema-version", "", "pin topics to released schema versions for a rolling upgrade, e.g. orderCreated=1: this process then writes and reads that topic exactly as the build of that version did (empty: the newest of this build; see README, Event contracts)")
 	c.sec.register(f)
 }
 
@@ -191,7 +196,43 @@ func (c *common) config() (system.Config, error) {
 	} else if c.fs.Changed("session-timeout") {
 		return cfg, fmt.Errorf("--session-timeout \"\": want a positive duration such as 10s (leave the flag out for 45s)")
 	}
+	if c.txnTimeout < 0 || (c.txnTimeout > 0 && c.txnTimeout < time.Second) {
+		return cfg, fmt.Errorf("--transaction-timeout %v: want a duration of 1s or more, such as 15s (0: Kafka's default, 60s)", c.txnTimeout)
+	}
+	cfg.TransactionTimeout = c.txnTimeout
+	if cfg.SchemaVersions, err = parseSchemaVersions(c.schemaVers); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// parseSchemaVersions parses --schema-version: comma-separated topic=N, each
+// topic one with a contract and N a released version of it (1..newest).
+func parseSchemaVersions(v string) (map[string]int, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	out := map[string]int{}
+	for _, kv := range splitList(v) {
+		topic, nstr, ok := strings.Cut(kv, "=")
+		topic = strings.TrimSpace(topic)
+		if !ok || topic == "" {
+			return nil, fmt.Errorf("--schema-version %q: %q is not topic=version, e.g. orderCreated=1", v, kv)
+		}
+		newest := schema.Versions(topic)
+		if newest == 0 {
+			return nil, fmt.Errorf("--schema-version %q: topic %q has no schema; want one of %s", v, topic, strings.Join(schema.Topics(), ", "))
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(nstr), "v"))
+		if err != nil || n < 1 || n > newest {
+			return nil, fmt.Errorf("--schema-version %q: version of %s must be a released one, 1 to %d", v, topic, newest)
+		}
+		if _, dup := out[topic]; dup {
+			return nil, fmt.Errorf("--schema-version %q: %s is given twice", v, topic)
+		}
+		out[topic] = n
+	}
+	return out, nil
 }
 
 // checkListenAddr rejects a listen address flag whose value is not
