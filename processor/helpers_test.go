@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/internal/promtest"
 	"github.com/ordercast/ordercast/internal/testkafka"
 )
 
@@ -161,23 +162,5 @@ func headerMap(r *kgo.Record) map[string]string {
 // in reg.
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if c := m.GetCounter(); c != nil {
-				sum += c.GetValue()
-			}
-			if g := m.GetGauge(); g != nil {
-				sum += g.GetValue()
-			}
-		}
-	}
-	return sum
+	return promtest.Sum(t, reg, name)
 }

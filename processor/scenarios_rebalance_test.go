@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ordercast/ordercast/internal/promtest"
 )
 
 // Scenario tests for rebalances: SCENARIOS.md S01, S02, S03, S14.
@@ -351,21 +353,8 @@ func TestS02_OffsetsNeverMoveBackwards(t *testing.T) {
 // label is partition (-1 if there is none).
 func gaugeValue(t *testing.T, reg *prometheus.Registry, name, partition string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "partition" && l.GetValue() == partition {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
+	if v, ok := promtest.Lookup(t, reg, name, "partition", partition); ok {
+		return v
 	}
 	return -1
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/ordercast/ordercast/audit"
+	"github.com/ordercast/ordercast/internal/promtest"
 	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/ordercast/ordercast/ops"
 	"github.com/ordercast/ordercast/order"
@@ -434,28 +435,5 @@ func failures(t *testing.T, reg *prometheus.Registry) []string {
 // the given name/value pairs.
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue next
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return promtest.Sum(t, reg, name, labels...)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/ordercast/ordercast/internal/promtest"
 	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/schema"
@@ -274,40 +275,11 @@ func (e *testEnv) accepted() int {
 	return n
 }
 
-// metric returns the value of a counter or gauge with the given labels (0
-// if absent).
+// metric returns the value of a counter or gauge (a histogram's sample
+// count) with the given labels, summed over matching series (0 if absent).
 func (e *testEnv) metric(name string, labels ...string) float64 {
 	e.t.Helper()
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		e.t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return 0
+	return promtest.Sum(e.t, e.reg, name, labels...)
 }
 
 // eventually polls cond until it holds or the deadline passes.

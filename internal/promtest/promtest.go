@@ -1,0 +1,57 @@
+// Package promtest reads Prometheus metrics in tests.
+package promtest
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Lookup sums, over every series of the metric family name in g whose labels
+// include all the given name/value pairs (labels is name1, value1, name2,
+// value2...; none: every series), the counter and gauge values and the
+// histogram sample counts. found reports whether any series matched. It
+// fails the test when g cannot be gathered.
+func Lookup(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (sum float64, found bool) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			found = true
+			switch {
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				sum += m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				sum += m.GetUntyped().GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum, found
+}
+
+// Sum is Lookup without found: 0 when no series matches.
+func Sum(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	v, _ := Lookup(t, g, name, labels...)
+	return v
+}
