@@ -104,7 +104,10 @@ func Start(cfg Config) (*Stack, error) {
 	}()
 	bln, err := net.Listen("tcp", cfg.BrokerAddr)
 	if err != nil {
-		return nil, fmt.Errorf("devstack: broker address %s is not free (is another `ordercast up` or a Kafka broker running? choose another with --broker-addr): %w", cfg.BrokerAddr, err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("devstack: broker address %s is not free (is another `ordercast up` or a Kafka broker running? choose another with --broker-addr): %w", cfg.BrokerAddr, err)
+		}
+		return nil, fmt.Errorf("devstack: broker address %s (--broker-addr): cannot listen there: %w", cfg.BrokerAddr, err)
 	}
 	cluster, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
@@ -126,7 +129,10 @@ func Start(cfg Config) (*Stack, error) {
 	rln, err := net.Listen("tcp", cfg.RegistryAddr)
 	if err != nil {
 		cluster.Close()
-		return nil, fmt.Errorf("devstack: registry address %s is not free (choose another with --registry-addr): %w", cfg.RegistryAddr, err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("devstack: registry address %s is not free (choose another with --registry-addr): %w", cfg.RegistryAddr, err)
+		}
+		return nil, fmt.Errorf("devstack: registry address %s (--registry-addr): cannot listen there: %w", cfg.RegistryAddr, err)
 	}
 	s.ln = rln
 	s.RegistryURL = "http://" + rln.Addr().String()

@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"net"
 	"strings"
 	"testing"
 )
@@ -24,4 +25,37 @@ func TestDataDirIsExclusive(t *testing.T) {
 		t.Fatalf("Start after Close: %v", err)
 	}
 	again.Close()
+}
+
+// TestListenErrors: an address that is taken is "not free"; one that cannot
+// be listened on for another reason (not an address of this host) says so
+// instead, naming the flag.
+func TestListenErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, c := range []struct {
+		cfg  Config
+		want []string
+	}{
+		{Config{BrokerAddr: ln.Addr().String(), RegistryAddr: "127.0.0.1:0"}, []string{"not free", "--broker-addr"}},
+		{Config{BrokerAddr: "127.0.0.1:0", RegistryAddr: ln.Addr().String()}, []string{"not free", "--registry-addr"}},
+		{Config{BrokerAddr: "192.0.2.1:0", RegistryAddr: "127.0.0.1:0"}, []string{"cannot listen there", "--broker-addr"}},
+		{Config{BrokerAddr: "127.0.0.1:0", RegistryAddr: "192.0.2.1:0"}, []string{"cannot listen there", "--registry-addr"}},
+	} {
+		c.cfg.DataDir = t.TempDir()
+		st, err := Start(c.cfg)
+		if err == nil {
+			st.Close()
+			t.Errorf("%+v: started", c.cfg)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%+v: %v; want %q in it", c.cfg, err, w)
+			}
+		}
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -366,7 +367,10 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		s.Stop(context.Background())
-		return nil, fmt.Errorf("http address %s is not free (--http): %w", cfg.HTTPAddr, err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("http address %s is not free (--http): %w", cfg.HTTPAddr, err)
+		}
+		return nil, fmt.Errorf("http address %s (--http): cannot listen there: %w", cfg.HTTPAddr, err)
 	}
 	s.httpAddr = ln.Addr().String()
 	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
