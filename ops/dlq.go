@@ -214,7 +214,7 @@ func (d *DLQ) Topic() string { return d.topic }
 var ErrorClasses = []string{
 	schema.ClassUndecodable, schema.ClassUnknownSchemaID, schema.ClassWrongSubject, schema.ClassIncompatibleSchema,
 	schema.ClassInvalid, schema.ClassUnknownTopic, schema.ClassUnsupportedType,
-	"timeout", "permanent", "transient",
+	processor.ClassTimeout, processor.ClassPermanent, processor.ClassTransient,
 }
 
 // Selection chooses DLQ records. The zero Selection is every record at or

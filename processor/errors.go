@@ -50,6 +50,13 @@ func IsPermanent(err error) bool {
 	return false
 }
 
+// The classes ErrorClass gives errors without a Class() of their own.
+const (
+	ClassTimeout   = "timeout"   // the handler's context deadline (HandlerTimeout) passed
+	ClassPermanent = "permanent" // a permanent error (Permanent, or Permanent() bool true)
+	ClassTransient = "transient" // any other error
+)
+
 // ErrorClass returns the short class of a handler error that the runtime puts
 // in the ordercast-error-class header of a DLQ record and in metric labels:
 // the Class() of an error implementing `Class() string` (the schema package's
@@ -65,11 +72,11 @@ func ErrorClass(err error) string {
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
+		return ClassTimeout
 	case IsPermanent(err):
-		return "permanent"
+		return ClassPermanent
 	default:
-		return "transient"
+		return ClassTransient
 	}
 }
 
