@@ -327,7 +327,9 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 // stable offset (for the lag gauge) in ends.
 func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) {
 	f.EachError(func(topic string, p int32, err error) {
-		if !errors.Is(err, context.Canceled) {
+		// Our own poll deadlines (the end of a commit interval) and
+		// shutdown end a poll this way; they are not fetch errors.
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			t.cfg.logger.Warn("fetch error", "topic", topic, "partition", p, "error", err)
 			t.cfg.metrics.fetchError(t.cfg.group)
 		}
