@@ -70,6 +70,9 @@ func TestTxnExactlyOnceOutput(t *testing.T) {
 	if got := counterValue(t, reg, "ordercast_consumer_records_dead_lettered_total"); got < 1 {
 		t.Errorf("records_dead_lettered_total = %v, want >= 1", got)
 	}
+	if got := counterValue(t, reg, "ordercast_consumer_fetch_errors_total"); got != 0 {
+		t.Errorf("fetch_errors_total = %v on a healthy broker, want 0 (a poll's own deadline is not a fetch error)", got)
+	}
 	if got := counterValue(t, reg, "ordercast_consumer_rebalances_total"); got < 2 {
 		t.Errorf("rebalances_total = %v, want >= 2 (two members joined)", got)
 	}
@@ -163,5 +166,30 @@ func TestTxnTransactionTimeout(t *testing.T) {
 	}
 	if _, aborted := tp.Stats(); aborted == 0 {
 		t.Fatal("no transaction was aborted: the 1s TransactionTimeout did not reach the coordinator")
+	}
+}
+
+// TestTxnPollDeadlineIsNotAFetchError: a transaction keeps polling until its
+// commit interval ends; that poll's own deadline is not a fetch error (it was
+// logged as a WARN and counted, many times a second).
+func TestTxnPollDeadlineIsNotAFetchError(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1, "out": 1})
+	produce(t, addrs, &kgo.Record{Topic: "in", Value: val(1)})
+	reg := prometheus.NewRegistry()
+	h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
+	}
+	tp, err := NewTransactional("txn-deadline", h, Brokers(addrs...), Group("g"), Topics("in"),
+		CommitInterval(300*time.Millisecond), WithMetrics(NewMetrics(reg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := testkafka.Run(t, tp)
+	if out := readCommitted(t, addrs, "out", 1, 30*time.Second); len(out) != 1 {
+		t.Fatalf("%d outputs, want 1", len(out))
+	}
+	stop()
+	if got := counterValue(t, reg, "ordercast_consumer_fetch_errors_total"); got != 0 {
+		t.Fatalf("fetch_errors_total = %v, want 0", got)
 	}
 }
