@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -37,11 +38,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // Process is inbox.Process for the event eventID of record r, counting a
-// skipped duplicate in m.
-func Process(ctx context.Context, db *store.DB, m *Metrics, group, eventID string, r *kgo.Record, fn func(ctx context.Context, tx *sql.Tx) error) (applied bool, err error) {
+// skipped duplicate in m (if not nil) and logging it at debug level on log
+// (if not nil). The inbox keeps no payload hash, so a re-sent event id with
+// a different payload cannot be told from a redelivery: it is skipped too,
+// and the debug line (event id, topic, partition, offset) is where to see it.
+func Process(ctx context.Context, db *store.DB, m *Metrics, log *slog.Logger, group, eventID string, r *kgo.Record, fn func(ctx context.Context, tx *sql.Tx) error) (applied bool, err error) {
 	applied, err = inbox.Process(ctx, db, group, eventID, Meta(r), fn)
-	if err == nil && !applied && m != nil {
-		m.duplicates.WithLabelValues(group).Inc()
+	if err == nil && !applied {
+		if m != nil {
+			m.duplicates.WithLabelValues(group).Inc()
+		}
+		if log != nil {
+			log.DebugContext(ctx, "inbox: duplicate event skipped", "group", group, "event_id", eventID,
+				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+		}
 	}
 	return applied, err
 }

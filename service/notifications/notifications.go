@@ -77,7 +77,7 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 }
 
 func (s *Service) notify(ctx context.Context, r *kgo.Record, eventID, orderID, customerID, kind, body string) error {
-	_, err := service.Process(ctx, s.DB, s.Metrics, order.GroupNotifications, eventID, r, func(ctx context.Context, tx *sql.Tx) error {
+	_, err := service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, eventID, r, func(ctx context.Context, tx *sql.Tx) error {
 		var cust any
 		if customerID != "" {
 			cust = customerID

@@ -54,7 +54,7 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
 			return err
 		}
-		_, err := service.Process(ctx, s.DB, s.Metrics, order.GroupOrders, ev.EventID, r, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, ev.EventID, r, func(ctx context.Context, tx *sql.Tx) error {
 			return s.store(ctx, tx, &ev)
 		})
 		return err
@@ -83,7 +83,7 @@ func (s *Service) store(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated)
 	if _, err := tx.ExecContext(ctx, s.DB.Rebind(`INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at, channel)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`), ev.OrderID, nullIfEmpty(ev.CustomerID), ev.Country, int64(ev.Total), len(ev.Lines), ev.Reference,
 		ev.CreatedAt.UnixMilli(), now, nullIfEmpty(ev.Channel)); err != nil {
-		return fmt.Errorf("orders: insert order %s: %w", ev.OrderID, err)
+		return service.OrderConflict(fmt.Errorf("orders: insert order %s: %w", ev.OrderID, err), order.GroupOrders, ev.OrderID, ev.EventID)
 	}
 	stmt, err := tx.PrepareContext(ctx, s.DB.Rebind(`INSERT INTO order_lines (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`))
@@ -93,7 +93,7 @@ func (s *Service) store(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated)
 	defer stmt.Close()
 	for i, l := range ev.Lines {
 		if _, err := stmt.ExecContext(ctx, ev.OrderID, i+1, l.StockCode, l.Description, l.Quantity, int64(l.UnitPrice), int64(l.LineTotal)); err != nil {
-			return fmt.Errorf("orders: insert line %d of %s: %w", i+1, ev.OrderID, err)
+			return service.OrderConflict(fmt.Errorf("orders: insert line %d of %s: %w", i+1, ev.OrderID, err), order.GroupOrders, ev.OrderID, ev.EventID)
 		}
 	}
 	return insertStatus(ctx, s.DB, tx, ev.OrderID, StatusCreated, ev.Reference, now)
@@ -109,7 +109,7 @@ func nullIfEmpty(v string) any {
 }
 
 func (s *Service) status(ctx context.Context, r *kgo.Record, eventID, orderID, kind, detail string, at time.Time) error {
-	_, err := service.Process(ctx, s.DB, s.Metrics, order.GroupOrders, eventID, r, func(ctx context.Context, tx *sql.Tx) error {
+	_, err := service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, eventID, r, func(ctx context.Context, tx *sql.Tx) error {
 		return insertStatus(ctx, s.DB, tx, orderID, kind, detail, at.UnixMilli())
 	})
 	return err

@@ -1,8 +1,11 @@
 package orders_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/schema"
 	"github.com/ordercast/ordercast/service/orders"
 	"github.com/ordercast/ordercast/store"
@@ -70,6 +74,69 @@ func TestStoresChannel(t *testing.T) {
 			}
 			if got != c.want {
 				t.Errorf("%s: channel %v, want %v", c.id, got, c.want)
+			}
+		}
+	})
+}
+
+// newSerde returns a Serde on a fake registry closed when the test ends.
+func newSerde(t *testing.T, ctx context.Context) *schema.Serde {
+	t.Helper()
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := schema.New(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A second orderCreated for a stored order under a new event id is a
+// contract violation: a permanent error on the first attempt naming the
+// order and the conflict, not a transient UNIQUE failure retried into the
+// DLQ. A redelivery of the first event stays a skipped duplicate.
+func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		serde := newSerde(t, ctx)
+		var logs bytes.Buffer
+		svc := &orders.Service{DB: db, Serde: serde,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+		rec := func(eventID string, off int64) *kgo.Record {
+			ev := order.OrderCreated{EventID: eventID, Order: order.Order{
+				OrderID: "ord_dup", CustomerID: "17850", CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
+				Lines: []order.Line{{StockCode: "85123A", Quantity: 2, UnitPrice: 2550, LineTotal: 5100}}, Total: 5100,
+			}}
+			b, err := serde.Encode(order.TopicOrderCreated, &ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &kgo.Record{Topic: order.TopicOrderCreated, Offset: off, Key: []byte("17850"), Value: b}
+		}
+		if err := svc.Handle(ctx, rec("evt_first", 0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.Handle(ctx, rec("evt_first", 1)); err != nil {
+			t.Fatalf("redelivery: %v", err)
+		}
+		if !strings.Contains(logs.String(), "duplicate event skipped") || !strings.Contains(logs.String(), "evt_first") {
+			t.Errorf("duplicate not logged at debug with its event id: %q", logs.String())
+		}
+		err := svc.Handle(ctx, rec("evt_second", 2))
+		if err == nil || !processor.IsPermanent(err) {
+			t.Fatalf("conflicting event: err %v, want a permanent error", err)
+		}
+		if got := processor.ErrorClass(err); got != processor.ClassPermanent {
+			t.Errorf("class %q, want %q", got, processor.ClassPermanent)
+		}
+		for _, want := range []string{"ord_dup", "already exists", "evt_second"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not name %q", err, want)
 			}
 		}
 	})

@@ -56,7 +56,7 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 	if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
 		return err
 	}
-	applied, err := service.Process(ctx, s.DB, s.Metrics, order.GroupPayments, ev.EventID, r, func(ctx context.Context, tx *sql.Tx) error {
+	applied, err := service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupPayments, ev.EventID, r, func(ctx context.Context, tx *sql.Tx) error {
 		return s.charge(ctx, tx, &ev)
 	})
 	if err != nil {
@@ -115,7 +115,7 @@ func (s *Service) charge(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated
 	}
 	if _, err := tx.ExecContext(ctx, s.DB.Rebind(`INSERT INTO payments (order_id, customer_id, status, method, amount_milli, reason, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 		ev.OrderID, cust, pay.Status, pay.Method, int64(pay.Amount), pay.Reason, now.UnixMilli()); err != nil {
-		return fmt.Errorf("payments: record payment %s: %w", ev.OrderID, err)
+		return service.OrderConflict(fmt.Errorf("payments: record payment %s: %w", ev.OrderID, err), order.GroupPayments, ev.OrderID, ev.EventID)
 	}
 	v, err := s.Serde.Encode(order.TopicPaymentProcessed, &pay)
 	if err != nil {

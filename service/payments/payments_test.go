@@ -1,0 +1,76 @@
+package payments_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/service/payments"
+	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/store/storetest"
+)
+
+// A second orderCreated for an already charged order under a new event id
+// is refused at once as permanent (naming the order and the conflict), and
+// charges nothing; a plain redelivery is skipped.
+func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		reg := srfake.New()
+		defer reg.Close()
+		cl, err := sr.NewClient(sr.URLs(reg.URL()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		serde, err := schema.New(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO wallets (customer_id, opening_milli, balance_milli) VALUES (?, ?, ?)`), "17850", 100000, 100000); err != nil {
+			t.Fatal(err)
+		}
+		svc := &payments.Service{DB: db, Serde: serde}
+		rec := func(eventID string, off int64) *kgo.Record {
+			ev := order.OrderCreated{EventID: eventID, Order: order.Order{
+				OrderID: "ord_dup", CustomerID: "17850", CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
+				Lines: []order.Line{{StockCode: "85123A", Quantity: 2, UnitPrice: 2550, LineTotal: 5100}}, Total: 5100,
+			}}
+			b, err := serde.Encode(order.TopicOrderCreated, &ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &kgo.Record{Topic: order.TopicOrderCreated, Offset: off, Key: []byte("17850"), Value: b}
+		}
+		if err := svc.Handle(ctx, rec("evt_first", 0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.Handle(ctx, rec("evt_first", 1)); err != nil {
+			t.Fatalf("redelivery: %v", err)
+		}
+		err = svc.Handle(ctx, rec("evt_second", 2))
+		if err == nil || !processor.IsPermanent(err) {
+			t.Fatalf("conflicting event: err %v, want a permanent error", err)
+		}
+		for _, want := range []string{"ord_dup", "already exists", "evt_second"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not name %q", err, want)
+			}
+		}
+		var balance int64
+		if err := db.QueryRowContext(ctx, db.Rebind(`SELECT balance_milli FROM wallets WHERE customer_id = ?`), "17850").Scan(&balance); err != nil {
+			t.Fatal(err)
+		}
+		if balance != 100000-5100 {
+			t.Errorf("balance %d, want %d: charged other than once", balance, 100000-5100)
+		}
+	})
+}
