@@ -131,6 +131,7 @@ type System struct {
 	adminCl  *kgo.Client
 	Admin    *kadm.Client
 	Relay    *outbox.Relay
+	probe    *brokerProbe
 
 	procs    []*processor.Processor
 	txns     []*processor.TxnProcessor
@@ -247,6 +248,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		return nil, fmt.Errorf("kafka client (--brokers %v): %w", cfg.Brokers, err)
 	}
 	s.Admin = kadm.NewClient(s.adminCl)
+	s.probe = &brokerProbe{cl: s.adminCl, brokers: cfg.Brokers}
 	s.registerOpsMetrics()
 	created, err := ops.EnsureTopics(ctx, s.Admin, ops.SystemTopics(cfg.Layout))
 	if err != nil {
@@ -403,10 +405,17 @@ type Health struct {
 	Reasons []string           `json:"reasons,omitempty"`
 }
 
-// Health reports whether every member joined its group and no partition is
-// blocked on a DLQ write.
+// Health reports whether the broker answers, every member joined its group
+// and no partition is blocked on a DLQ write. The broker is asked at most
+// once every 2 s (a metadata request bounded by 2 s); callers in between get
+// the last answer. A member keeps counting as joined for a while after the
+// broker went away, so the broker check is what turns /readyz 503 then.
 func (s *System) Health(ctx context.Context) Health {
 	h := Health{Ready: true}
+	if err := s.probe.check(ctx); err != nil {
+		h.Ready = false
+		h.Reasons = append(h.Reasons, err.Error())
+	}
 	for _, p := range s.procs {
 		ph := p.Health()
 		h.Members = append(h.Members, ph)
@@ -437,10 +446,6 @@ func (s *System) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	h := s.Health(ctx)
-	if _, err := s.Admin.BrokerMetadata(ctx); err != nil {
-		h.Ready = false
-		h.Reasons = append(h.Reasons, "broker unreachable: "+err.Error())
-	}
 	w.Header().Set("Content-Type", "application/json")
 	if !h.Ready {
 		w.WriteHeader(http.StatusServiceUnavailable)

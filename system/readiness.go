@@ -1,0 +1,53 @@
+package system
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// brokerProbeEvery is how long one broker probe's answer is reused: /readyz
+// sends at most one request to the broker per interval however often it is
+// polled.
+const brokerProbeEvery = 2 * time.Second
+
+// brokerProbeTimeout bounds one probe.
+const brokerProbeTimeout = 2 * time.Second
+
+// brokerProbe asks the broker, through the admin client, for its metadata
+// (a MetadataRequest without topics, not answered from the client's
+// metadata cache) and remembers the answer for brokerProbeEvery. Safe for
+// concurrent use; concurrent callers share one request.
+type brokerProbe struct {
+	cl      *kgo.Client
+	brokers []string
+
+	mu   sync.Mutex
+	at   time.Time
+	last error
+}
+
+// check returns nil when the broker answered within brokerProbeTimeout in
+// the last brokerProbeEvery, else an error naming the brokers.
+func (p *brokerProbe) check(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.at.IsZero() && time.Since(p.at) < brokerProbeEvery {
+		return p.last
+	}
+	pctx, cancel := context.WithTimeout(ctx, brokerProbeTimeout)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{}
+	_, err := req.RequestWith(pctx, p.cl)
+	if err != nil {
+		err = fmt.Errorf("broker unreachable (--brokers %s): %w", strings.Join(p.brokers, ","), err)
+	}
+	p.at, p.last = time.Now(), err
+	return err
+}
