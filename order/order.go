@@ -35,6 +35,29 @@ type Order struct {
 	Channel string `json:"channel,omitempty"`
 }
 
+// MaxChannelLen is the longest Order.Channel; see ValidChannel.
+const MaxChannelLen = 32
+
+// ValidChannel reports whether ch is a valid Order.Channel: 1 to
+// MaxChannelLen characters of a-z, 0-9, '_' and '-', starting with a letter.
+// It is the one definition of the rule: checkout refuses other channels
+// (422 bad_channel) and the consumers' contract check (package schema)
+// refuses events carrying one. "" (unknown) is not a channel; callers treat
+// it as absent before asking.
+func ValidChannel(ch string) bool {
+	if len(ch) == 0 || len(ch) > MaxChannelLen || ch[0] < 'a' || ch[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(ch); i++ {
+		switch c := ch[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Key is the Kafka record key for the order's events: the customer id, or the
 // order id for a guest, so that one customer's orders keep their order.
 func (o *Order) Key() string { return KeyFor(o.CustomerID, o.OrderID) }

@@ -285,6 +285,9 @@ func checkOrderCreated(e *order.OrderCreated) (string, string) {
 		return "orderId", "must not be empty"
 	case e.CreatedAt.IsZero():
 		return "createdAt", "must be set"
+	case e.Channel != "" && !order.ValidChannel(e.Channel):
+		return "channel", fmt.Sprintf("must be null or 1 to %d characters of a-z, 0-9, '_' and '-' starting with a letter (the rule checkout applies), is %q",
+			order.MaxChannelLen, truncate(e.Channel, 80))
 	case len(e.Lines) == 0:
 		return "lines", "must have at least one line"
 	case len(e.Lines) > MaxLines:
@@ -399,4 +402,12 @@ func (c *contract) unsupported(v any) error {
 func isJSON(b []byte) bool {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	return len(b) > 0 && b[0] == '{'
+}
+
+// truncate shortens s to n bytes for an error message.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

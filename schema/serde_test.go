@@ -203,6 +203,7 @@ func TestJSONInvalid(t *testing.T) {
 		{"customerId number", order.TopicOrderCreated, "customerId", edit(func(m map[string]any) { m["customerId"] = 17850 })},
 		{"no lines (rule)", order.TopicOrderCreated, "lines", edit(func(m map[string]any) { m["lines"] = []any{} })},
 		{"total mismatch (rule)", order.TopicOrderCreated, "totalMilli", edit(func(m map[string]any) { m["totalMilli"] = 1 })},
+		{"bad channel (rule)", order.TopicOrderCreated, "channel", edit(func(m map[string]any) { m["channel"] = "BAD CHANNEL!" })},
 		{"unknown status", order.TopicPaymentProcessed, "status",
 			[]byte(`{"eventId":"e","orderId":"o","status":"PENDING","method":"CARD","amountMilli":1,"processedAt":"2024-05-01T10:11:12Z"}`)},
 		{"missing processedAt", order.TopicPaymentProcessed, "processedAt",
@@ -356,6 +357,8 @@ func TestEncodeInvalid(t *testing.T) {
 		{"wrong line total", order.TopicOrderCreated, "lines[0].lineTotalMilli", mod(func(o *order.OrderCreated) { o.Lines[0].LineTotal++ })},
 		{"wrong total", order.TopicOrderCreated, "totalMilli", mod(func(o *order.OrderCreated) { o.Total++ })},
 		{"no createdAt", order.TopicOrderCreated, "createdAt", mod(func(o *order.OrderCreated) { o.CreatedAt = time.Time{} })},
+		{"bad channel", order.TopicOrderCreated, "channel", mod(func(o *order.OrderCreated) { o.Channel = "BAD CHANNEL!" })},
+		{"channel too long", order.TopicOrderCreated, "channel", mod(func(o *order.OrderCreated) { o.Channel = strings.Repeat("a", order.MaxChannelLen+1) })},
 		{"status PENDING", order.TopicPaymentProcessed, "status", pay(func(p *order.PaymentProcessed) { p.Status = "PENDING" })},
 		{"status lower case", order.TopicPaymentProcessed, "status", pay(func(p *order.PaymentProcessed) { p.Status = "paid" })},
 		{"method empty", order.TopicPaymentProcessed, "method", pay(func(p *order.PaymentProcessed) { p.Method = "" })},
@@ -434,6 +437,36 @@ func TestDecodeAppliesRules(t *testing.T) {
 	j, _ := json.Marshal(e)
 	if _, err := s.Decode(order.TopicPaymentProcessed, j, &got); !errors.Is(err, ErrInvalid) || got != (order.PaymentProcessed{}) {
 		t.Fatalf("JSON: %v, target %+v; want ErrInvalid and the target untouched", err, got)
+	}
+}
+
+// An Avro orderCreated from a foreign producer with a channel checkout would
+// refuse is invalid when consumed (class invalid, the DLQ), as checkout's
+// rule (order.ValidChannel) says; a valid channel decodes.
+func TestDecodeRefusesBadChannel(t *testing.T) {
+	s, _ := newTestSerde(t)
+	id := mustID(t, s, order.TopicOrderCreated)
+	for ch, ok := range map[string]bool{"web": true, "replay_2": true, "BAD CHANNEL!": false, "9web": false, "Web": false} {
+		e := sampleOrder(1)
+		e.Channel = ch
+		var w wireOrderCreated
+		orderCreatedToWire(&e, &w)
+		body, err := avroAPI.Marshal(contracts[order.TopicOrderCreated].avro, &w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got order.OrderCreated
+		_, err = s.Decode(order.TopicOrderCreated, wire(id, body), &got)
+		if ok {
+			if err != nil || got.Channel != ch {
+				t.Errorf("channel %q: %v, channel %q", ch, err, got.Channel)
+			}
+			continue
+		}
+		var se *Error
+		if !errors.As(err, &se) || se.Field != "channel" || se.Class() != ClassInvalid || !strings.Contains(err.Error(), ch) {
+			t.Errorf("channel %q: Decode = %v, want class invalid on field channel naming it", ch, err)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/schema"
 	"github.com/ordercast/ordercast/store"
 )
@@ -28,8 +29,9 @@ const (
 	// is 1 to MaxCustomerIDLen characters of [A-Za-z0-9_-].
 	MaxCustomerIDLen = 64
 	// MaxChannelLen is the longest channel accepted; a channel is 1 to
-	// MaxChannelLen characters of [a-z0-9_-] starting with a letter.
-	MaxChannelLen = 32
+	// MaxChannelLen characters of [a-z0-9_-] starting with a letter
+	// (order.ValidChannel, the rule the consumers check too).
+	MaxChannelLen = order.MaxChannelLen
 	// MaxIdempotencyKeyLen is the longest Idempotency-Key accepted, in
 	// bytes (keys are printable ASCII).
 	MaxIdempotencyKeyLen = 200

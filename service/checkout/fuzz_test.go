@@ -45,7 +45,7 @@ func FuzzParseRequest(f *testing.F) {
 		if req.CustomerID != "" && !validCustomerID(req.CustomerID) {
 			t.Fatalf("accepted customer id %q", req.CustomerID)
 		}
-		if req.Channel != "" && !validChannel(req.Channel) {
+		if req.Channel != "" && !order.ValidChannel(req.Channel) {
 			t.Fatalf("accepted channel %q", req.Channel)
 		}
 		again, aerr := parseRequest(marshal(req))

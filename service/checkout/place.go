@@ -208,7 +208,7 @@ func parseRequest(data []byte) (*order.PlaceOrderRequest, *apiError) {
 		req.CustomerID = *customerID
 	}
 	if channel != nil {
-		if !validChannel(*channel) {
+		if !order.ValidChannel(*channel) {
 			return nil, unprocessable(order.ReasonBadChannel,
 				fmt.Sprintf("channel %q must be 1 to %d characters of a-z, 0-9, '_' and '-', starting with a letter, such as \"web\" or \"api\" (omit it when unknown)",
 					truncate(*channel, 80), MaxChannelLen))
@@ -323,22 +323,6 @@ func validCustomerID(id string) bool {
 	for i := 0; i < len(id); i++ {
 		switch c := id[i]; {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// validChannel reports whether ch is 1 to MaxChannelLen characters of a-z,
-// 0-9, '_' and '-', starting with a letter.
-func validChannel(ch string) bool {
-	if len(ch) == 0 || len(ch) > MaxChannelLen || ch[0] < 'a' || ch[0] > 'z' {
-		return false
-	}
-	for i := 1; i < len(ch); i++ {
-		switch c := ch[i]; {
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '_', c == '-':
 		default:
 			return false
 		}
