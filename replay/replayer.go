@@ -225,6 +225,7 @@ type Summary struct {
 const (
 	StoppedInterrupted = "interrupted"          // the context ended
 	StoppedUnreachable = "checkout unreachable" // see UnreachableError
+	StoppedNotCheckout = "not checkout"         // see NotCheckoutError
 )
 
 func newSummary() Summary {
@@ -270,7 +271,9 @@ func (s Summary) RejectedTotal() int {
 // Options.Progress (on a line of its own) when it first occurs. If the first
 // sale to use up its attempts does so before checkout has answered any
 // attempt, Run stops and returns an [*UnreachableError] with the partial
-// Summary.
+// Summary. If the URL answers 404 or 405 without checkout's JSON error body
+// before any answer looked like checkout's, Run stops at once and returns a
+// [*NotCheckoutError] with the partial Summary.
 //
 // Run only reads the invoices. The workers share Options.HTTPClient (an
 // *http.Client is safe for that); Options.Progress is written by one
@@ -299,7 +302,8 @@ func (r *Replayer) Run(ctx context.Context, invoices []*Invoice) (Summary, error
 	}
 	sum.Sales = len(sales)
 
-	// runCtx ends with ctx, or with an *UnreachableError as its cause.
+	// runCtx ends with ctx, or with an *UnreachableError or a
+	// *NotCheckoutError as its cause.
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	st := &runState{sum: &sum, start: start, giveUp: cancelRun}
@@ -347,6 +351,13 @@ dispatch:
 		}
 		return sum, unreachable
 	}
+	var notCheckout *NotCheckoutError
+	if errors.As(context.Cause(runCtx), &notCheckout) {
+		if sum.Unfinished > 0 {
+			sum.Stopped = StoppedNotCheckout
+		}
+		return sum, notCheckout
+	}
 	return sum, nil
 }
 
@@ -380,7 +391,10 @@ type runState struct {
 	p        *progress // where causes are printed; nil: nowhere
 	attempts atomic.Int64
 	answered atomic.Bool // checkout answered an attempt (any status)
-	giveUp   context.CancelCauseFunc
+	// checkoutSeen: an answer looked like checkout's (a 2xx, or a body
+	// with checkout's JSON error code).
+	checkoutSeen atomic.Bool
+	giveUp       context.CancelCauseFunc
 }
 
 // attemptFailed counts a failed attempt by its cause and prints the cause
@@ -444,6 +458,10 @@ type attemptResult struct {
 	err        string        // outcomeRetry: what went wrong
 	cause      string        // outcomeRetry: err without the details of this attempt (see Summary.AttemptErrors)
 	retryAfter time.Duration // outcomeRetry: the Retry-After header, 0 if none
+	// checkoutShaped: a 2xx, or an error body with checkout's JSON code.
+	checkoutShaped bool
+	// notCheckout: a 404 or 405 without checkout's JSON error body.
+	notCheckout *NotCheckoutError
 }
 
 // send delivers one sale, retrying as documented on Run, and records its
@@ -463,6 +481,13 @@ func (r *Replayer) send(ctx context.Context, inv *Invoice, st *runState) {
 		res := r.attempt(ctx, body, key)
 		if res.answered {
 			st.answered.Store(true)
+		}
+		if res.checkoutShaped {
+			st.checkoutSeen.Store(true)
+		}
+		if res.notCheckout != nil && !st.checkoutSeen.Load() {
+			st.giveUp(res.notCheckout)
+			return // not recorded: Unfinished
 		}
 		switch res.outcome {
 		case outcomeAccepted:
@@ -527,20 +552,26 @@ func (r *Replayer) attempt(ctx context.Context, body []byte, key string) attempt
 		}
 		var ok order.PlaceOrderResponse
 		_ = json.Unmarshal(data, &ok) // a 2xx is an acceptance even if its body is not as expected
-		return attemptResult{outcome: outcomeAccepted, answered: true, orderID: ok.OrderID}
+		return attemptResult{outcome: outcomeAccepted, answered: true, orderID: ok.OrderID, checkoutShaped: true}
 	case status == http.StatusTooManyRequests || status >= 500:
 		msg, cause := fmt.Sprintf("http %d", status), fmt.Sprintf("http %d", status)
-		if e := errorBody(data); e.Code != "" || e.Error != "" {
+		e := errorBody(data)
+		if e.Code != "" || e.Error != "" {
 			msg += fmt.Sprintf(": %s: %s", e.Code, e.Error)
 			cause = strings.TrimSpace(cause + " " + e.Code)
 		}
-		return attemptResult{answered: true, err: msg, cause: cause, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
+		return attemptResult{answered: true, err: msg, cause: cause, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After")),
+			checkoutShaped: e.Code != ""}
 	default:
 		code := errorBody(data).Code
+		res := attemptResult{outcome: outcomeRejected, answered: true, code: code, checkoutShaped: code != ""}
 		if code == "" {
-			code = "http_" + strconv.Itoa(status)
+			res.code = "http_" + strconv.Itoa(status)
+			if status == http.StatusNotFound || status == http.StatusMethodNotAllowed {
+				res.notCheckout = &NotCheckoutError{URL: r.url, Status: status, Body: bodyStart(data)}
+			}
 		}
-		return attemptResult{outcome: outcomeRejected, answered: true, code: code}
+		return res
 	}
 }
 
@@ -570,6 +601,15 @@ func (r *Replayer) networkCause(err error) string {
 		return "connection closed without an answer (" + err.Error() + ")"
 	}
 	return err.Error()
+}
+
+// bodyStart is the first line of a body, at most 80 bytes, for a message.
+func bodyStart(data []byte) string {
+	s, _, _ := strings.Cut(strings.TrimSpace(string(data)), "\n")
+	if len(s) > 80 {
+		s = s[:80] + "..."
+	}
+	return strings.ToValidUTF8(s, "?")
 }
 
 func errorBody(data []byte) order.ErrorResponse {

@@ -82,7 +82,10 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 				}
 			}
 			var unreachable *replay.UnreachableError
+			var notCheckout *replay.NotCheckoutError
 			switch {
+			case errors.As(err, &notCheckout):
+				return fmt.Errorf("%w: is --url checkout's base URL (the --http address of 'ordercast up' or 'ordercast run checkout')?", err)
 			case errors.As(err, &unreachable):
 				hint := "is checkout running there? (--url)"
 				if strings.HasPrefix(unreachable.Cause, "no answer within") {
