@@ -3,6 +3,7 @@ package main
 import (
 	"maps"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +136,26 @@ func TestCommonFlags(t *testing.T) {
 	// A bad value from the environment names the variable and the flag.
 	t.Setenv("ORDERCAST_SESSION_TIMEOUT", "soon")
 	checkFlagErrors(t, []flagCase{{run(), []string{"ORDERCAST_SESSION_TIMEOUT", `"soon"`, "--session-timeout"}}})
+}
+
+// A --db (or ORDERCAST_DB) that is neither sqlite:PATH nor a postgres URL is
+// refused before anything starts, instead of becoming an SQLite file of
+// that name in the working directory.
+func TestDBFlag(t *testing.T) {
+	t.Chdir(t.TempDir())
+	run := []string{"run", "payments", "--brokers", "127.0.0.1:1", "--registry", "http://127.0.0.1:1"}
+	forms := []string{"sqlite:PATH", "postgres://", "postgresql://"}
+	checkFlagErrors(t, []flagCase{
+		{append(run, "--db", "garbage"), append([]string{`--db "garbage"`}, forms...)},
+		{append(run, "--db", "mysql://x"), append([]string{`--db "mysql://x"`}, forms...)},
+		{append(run, "--db", "sqlite:"), []string{"--db", "needs a path"}},
+		{upQuick(t, "--db", "ordercast.db"), append([]string{`--db "ordercast.db"`}, forms...)},
+	})
+	t.Setenv("ORDERCAST_DB", "garbage")
+	checkFlagErrors(t, []flagCase{{run, append([]string{`ORDERCAST_DB (--db) "garbage"`}, forms...)}})
+	if ents, _ := os.ReadDir("."); len(ents) > 0 {
+		t.Errorf("files created in the working directory: %v", ents)
+	}
 }
 
 // --member-id and --session-timeout fill system.Config; each flag wins over

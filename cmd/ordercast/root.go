@@ -79,7 +79,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.registry, "registry", os.Getenv("SCHEMA_REGISTRY_URL"), "schema registry URL (env SCHEMA_REGISTRY_URL)"+map[bool]string{true: "; empty runs the embedded registry", false: ""}[embedded])
 	f.StringVar(&c.registryUser, "registry-user", os.Getenv("SCHEMA_REGISTRY_USER"), "schema registry basic-auth user (env SCHEMA_REGISTRY_USER)")
 	f.StringVar(&c.registryPass, "registry-password", os.Getenv("SCHEMA_REGISTRY_PASSWORD"), "schema registry basic-auth password (env SCHEMA_REGISTRY_PASSWORD)")
-	f.StringVar(&c.db, "db", os.Getenv("ORDERCAST_DB"), "database: sqlite:PATH or postgres://... (env ORDERCAST_DB)"+map[bool]string{true: "; empty uses SQLite in the data directory", false: ""}[embedded])
+	f.StringVar(&c.db, "db", os.Getenv("ORDERCAST_DB"), "database: sqlite:PATH or postgres://... / postgresql://... (env ORDERCAST_DB)"+map[bool]string{true: "; empty uses SQLite in the data directory", false: ""}[embedded])
 	f.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "listen address (host:port; port 0: a free one) of checkout, /metrics, /healthz and /readyz")
 	f.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	f.Int32Var(&c.partitions, "partitions", 6, "partitions of topics created at start")
@@ -136,6 +136,9 @@ func (c *common) config() (system.Config, error) {
 		if u, err := url.Parse(c.registry); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return cfg, fmt.Errorf("--registry %q: want the schema registry's URL, such as http://127.0.0.1:8081", c.registry)
 		}
+	}
+	if err := checkDSN(c.db, c.fs != nil && c.fs.Changed("db")); err != nil {
+		return cfg, err
 	}
 	cfg.DSN = c.db
 	if err := checkListenAddr("http", c.httpAddr); err != nil {
@@ -279,4 +282,31 @@ func parseInstances(s string) (map[string]int, error) {
 		out[name] = v
 	}
 	return out, nil
+}
+
+// checkDSN refuses a database other than "sqlite:PATH" (also sqlite://PATH)
+// or a postgres:// or postgresql:// URL, so that a mistyped --db does not
+// become an SQLite file of that name in the working directory. Empty is
+// left to the caller (up: SQLite in the data directory; run: required).
+// fromFlag says whether --db was given (else the value is ORDERCAST_DB's).
+func checkDSN(dsn string, fromFlag bool) error {
+	d := strings.TrimSpace(dsn)
+	switch {
+	case dsn == "",
+		strings.HasPrefix(d, "postgres://"), strings.HasPrefix(d, "postgresql://"):
+		return nil
+	case strings.HasPrefix(d, "sqlite:"):
+		if strings.TrimPrefix(strings.TrimPrefix(d, "sqlite:"), "//") == "" {
+			return fmt.Errorf("%s %q: sqlite: needs a path, such as sqlite:/var/lib/ordercast/ordercast.db", dsnSource(fromFlag), dsn)
+		}
+		return nil
+	}
+	return fmt.Errorf("%s %q: want sqlite:PATH (such as sqlite:ordercast.db) or postgres://user:pass@host:5432/db (also postgresql://)", dsnSource(fromFlag), dsn)
+}
+
+func dsnSource(fromFlag bool) string {
+	if fromFlag {
+		return "--db"
+	}
+	return "ORDERCAST_DB (--db)"
 }
