@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // flagCase is a command line that must fail at once with an error naming
@@ -282,4 +283,21 @@ func TestOtherFlags(t *testing.T) {
 	})
 	t.Setenv("KAFKA_TLS", "yes")
 	checkFlagErrors(t, []flagCase{{[]string{"groups", b}, []string{"KAFKA_TLS", `"yes"`, "true or false"}}})
+}
+
+// No flag usage has a backquote: pflag's UnquoteUsage takes a backquoted
+// word for the value's name, so --help printed "--brokers ordercast up".
+func TestFlagUsagesWithoutBackquotes(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if strings.Contains(f.Usage, "`") {
+				t.Errorf("%s --%s: usage has a backquote: %s", c.CommandPath(), f.Name, f.Usage)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot())
 }

@@ -27,7 +27,7 @@ type opsFlags struct {
 
 func (o *opsFlags) register(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
-	f.StringVar(&o.brokers, "brokers", envOr("KAFKA_BROKERS", defaultBrokers), "Kafka bootstrap servers, comma separated (env KAFKA_BROKERS; default: the embedded broker of `ordercast up`)")
+	f.StringVar(&o.brokers, "brokers", envOr("KAFKA_BROKERS", defaultBrokers), "Kafka bootstrap servers, comma separated (env KAFKA_BROKERS; default: the embedded broker of 'ordercast up')")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table (for people) or json (for scripts)")
 	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "give up after this long")
 	o.sec.register(f)

@@ -164,7 +164,7 @@ func newTopicsCreate(f *opsFlags) *cobra.Command {
 	fl.Int32Var(&partitions, "partitions", 6, "partitions per topic")
 	fl.Int16Var(&rf, "replication-factor", 0, "replication factor (0: min(3, brokers))")
 	fl.IntVar(&minISR, "min-insync-replicas", 0, "min.insync.replicas (0: replication factor - 1, at least 1)")
-	fl.StringVar(&retryDelays, "retry-delays", "1s,10s", "with --system: one <group>.retry.N topic per delay, as `up --retry-delays` (only the count matters here)")
+	fl.StringVar(&retryDelays, "retry-delays", "1s,10s", "with --system: one <group>.retry.N topic per delay, as 'up --retry-delays' (only the count matters here)")
 	fl.StringArrayVar(&configs, "config", nil, "extra topic config key=value (repeatable)")
 	return cmd
 }
