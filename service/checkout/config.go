@@ -32,6 +32,12 @@ const (
 	// MaxChannelLen characters of [a-z0-9_-] starting with a letter
 	// (order.ValidChannel, the rule the consumers check too).
 	MaxChannelLen = order.MaxChannelLen
+	// MaxCountryLen is the longest country accepted, in characters (422
+	// bad_country above it).
+	MaxCountryLen = 64
+	// MaxReferenceLen is the longest reference accepted, in characters
+	// (422 bad_reference above it).
+	MaxReferenceLen = 128
 	// MaxIdempotencyKeyLen is the longest Idempotency-Key accepted, in
 	// bytes (keys are printable ASCII).
 	MaxIdempotencyKeyLen = 200

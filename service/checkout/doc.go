@@ -24,16 +24,19 @@
 // constants of this package, and the messages name members by their JSON
 // path ("lines[2].quantity") and JSON types, never Go types. Status codes:
 //
-//	400  the request is malformed: malformed_json (not one JSON object, or a
-//	     member of the wrong JSON type, such as a string quantity),
+//	400  the request is malformed: malformed_json (not one JSON object, a
+//	     member of the wrong JSON type, such as a string quantity, or a
+//	     member twice in one object),
 //	     unknown_field (a member the request does not have, named),
 //	     bad_idempotency_key (the header)
 //	404  not_found
 //	405  method_not_allowed, with an Allow header
 //	413  body_too_large
 //	422  a well-formed request whose values are refused: bad_customer_id,
-//	     bad_channel, no_lines, too_many_lines, bad_quantity,
-//	     unknown_stock_code, amount_overflow, idempotency_key_reused
+//	     bad_channel, bad_country, bad_reference, no_lines, too_many_lines,
+//	     bad_quantity (also a line without quantity), unknown_stock_code
+//	     (also a line without stockCode), amount_overflow,
+//	     idempotency_key_reused
 //	500  internal
 //	503  broker_unavailable, database_unavailable; both carry Retry-After
 //	     and are safe to retry with the same Idempotency-Key

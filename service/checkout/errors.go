@@ -22,6 +22,12 @@ const (
 	// CodeDatabaseUnavailable: the database failed (or timed out) while
 	// recording the request. Nothing was published; retry. HTTP 503.
 	CodeDatabaseUnavailable = "database_unavailable"
+	// CodeBadCountry: country is longer than MaxCountryLen characters.
+	// HTTP 422.
+	CodeBadCountry = "bad_country"
+	// CodeBadReference: reference is longer than MaxReferenceLen
+	// characters. HTTP 422.
+	CodeBadReference = "bad_reference"
 	// CodeNotFound: GET /orders/{id} for an id that checkout and the orders
 	// service do not know, or a path that is not part of the API. HTTP 404.
 	CodeNotFound = "not_found"

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/ordercast/ordercast/order"
 )
@@ -82,11 +83,13 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 // readRequest reads, decodes and validates the body of POST /orders and
 // returns the request in canonical form: stock codes normalized, customer id
 // and channel "" when absent. Errors: 413 body_too_large; 400 malformed_json
-// (not one JSON object, or a member of the wrong JSON type) and
-// unknown_field (a member the request does not have); 422 bad_customer_id,
-// bad_channel, no_lines, too_many_lines, bad_quantity. Catalog checks
-// (unknown_stock_code, amount_overflow) come later, when the order is
-// priced.
+// (not one JSON object, a member of the wrong JSON type, or a member that
+// appears twice in one object) and unknown_field (a member the request does
+// not have); 422 bad_customer_id, bad_channel, bad_country, bad_reference,
+// no_lines, too_many_lines, bad_quantity (a line's quantity out of range,
+// absent or null) and unknown_stock_code (a line's stockCode absent, null or
+// empty). The catalog checks (unknown_stock_code for a code not in the
+// catalog, amount_overflow) come later, when the order is priced.
 func (s *Service) readRequest(w http.ResponseWriter, r *http.Request) (*order.PlaceOrderRequest, *apiError) {
 	limit := s.cfg.MaxBodyBytes
 	tooLarge := func() *apiError {
@@ -136,11 +139,15 @@ func parseRequest(data []byte) (*order.PlaceOrderRequest, *apiError) {
 		}
 		return malformed("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
+	if dup := duplicateMember(data); dup != "" {
+		return malformed("member %q appears more than once; send each member once", truncate(dup, 100))
+	}
 	if aerr := checkMembers("", top, requestMembers, "a request has customerId, country, reference, channel and lines"); aerr != nil {
 		return nil, aerr
 	}
 	req := &order.PlaceOrderRequest{}
 	var customerID, channel *string
+	var missingQty []int // lines whose quantity is absent or null
 	for _, f := range []struct {
 		name string
 		dst  *string
@@ -161,6 +168,17 @@ func parseRequest(data []byte) (*order.PlaceOrderRequest, *apiError) {
 			}
 		} else {
 			*f.dst = v
+		}
+	}
+	for _, f := range []struct {
+		name, code, v string
+		max           int
+	}{
+		{"country", CodeBadCountry, req.Country, MaxCountryLen},
+		{"reference", CodeBadReference, req.Reference, MaxReferenceLen},
+	} {
+		if n := utf8.RuneCountInString(f.v); n > f.max {
+			return nil, unprocessable(f.code, fmt.Sprintf("%s is %d characters long, more than %d", f.name, n, f.max))
 		}
 	}
 	if raw, ok := top["lines"]; ok && jsonType(raw) != "null" {
@@ -191,9 +209,12 @@ func parseRequest(data []byte) (*order.PlaceOrderRequest, *apiError) {
 			if aerr != nil {
 				return nil, aerr
 			}
-			qty, aerr := intMember(lm, at, "quantity")
+			qty, hasQty, aerr := intMember(lm, at, "quantity")
 			if aerr != nil {
 				return nil, aerr
+			}
+			if !hasQty {
+				missingQty = append(missingQty, i)
 			}
 			req.Lines[i] = order.RequestLine{StockCode: code, Quantity: qty}
 		}
@@ -220,11 +241,19 @@ func parseRequest(data []byte) (*order.PlaceOrderRequest, *apiError) {
 	}
 	for i := range req.Lines {
 		l := &req.Lines[i]
+		l.StockCode = order.NormalizeStockCode(l.StockCode)
+		if l.StockCode == "" {
+			return nil, unprocessable(order.ReasonUnknownStockCode,
+				fmt.Sprintf("lines[%d].stockCode is required: the catalog's stock code, such as \"85123A\"", i))
+		}
+		if slices.Contains(missingQty, i) {
+			return nil, unprocessable(order.ReasonBadQuantity,
+				fmt.Sprintf("lines[%d].quantity is required: an integer between 1 and %d", i, MaxQuantity))
+		}
 		if l.Quantity <= 0 || l.Quantity > MaxQuantity {
 			return nil, unprocessable(order.ReasonBadQuantity,
 				fmt.Sprintf("lines[%d]: quantity %d is not between 1 and %d", i, l.Quantity, MaxQuantity))
 		}
-		l.StockCode = order.NormalizeStockCode(l.StockCode)
 	}
 	return req, nil
 }
@@ -268,12 +297,13 @@ func stringMember(m map[string]json.RawMessage, at, name string) (string, bool, 
 	return v, true, nil
 }
 
-// intMember returns member name of m as an integer, 0 when absent or null;
-// 400 malformed_json when it is not a JSON integer in int64 range.
-func intMember(m map[string]json.RawMessage, at, name string) (int64, *apiError) {
+// intMember returns member name of m as an integer and whether it was
+// present and not null; 400 malformed_json when it is not a JSON integer in
+// int64 range.
+func intMember(m map[string]json.RawMessage, at, name string) (int64, bool, *apiError) {
 	raw, ok := m[name]
 	if !ok || jsonType(raw) == "null" {
-		return 0, nil
+		return 0, false, nil
 	}
 	v, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
@@ -281,10 +311,59 @@ func intMember(m map[string]json.RawMessage, at, name string) (int64, *apiError)
 		if got == "a number" {
 			got = "the number " + truncate(string(raw), 40)
 		}
-		return 0, reject(http.StatusBadRequest, order.ReasonMalformedJSON,
+		return 0, false, reject(http.StatusBadRequest, order.ReasonMalformedJSON,
 			fmt.Sprintf("%s must be an integer (no fraction or exponent, at most 19 digits), got %s", path(at, name), got))
 	}
-	return v, nil
+	return v, true, nil
+}
+
+// duplicateMember returns the JSON path ("customerId", "lines[0].quantity")
+// of the first member that appears twice in one object of data, a valid
+// JSON value, or "" if none does. encoding/json would silently keep the
+// last one, so {"customerId":"a","customerId":"b"} would order as "b".
+func duplicateMember(data []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	dup, _ := walkDuplicates(dec, "")
+	return dup
+}
+
+// walkDuplicates reads one JSON value from dec (at path at) and returns the
+// path of its first duplicated member, if any.
+func walkDuplicates(dec *json.Decoder, at string) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", err
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return "", err
+			}
+			name, _ := kt.(string)
+			if seen[name] {
+				return path(at, name), nil
+			}
+			seen[name] = true
+			if dup, err := walkDuplicates(dec, path(at, name)); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+		_, err = dec.Token() // '}'
+		return "", err
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if dup, err := walkDuplicates(dec, fmt.Sprintf("%s[%d]", at, i)); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+		_, err = dec.Token() // ']'
+		return "", err
+	}
+	return "", nil
 }
 
 // jsonType names the JSON type of a valid JSON value as messages do: "a

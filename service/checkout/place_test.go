@@ -85,6 +85,22 @@ func TestPlaceOrderRejections(t *testing.T) {
 			status: 422, code: order.ReasonBadQuantity, contains: []string{"lines[0]", "1000001"}},
 		{name: "unknown stock code", body: `{"lines":[{"stockCode":"85123A","quantity":1},{"stockCode":" nope9 ","quantity":1}]}`,
 			status: 422, code: order.ReasonUnknownStockCode, contains: []string{"lines[1]", `"NOPE9"`}},
+		{name: "duplicate customerId", body: `{"customerId":"a","customerId":"b","lines":[{"stockCode":"85123A","quantity":1}]}`,
+			status: 400, code: order.ReasonMalformedJSON, contains: []string{`"customerId" appears more than once`}},
+		{name: "duplicate line quantity", body: `{"lines":[{"stockCode":"85123A","quantity":1},{"stockCode":"71053","quantity":1,"quantity":9}]}`,
+			status: 400, code: order.ReasonMalformedJSON, contains: []string{`"lines[1].quantity" appears more than once`}},
+		{name: "missing quantity", body: `{"lines":[{"stockCode":"85123A"}]}`,
+			status: 422, code: order.ReasonBadQuantity, contains: []string{"lines[0].quantity is required"}},
+		{name: "null quantity", body: `{"lines":[{"stockCode":"85123A","quantity":1},{"stockCode":"71053","quantity":null}]}`,
+			status: 422, code: order.ReasonBadQuantity, contains: []string{"lines[1].quantity is required"}},
+		{name: "missing stock code", body: `{"lines":[{"quantity":1}]}`,
+			status: 422, code: order.ReasonUnknownStockCode, contains: []string{"lines[0].stockCode is required"}},
+		{name: "null stock code", body: `{"lines":[{"stockCode":null,"quantity":1}]}`,
+			status: 422, code: order.ReasonUnknownStockCode, contains: []string{"lines[0].stockCode is required"}},
+		{name: "country too long", body: `{"country":"` + strings.Repeat("é", 65) + `","lines":[{"stockCode":"85123A","quantity":1}]}`,
+			status: 422, code: checkout.CodeBadCountry, contains: []string{"country is 65 characters long, more than 64"}},
+		{name: "reference too long", body: `{"reference":"` + strings.Repeat("r", 129) + `","lines":[{"stockCode":"85123A","quantity":1}]}`,
+			status: 422, code: checkout.CodeBadReference, contains: []string{"reference is 129 characters long, more than 128"}},
 		{name: "empty stock code", body: `{"lines":[{"stockCode":"","quantity":1}]}`, status: 422, code: order.ReasonUnknownStockCode},
 		{name: "empty customer id", body: `{"customerId":"","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 422, code: order.ReasonBadCustomerID},
 		{name: "customer id with a space", body: `{"customerId":"17 850","lines":[{"stockCode":"85123A","quantity":1}]}`, status: 422, code: order.ReasonBadCustomerID},
@@ -149,8 +165,8 @@ func TestPlaceOrderRejections(t *testing.T) {
 	if n := e.accepted(); n != 0 {
 		t.Errorf("Accepted = %d after rejections only, want 0", n)
 	}
-	if got := e.metric("ordercast_checkout_orders_rejected_total", "code", order.ReasonBadQuantity); got != 3 {
-		t.Errorf("rejected_total{code=bad_quantity} = %v, want 3", got)
+	if got := e.metric("ordercast_checkout_orders_rejected_total", "code", order.ReasonBadQuantity); got != 5 {
+		t.Errorf("rejected_total{code=bad_quantity} = %v, want 5", got)
 	}
 	if got := e.metric("ordercast_checkout_orders_rejected_total", "code", checkout.CodeNotFound); got != 0 {
 		t.Errorf("rejected_total{code=not_found} = %v: a GET is not an order", got)
