@@ -45,10 +45,15 @@ a named group does not exist or could not be described.`,
 				if len(groups) == 0 {
 					fmt.Fprintln(out, "no consumer groups")
 				}
-				for i, g := range groups {
-					if i > 0 {
+				shown := 0
+				for _, g := range groups {
+					if g.Error != "" && len(args) > 0 {
+						continue // a named group's error is the command's error, printed once
+					}
+					if shown > 0 {
 						fmt.Fprintln(out)
 					}
+					shown++
 					if err := writeGroup(out, g); err != nil {
 						return err
 					}

@@ -84,6 +84,11 @@ func newTopicsCreate(f *opsFlags) *cobra.Command {
 			if system == (len(args) > 0) {
 				return fmt.Errorf("name the topics to create, or pass --system for the order system's topics (not both)")
 			}
+			for _, t := range args {
+				if err := checkTopicName(t); err != nil {
+					return err
+				}
+			}
 			if partitions < 1 {
 				return fmt.Errorf("--partitions %d: want >= 1", partitions)
 			}
@@ -175,4 +180,29 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// maxTopicName is Kafka's limit on a topic name's length
+// (org.apache.kafka.common.internals.Topic.MAX_NAME_LENGTH).
+const maxTopicName = 249
+
+// checkTopicName applies Kafka's rule for topic names (Topic.validate): 1 to
+// 249 characters of [a-zA-Z0-9._-], and not "." or "..". Brokers enforce it
+// too, but not every broker (the embedded one does not), so it is checked
+// before anything is sent.
+func checkTopicName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("topic name is empty")
+	case name == "." || name == "..":
+		return fmt.Errorf("topic name %q is not allowed (Kafka refuses \".\" and \"..\")", name)
+	case len(name) > maxTopicName:
+		return fmt.Errorf("topic name %.40q... is %d characters; Kafka allows at most %d", name, len(name), maxTopicName)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("topic name %q has %q: Kafka allows only ASCII letters, digits, '.', '_' and '-'", name, r)
+		}
+	}
+	return nil
 }
