@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/time/rate"
 
@@ -576,9 +577,20 @@ func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error
 		return res, refusedErr(res)
 	}
 	if err := d.writeReplays(ctx, txn, queue, o.To, retryTopic, o.Rate, res); err != nil {
-		return res, err
+		return res, d.fencedErr(err)
 	}
 	return res, refusedErr(res)
+}
+
+// fencedErr says what a fenced replay means: another replay of the group
+// took over its transactional id (ordercast-dlq-<group>), and its open
+// transaction was aborted. The cause stays matchable (errors.Is
+// kerr.ProducerFenced / kerr.InvalidProducerEpoch).
+func (d *DLQ) fencedErr(err error) error {
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+		return fmt.Errorf("another dlq replay of group %s is running; wait for it or retry (records committed before are marked replayed, the rest are not: %w)", d.group, err)
+	}
+	return err
 }
 
 // dropMissingSources refuses the records whose original topic does not exist
