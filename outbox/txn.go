@@ -49,6 +49,7 @@ type txnConfig struct {
 	minISR        int
 	txnTimeout    time.Duration
 	takeoverAfter time.Duration
+	idSuffix      string
 }
 
 // WithMarkerTopic sets the replication factor and min.insync.replicas of
@@ -83,6 +84,21 @@ func WithTransactionTimeout(d time.Duration) Opt {
 	return func(r *Relay) {
 		if r.txn != nil && d >= time.Second {
 			r.txn.txnTimeout = d
+		}
+	}
+}
+
+// WithTransactionalIDSuffix appends suffix to the relay's transactional id
+// (TransactionalID(name)+suffix); the marker topic keeps its name. Only for
+// an embedded broker that dies with this process (ordercast up): there a
+// fresh id per start avoids a defect of kfake's crash recovery (see
+// system.Config.TransactionalIDSuffix). On a real cluster the id must stay
+// the same across restarts, or a zombie relay is no longer fenced. Ignored by
+// a relay made with NewRelay.
+func WithTransactionalIDSuffix(suffix string) Opt {
+	return func(r *Relay) {
+		if r.txn != nil {
+			r.txn.idSuffix = suffix
 		}
 	}
 }
@@ -291,7 +307,7 @@ func (r *Relay) awaitTakeover(ctx context.Context) bool {
 func (r *Relay) session(ctx context.Context, probe bool) error {
 	tc := r.txn
 	opts := append(append([]kgo.Opt{}, tc.clientOpts...),
-		kgo.TransactionalID(TransactionalID(tc.name)),
+		kgo.TransactionalID(TransactionalID(tc.name)+tc.idSuffix),
 		kgo.TransactionTimeout(tc.txnTimeout),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
@@ -308,7 +324,7 @@ func (r *Relay) session(ctx context.Context, probe bool) error {
 	// id and resolves the transaction a predecessor left open, so that the
 	// marker read below is final.
 	if _, _, err := cl.ProducerID(ctx); err != nil {
-		return fmt.Errorf("outbox: init producer id for %s: %w", TransactionalID(tc.name), err)
+		return fmt.Errorf("outbox: init producer id for %s: %w", TransactionalID(tc.name)+tc.idSuffix, err)
 	}
 	if !created { // a topic this session created holds no marker
 		if err := r.recover(ctx, cl); err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,6 +144,11 @@ func TestRollingUpgradeSideBySide(t *testing.T) {
 			req["channel"] = ch
 		}
 		orders = append(orders, placed{id: post(t, ctx, sys.HTTPAddr(), req), via: via, channel: ch})
+	}
+
+	// An unknown path gets checkout's JSON error, not a plain-text 404.
+	if code, body := get(t, "http://"+cur.HTTPAddr()+"/nope"); code != http.StatusNotFound || !strings.Contains(body, `"not_found"`) {
+		t.Errorf("GET /nope: %d %s, want 404 with code not_found", code, body)
 	}
 
 	// Every order through every service.

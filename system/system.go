@@ -119,6 +119,19 @@ type Config struct {
 	// shipmentRequested before the coordinator aborts it. Default: the
 	// runtime's, Kafka's 60 s. See processor.TransactionTimeout.
 	TransactionTimeout time.Duration
+	// TransactionalIDSuffix is appended to every transactional id of this
+	// process (fulfillment's and the payments outbox relay's). Leave it
+	// empty on a real cluster: the ids must be stable across restarts so
+	// that a restarted member fences its zombie. `ordercast up` sets a
+	// fresh one at each start when it runs the embedded broker, which dies
+	// with the process (so there is no zombie to fence): kfake's recovery
+	// after a crash aborts the transactions that were open without writing
+	// their abort markers, and read_committed readers then skip the later
+	// records of the same producer id, which a restarted producer with the
+	// same transactional id keeps (found by a user review: SIGKILL of up
+	// mid-replay hid half the shipments). A new transactional id gets a
+	// new producer id.
+	TransactionalIDSuffix string
 }
 
 // System is a running order system.
@@ -308,7 +321,8 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		// second shipment. Every payments process runs one; they share the
 		// transactional id, one publishes and the others stand by.
 		s.Relay, err = outbox.NewTransactionalRelay(s.DB, ServicePayments, append(append([]kgo.Opt{}, kopts...), flt.relayHooks()...),
-			outbox.WithLogger(log), outbox.WithMarkerTopic(cfg.Layout.ReplicationFactor, cfg.Layout.MinInsyncReplicas))
+			outbox.WithLogger(log), outbox.WithMarkerTopic(cfg.Layout.ReplicationFactor, cfg.Layout.MinInsyncReplicas),
+			outbox.WithTransactionalIDSuffix(cfg.TransactionalIDSuffix))
 		if err != nil {
 			s.close()
 			return nil, err
@@ -338,7 +352,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	if cfg.runs(ServiceFulfillment) {
 		f := &fulfillment.Service{Serde: s.Serde, Logger: log}
 		for i := range cfg.instances(ServiceFulfillment) {
-			txnID := fmt.Sprintf("ordercast-fulfillment-%s-%d", cfg.MemberID, i+1)
+			txnID := fmt.Sprintf("ordercast-fulfillment-%s-%d%s", cfg.MemberID, i+1, cfg.TransactionalIDSuffix)
 			if err := fenceTransactionalID(ctx, kopts, txnID); err != nil {
 				log.Warn("could not fence the previous incarnation's transactions; they end at their timeout", "transactional_id", txnID, "error", err)
 			}
@@ -362,6 +376,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 		mux.Handle("/orders", s.Checkout.Handler())
 		mux.Handle("/orders/", s.Checkout.Handler())
+		mux.Handle("/", s.Checkout.Handler()) // unknown paths: checkout's JSON 404 {code, error}
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })

@@ -269,6 +269,44 @@ func TestUpResumesAfterSIGTERM(t *testing.T) {
 	checkReport(t, readReport(t, report))
 }
 
+// TestUpResumesAfterSIGKILL: up is killed mid-replay (with the embedded
+// broker, the broker dies too, with transactions open) and started again on
+// the same data: every invariant holds once the replay is finished,
+// including one shipmentRequested per paid order for read_committed readers.
+// On the embedded broker this needs a fresh transactional id per start
+// (system.Config.TransactionalIDSuffix): kfake's crash recovery aborts the
+// open transactions without markers, and readers then skipped the later
+// records of the restarted producers.
+//
+// Opt-in (ORDERCAST_TEST_SIGKILL=1) for now: with the fix it passed, but one
+// run of two ended with one payment unseen by notifications and fulfillment
+// after 3 minutes (cause not found yet; suspected: another kfake crash
+// recovery gap). Not yet a guarantee of the embedded stack.
+func TestUpResumesAfterSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test")
+	}
+	if os.Getenv("ORDERCAST_TEST_SIGKILL") == "" {
+		t.Skip("opt-in: ORDERCAST_TEST_SIGKILL=1 (a residual failure is under investigation, see the comment)")
+	}
+	freshCluster(t)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	p := launchUp(t, bin, upArgs(data, "--replay", oneDay, "--rate", "40")...)
+	p.waitProcessed(t, 40)
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t)
+	report := filepath.Join(dir, "report.json")
+	again := upCommand(bin, upArgs(data, "--replay", oneDay, "--exit-when-done", "--report", report, "--timeout", "3m")...)
+	if out, err := again.CombinedOutput(); err != nil {
+		t.Fatalf("run after SIGKILL: %v\n%s", err, out)
+	}
+	checkReport(t, readReport(t, report))
+}
+
 // TestUpInterruptedWithExitWhenDone: with --exit-when-done the run is a job
 // that did not finish: SIGTERM still shuts down cleanly, but the exit status
 // is 1, and the report says it was interrupted and what was outstanding.

@@ -191,6 +191,12 @@ func runUp(parent context.Context, f *upFlags) error {
 		if cfg.RegistryURL == "" {
 			cfg.RegistryURL = stack.RegistryURL
 		}
+		if len(f.common.brokers) == 0 {
+			// The embedded broker dies with this process: a fresh
+			// transactional id per start (see
+			// system.Config.TransactionalIDSuffix).
+			cfg.TransactionalIDSuffix = fmt.Sprintf("-boot%d", time.Now().UnixNano())
+		}
 	}
 	if cfg.DSN == "" {
 		if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
