@@ -335,7 +335,10 @@ func TestUpInterruptedWithExitWhenDone(t *testing.T) {
 	if r.Status != "interrupted" || !strings.Contains(r.Reason, "interrupted") || r.Outstanding == nil || r.Outstanding.SalesNotSent == 0 {
 		t.Fatalf("report: status %q, reason %q, outstanding %+v", r.Status, r.Reason, r.Outstanding)
 	}
-	if r.InvoicesRead != 143 || r.OrdersAccepted == 0 || r.Outstanding.SalesNotSent+r.OrdersAccepted > 136 {
+	// SalesNotSent includes requests that were in flight without an answer
+	// at the signal; checkout may have accepted those (at most
+	// --replay-concurrency, 16, of them), so they can count on both sides.
+	if r.InvoicesRead != 143 || r.OrdersAccepted == 0 || r.Outstanding.SalesNotSent+r.OrdersAccepted > 136+16 {
 		t.Errorf("report counts: %+v", r)
 	}
 }
