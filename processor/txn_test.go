@@ -123,18 +123,21 @@ func TestTxnTransactionTimeout(t *testing.T) {
 	var stalled atomic.Bool
 	h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		if string(r.Value) == string(val(5)) && stalled.CompareAndSwap(false, true) {
-			// A slow call, well past the 1s transaction timeout (plus
+			// A slow call, well past the 2s transaction timeout (plus
 			// the coordinator's 1s expiry check on the test broker,
-			// scripts/kafka.sh).
+			// scripts/kafka.sh). The timeout itself stays well above
+			// the commit interval, as TransactionTimeout's doc asks: at
+			// 1s with a 1s interval, a loaded machine aborted every
+			// transaction and nothing committed.
 			select {
-			case <-time.After(5 * time.Second):
+			case <-time.After(6 * time.Second):
 			case <-ctx.Done():
 			}
 		}
 		return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
 	}
 	tp, err := NewTransactional("txn-timeout", h, Brokers(addrs...), Group("g"), Topics("in"),
-		CommitInterval(time.Second), TransactionTimeout(time.Second), Backoff(50*time.Millisecond, 200*time.Millisecond))
+		CommitInterval(100*time.Millisecond), TransactionTimeout(2*time.Second), Backoff(50*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +168,7 @@ func TestTxnTransactionTimeout(t *testing.T) {
 		}
 	}
 	if _, aborted := tp.Stats(); aborted == 0 {
-		t.Fatal("no transaction was aborted: the 1s TransactionTimeout did not reach the coordinator")
+		t.Fatal("no transaction was aborted: the 2s TransactionTimeout did not reach the coordinator")
 	}
 }
 
