@@ -139,7 +139,7 @@ func TestRollingUpgradeSideBySide(t *testing.T) {
 			req["customerId"] = customers[i%len(customers)]
 		}
 		ch := ""
-		if via == "new" || i%3 == 0 { // the old checkout drops it
+		if via == "new" { // the old checkout refuses it (below)
 			ch = channels[i%len(channels)]
 			req["channel"] = ch
 		}
@@ -149,6 +149,22 @@ func TestRollingUpgradeSideBySide(t *testing.T) {
 	// An unknown path gets checkout's JSON error, not a plain-text 404.
 	if code, body := get(t, "http://"+cur.HTTPAddr()+"/nope"); code != http.StatusNotFound || !strings.Contains(body, `"not_found"`) {
 		t.Errorf("GET /nope: %d %s, want 404 with code not_found", code, body)
+	}
+
+	// The old checkout refuses channel as the v1 build did (unknown member),
+	// rather than accept and drop it.
+	{
+		b := `{"channel":"web","lines":[{"stockCode":"85123A","quantity":1}]}`
+		resp, err := http.Post("http://"+old.HTTPAddr()+"/orders", "application/json", strings.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e order.ErrorResponse
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || e.Code != order.ReasonUnknownField || !strings.Contains(e.Error, "channel") {
+			t.Errorf("old checkout, POST with channel: %d %+v; want 400 unknown_field naming channel", resp.StatusCode, e)
+		}
 	}
 
 	// Every order through every service.

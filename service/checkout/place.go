@@ -106,8 +106,20 @@ func (s *Service) readRequest(w http.ResponseWriter, r *http.Request) (*order.Pl
 		}
 		return nil, reject(http.StatusBadRequest, order.ReasonMalformedJSON, "reading the request body: "+err.Error())
 	}
-	return parseRequest(data)
+	req, aerr := parseRequest(data)
+	if aerr == nil && req.Channel != "" && s.serde.SchemaVersion(order.TopicOrderCreated) < channelSince {
+		// Pinned to a version without channel (schema.WithVersion,
+		// --schema-version): refuse it as that build did, rather than
+		// accept it and drop it.
+		return nil, reject(http.StatusBadRequest, order.ReasonUnknownField, fmt.Sprintf(
+			"unknown member \"channel\": this checkout writes orderCreated v%d (--schema-version), which has no channel; send it to an upgraded instance or leave it out",
+			s.serde.SchemaVersion(order.TopicOrderCreated)))
+	}
+	return req, aerr
 }
+
+// channelSince is the orderCreated version that added channel.
+const channelSince = 2
 
 // The members of a POST /orders body and of each of its lines, by their
 // exact (case-sensitive) names; any other member is 400 unknown_field.
