@@ -56,7 +56,20 @@ type Stack struct {
 	srv  *http.Server
 	ln   net.Listener
 	lock *os.File
+	// Unclean reports that the previous stack on this data directory did
+	// not stop through Close (SIGKILL, OOM, power loss). Its broker's
+	// transactions may then be partially committed: kfake writes a
+	// transaction's commit markers partition by partition with no prepare
+	// record, so a kill in the middle commits some partitions and aborts
+	// the others. Exactly-once results across such a crash are not assured
+	// on the embedded broker (they are on Kafka).
+	Unclean bool
 }
+
+// runningFile exists in a data directory while a stack runs on it; Close
+// removes it, so finding it at Start means the last stack did not stop
+// cleanly.
+const runningFile = "RUNNING"
 
 // lockDataDir takes an exclusive advisory lock (flock) on <dir>/LOCK, so two
 // processes never run a broker on one data directory: the last to stop would
@@ -102,6 +115,12 @@ func Start(cfg Config) (*Stack, error) {
 			lock.Close()
 		}
 	}()
+	running := filepath.Join(cfg.DataDir, runningFile)
+	_, statErr := os.Stat(running)
+	unclean := statErr == nil
+	if err := os.WriteFile(running, []byte(fmt.Sprintf("pid %d\n", os.Getpid())), 0o644); err != nil {
+		return nil, fmt.Errorf("devstack: data directory %s: %w", cfg.DataDir, err)
+	}
 	bln, err := net.Listen("tcp", cfg.BrokerAddr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -120,7 +139,7 @@ func Start(cfg Config) (*Stack, error) {
 		bln.Close()
 		return nil, fmt.Errorf("devstack: start embedded broker: %w", err)
 	}
-	s := &Stack{cfg: cfg, lock: lock, Cluster: cluster, Brokers: cluster.ListenAddrs(), DSN: "sqlite:" + filepath.Join(cfg.DataDir, "ordercast.db")}
+	s := &Stack{cfg: cfg, lock: lock, Unclean: unclean, Cluster: cluster, Brokers: cluster.ListenAddrs(), DSN: "sqlite:" + filepath.Join(cfg.DataDir, "ordercast.db")}
 	s.Registry = srfake.NewRegistry()
 	if err := s.restoreRegistry(); err != nil {
 		cluster.Close()
@@ -220,6 +239,7 @@ func (s *Stack) Close() {
 	}
 	_ = s.srv.Shutdown(ctx)
 	s.Cluster.Close()
+	_ = os.Remove(filepath.Join(s.cfg.DataDir, runningFile))
 	s.lock.Close() // releases the flock
 	s.cfg.Logger.Info("embedded stack stopped")
 }

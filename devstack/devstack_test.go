@@ -59,3 +59,38 @@ func TestListenErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestUncleanStopIsReported: a stack that did not stop through Close (its
+// process was killed: here its lock is released and its broker closed
+// without Close) leaves Unclean set for the next one; a clean Close does
+// not.
+func TestUncleanStopIsReported(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{DataDir: dir, BrokerAddr: "127.0.0.1:0", RegistryAddr: "127.0.0.1:0"}
+	first, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Unclean {
+		t.Fatal("a fresh data directory reported as unclean")
+	}
+	_ = first.srv.Close()
+	first.Cluster.Close()
+	first.lock.Close() // as the kernel does for a killed process
+	second, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !second.Unclean {
+		t.Error("Start after a kill: Unclean is false")
+	}
+	second.Close()
+	third, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	if third.Unclean {
+		t.Error("Start after a clean Close: Unclean is true")
+	}
+}

@@ -69,6 +69,7 @@ The registry is also saved every --save-every, so a killed devstack loses at mos
 			if err != nil {
 				return err
 			}
+			warnUnclean(st, dataDir)
 			b, _ := json.Marshal(devstackInfo{Brokers: st.Brokers, Registry: st.RegistryURL, DB: st.DSN, DataDir: dataDir})
 			fmt.Println(string(b))
 			fmt.Fprintf(os.Stderr, "ordercast devstack: broker %v, registry %s, db %s; SIGTERM to stop\n", st.Brokers, st.RegistryURL, st.DSN)
@@ -103,4 +104,15 @@ The registry is also saved every --save-every, so a killed devstack loses at mos
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	f.DurationVar(&saveEvery, "save-every", 2*time.Second, "how often the registry's schemas are saved to the data directory (0: only on shutdown)")
 	return cmd
+}
+
+// warnUnclean tells the user, on stderr, that the embedded stack on dataDir
+// was not stopped cleanly last time and what that means (devstack.Stack
+// Unclean).
+func warnUnclean(st *devstack.Stack, dataDir string) {
+	if st.Unclean {
+		fmt.Fprintf(os.Stderr, "ordercast: warning: the embedded broker in %s was not stopped cleanly last time (killed?). "+
+			"Transactions open at that moment may be partially committed (the embedded broker does not recover them atomically), "+
+			"so exactly-once results across that crash are not assured; stop with SIGINT/SIGTERM, or test crashes on a real Kafka cluster.\n", dataDir)
+	}
 }

@@ -263,8 +263,12 @@ func TestUpResumesAfterSIGTERM(t *testing.T) {
 	}
 	report := filepath.Join(dir, "report.json")
 	again := upCommand(bin, upArgs(data, "--replay", oneDay, "--exit-when-done", "--report", report, "--timeout", "3m")...)
-	if out, err := again.CombinedOutput(); err != nil {
+	out, err := again.CombinedOutput()
+	if err != nil {
 		t.Fatalf("second run: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "not stopped cleanly") {
+		t.Errorf("after a SIGTERM, the second run warns of an unclean stop:\n%s", out)
 	}
 	checkReport(t, readReport(t, report))
 }
@@ -304,8 +308,12 @@ func TestUpResumesAfterSIGKILL(t *testing.T) {
 	p.wait(t)
 	report := filepath.Join(dir, "report.json")
 	again := upCommand(bin, upArgs(data, "--replay", oneDay, "--exit-when-done", "--report", report, "--timeout", "3m")...)
-	if out, err := again.CombinedOutput(); err != nil {
+	out, err := again.CombinedOutput()
+	if err != nil {
 		t.Fatalf("run after SIGKILL: %v\n%s", err, out)
+	}
+	if !testkafka.Real() && !strings.Contains(string(out), "not stopped cleanly") {
+		t.Errorf("after a SIGKILL, the embedded stack does not warn of the unclean stop:\n%s", out)
 	}
 	checkReport(t, readReport(t, report))
 }

@@ -184,6 +184,7 @@ func runUp(parent context.Context, f *upFlags) error {
 		if stack, err = devstack.Start(embedded); err != nil {
 			return err
 		}
+		warnUnclean(stack, f.dataDir)
 		defer stack.Close()
 		if len(cfg.Brokers) == 0 {
 			cfg.Brokers = stack.Brokers
