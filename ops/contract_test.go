@@ -9,13 +9,12 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sr"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/ordercast/ordercast/ops"
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/schema/schematest"
 	"github.com/ordercast/ordercast/service/orders"
 	"github.com/ordercast/ordercast/service/payments"
 	"github.com/ordercast/ordercast/store"
@@ -34,16 +33,7 @@ func TestContractViolationsDeadLettered(t *testing.T) {
 	}
 	addrs, adm := testCluster(t, topics)
 
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	srCl, err := sr.NewClient(sr.URLs(reg.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	serde, err := schema.New(ctx, srCl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	serde := schematest.Serde(t, schematest.Client(t))
 	db, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "ordercast.db"))
 	if err != nil {
 		t.Fatal(err)

@@ -7,28 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/sr"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
-
 	"github.com/ordercast/ordercast/ops"
 	"github.com/ordercast/ordercast/order"
-	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/schema/schematest"
 )
 
 // TestDecodePayload: the formats `dlq show` meets, with and without a
 // registry.
 func TestDecodePayload(t *testing.T) {
 	ctx := context.Background()
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	cl, err := sr.NewClient(sr.URLs(reg.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	serde, err := schema.New(ctx, cl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := schematest.Client(t)
+	serde := schematest.Serde(t, cl)
 	ev := order.OrderCreated{EventID: "evt_1", Order: order.Order{OrderID: "ord_1", CustomerID: "17850", CreatedAt: time.Date(2010, 12, 1, 8, 26, 0, 0, time.UTC),
 		Lines: []order.Line{{StockCode: "85123A", Description: "HEART", Quantity: 2, UnitPrice: 2550, LineTotal: 5100}}, Total: 5100}}
 	good, err := serde.Encode(order.TopicOrderCreated, &ev)

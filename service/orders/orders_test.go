@@ -10,12 +10,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sr"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/schema/schematest"
 	"github.com/ordercast/ordercast/service/orders"
 	"github.com/ordercast/ordercast/store"
 	"github.com/ordercast/ordercast/store/storetest"
@@ -28,20 +27,9 @@ func TestStoresChannel(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		reg := srfake.New()
-		defer reg.Close()
-		cl, err := sr.NewClient(sr.URLs(reg.URL()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cur, err := schema.New(ctx, cl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		old, err := schema.New(ctx, cl, schema.WithVersion(order.TopicOrderCreated, 1))
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl := schematest.Client(t)
+		cur := schematest.Serde(t, cl)
+		old := schematest.Serde(t, cl, schema.WithVersion(order.TopicOrderCreated, 1))
 		newSvc := &orders.Service{DB: db, Serde: cur}
 		oldSvc := &orders.Service{DB: db, Serde: old}
 		cases := []struct {
@@ -82,17 +70,7 @@ func TestStoresChannel(t *testing.T) {
 // newSerde returns a Serde on a fake registry closed when the test ends.
 func newSerde(t *testing.T, ctx context.Context) *schema.Serde {
 	t.Helper()
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	cl, err := sr.NewClient(sr.URLs(reg.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := schema.New(ctx, cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return schematest.Serde(t, nil)
 }
 
 // A second orderCreated for a stored order under a new event id is a

@@ -7,12 +7,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sr"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
-	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/schema/schematest"
 	"github.com/ordercast/ordercast/service/payments"
 	"github.com/ordercast/ordercast/store"
 	"github.com/ordercast/ordercast/store/storetest"
@@ -25,16 +23,7 @@ func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		reg := srfake.New()
-		defer reg.Close()
-		cl, err := sr.NewClient(sr.URLs(reg.URL()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		serde, err := schema.New(ctx, cl)
-		if err != nil {
-			t.Fatal(err)
-		}
+		serde := schematest.Serde(t, nil)
 		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO wallets (customer_id, opening_milli, balance_milli) VALUES (?, ?, ?)`), "17850", 100000, 100000); err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +45,7 @@ func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
 		if err := svc.Handle(ctx, rec("evt_first", 1)); err != nil {
 			t.Fatalf("redelivery: %v", err)
 		}
-		err = svc.Handle(ctx, rec("evt_second", 2))
+		err := svc.Handle(ctx, rec("evt_second", 2))
 		if err == nil || !processor.IsPermanent(err) {
 			t.Fatalf("conflicting event: err %v, want a permanent error", err)
 		}
