@@ -1,7 +1,6 @@
 package ops_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -27,36 +26,17 @@ func testCluster(t *testing.T, topics map[string]int32) ([]string, *kadm.Client)
 	return addrs, adm
 }
 
-// produce writes recs synchronously; a record with Partition >= 0 set
-// explicitly goes to that partition (manual partitioner).
+// produce writes recs synchronously (manual partitioner) and returns them
+// as written.
 func produce(t *testing.T, addrs []string, recs ...*kgo.Record) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	res := cl.ProduceSync(context.Background(), recs...)
-	if err := res.FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	out := make([]*kgo.Record, len(res))
-	for i, r := range res {
-		out[i] = r.Record
-	}
-	return out
+	return testkafka.Produce(t, addrs, recs...)
 }
 
 // waitFor polls cond every 10ms until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkafka.WaitFor(t, d, what, cond)
 }
 
 // runProcessor starts a processor and returns a function that stops it
