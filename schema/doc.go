@@ -48,9 +48,10 @@
 // a type change or a required field added); TestBackwardCompatibleWithHistory
 // fails otherwise, and also until the new version is released by copying it
 // to the next vN file. As with the registry's BACKWARD level, consumers are
-// upgraded before producers; WithVersion pins a topic to a released version
-// (encode and decode exactly as a build that only knew it), for producers
-// during a rolling upgrade and for running "the old build" in tests.
+// upgraded before producers; WithWriterVersion pins what a producer writes to
+// a released version during a rolling upgrade (it still reads every version
+// fully), and WithVersion pins a topic both ways (encode and decode exactly
+// as a build that only knew it), for running "the old build" in tests.
 //
 // Released versions:
 //

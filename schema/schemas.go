@@ -44,7 +44,7 @@ type contract struct {
 	codec    eventCodec
 	// version is the released version (avro/history/<topic>.v<N>.avsc)
 	// this contract is; pinned is true when it is an older one than the
-	// current file, chosen with WithVersion.
+	// current file, chosen with WithVersion or WithWriterVersion.
 	version int
 	pinned  bool
 }
@@ -116,15 +116,16 @@ func loadReleases() (map[string][]string, error) {
 // releasedContract returns the contract of topic's released version n: the
 // current contract when n is the newest release, else one built from
 // avro/history/<topic>.v<n>.avsc with the JSON Schema generated from it.
-func releasedContract(topic string, n int) (*contract, error) {
+// opt names the option asking for it in errors ("WithVersion").
+func releasedContract(opt, topic string, n int) (*contract, error) {
 	cur, ok := contracts[topic]
 	if !ok {
-		return nil, fmt.Errorf("schema: WithVersion(%q, %d): %w", topic, n, ErrUnknownTopic)
+		return nil, fmt.Errorf("schema: %s(%q, %d): %w", opt, topic, n, ErrUnknownTopic)
 	}
 	vs := releases[topic]
 	if n < 1 || n > len(vs) {
-		return nil, fmt.Errorf("schema: WithVersion(%q, %d): not a released version; %s has v1 to v%d (avro/history/%s.v<N>.avsc)",
-			topic, n, topic, len(vs), topic)
+		return nil, fmt.Errorf("schema: %s(%q, %d): not a released version; %s has v1 to v%d (avro/history/%s.v<N>.avsc)",
+			opt, topic, n, topic, len(vs), topic)
 	}
 	if n == len(vs) {
 		return cur, nil
@@ -156,8 +157,8 @@ func releasedContract(topic string, n int) (*contract, error) {
 
 // Versions returns the number of released versions of a topic's schema
 // (avro/history/<topic>.v1.avsc to .v<N>.avsc): the newest, N, is the schema
-// this build writes by default, and 1 to N are what WithVersion accepts. It
-// returns 0 for a topic without a schema.
+// this build writes by default, and 1 to N are what WithVersion and
+// WithWriterVersion accept. It returns 0 for a topic without a schema.
 func Versions(topic string) int { return len(releases[topic]) }
 
 func loadContract(topic string, c eventCodec) (*contract, error) {

@@ -58,6 +58,7 @@ type options struct {
 	negativeTTL   time.Duration
 	lookupOnly    bool
 	versions      map[string]int // topic -> released version, see WithVersion
+	writers       map[string]int // topic -> released version, see WithWriterVersion
 }
 
 // WithLookupTimeout bounds each registry lookup that Decode makes for a
@@ -106,21 +107,55 @@ func WithLookupOnly() Opt {
 // when the topic has no schema (ErrUnknownTopic) or n is not a released
 // version.
 //
-// It is the rolling-upgrade tool. The registry's BACKWARD level guarantees
-// that a new schema reads data written with the old one, so consumers are
-// upgraded first. Until every consumer runs a build that knows the new
-// version, pin the upgraded producers to the old one with WithVersion, and
-// remove the pin once the old builds are gone. (A change that is also
-// FORWARD compatible, such as an optional field added with a default, is
-// read by old consumers too, as Avro resolution skips the writer's extra
-// fields; the pin is then optional.) A pinned instance also runs as the old
-// build in tests, side by side with new ones.
+// It emulates the old build, in tests side by side with new ones. It is
+// not the production rollout pin: an instance pinned with it also reads as
+// the old build, so its consumers drop the fields version n lacks (an
+// orderCreated v2 record's channel) from every newer record. Production
+// pins producers with WithVersion's writer-only twin, WithWriterVersion.
+// New fails when WithVersion and WithWriterVersion name the same topic.
 func WithVersion(topic string, n int) Opt {
 	return func(o *options) {
 		if o.versions == nil {
 			o.versions = map[string]int{}
 		}
 		o.versions[topic] = n
+	}
+}
+
+// WithWriterVersion makes the Serde encode topic's values with its released
+// schema version n (avro/history/<topic>.v<n>.avsc, 1 to Versions(topic))
+// while it keeps decoding with the newest schema of this build:
+//
+//   - New registers (or, with WithLookupOnly, looks up) version n under the
+//     subject, and Encode writes its schema id and leaves out the fields
+//     version n lacks (an OrderCreated's Channel under orderCreated v1),
+//     exactly as WithVersion does;
+//   - Decode reads records of every version, the ones written with version
+//     n or older and the newer ones, with the current schema, as a Serde
+//     without the option does: no field of a newer record is dropped.
+//
+// Default: every topic written with its newest released version (n equal to
+// Versions(topic) changes nothing). The last WithWriterVersion for a topic
+// wins. New fails, naming the versions there are, when the topic has no
+// schema (ErrUnknownTopic) or n is not a released version, and when
+// WithVersion names the same topic too (one would undo half of the other).
+//
+// It is the rolling-upgrade pin for producers. The registry's BACKWARD
+// level guarantees that a new schema reads data written with the old one,
+// so consumers are upgraded first; until every consumer runs a build that
+// knows the new version, the upgraded instances write the old version with
+// WithWriterVersion (and still read the new records of others fully), and
+// the pin is removed once the old builds are gone. (A change that is also
+// FORWARD compatible, such as an optional field added with a default, is
+// read by old consumers too, as Avro resolution skips the writer's extra
+// fields; the pin is then optional.) SchemaVersion reports n, so a producer
+// can refuse input that version n cannot carry.
+func WithWriterVersion(topic string, n int) Opt {
+	return func(o *options) {
+		if o.writers == nil {
+			o.writers = map[string]int{}
+		}
+		o.writers[topic] = n
 	}
 }
 
@@ -150,9 +185,12 @@ type Serde struct {
 // (a random schema id per record) could otherwise grow without limit.
 const maxNegatives = 4096
 
-// topicState is a contract plus the schema id this Serde encodes with.
+// topicState is the contract this Serde decodes with, the one it encodes
+// with (the same unless WithWriterVersion chose another) and the latter's
+// schema id.
 type topicState struct {
 	*contract
+	writer *contract
 	id     int
 	header [headerSize]byte
 }
@@ -187,13 +225,14 @@ var errNotFound = errors.New("not found")
 
 // New returns a Serde that uses client to register (or, with
 // WithLookupOnly, look up) each topic's Avro schema (the current one, or the
-// released version chosen with WithVersion) under its TopicNameStrategy
+// released version chosen with WithVersion or WithWriterVersion) under its TopicNameStrategy
 // subject "<topic>-value" and later to resolve the schema ids of records it
 // decodes. Registering is idempotent: the registry answers an already
 // registered schema with its existing id. The ids are cached both ways.
 //
-// It fails when client is nil, when a WithVersion names a topic without a
-// schema or a version that was not released, or when the registry refuses or
+// It fails when client is nil, when a WithVersion or WithWriterVersion names
+// a topic without a schema or a version that was not released, when both
+// name the same topic, or when the registry refuses or
 // cannot be reached (for example a schema that is not compatible with the
 // versions already under its subject); the error names the subject. ctx
 // bounds the registration calls only.
@@ -210,11 +249,23 @@ func New(ctx context.Context, client *sr.Client, opts ...Opt) (*Serde, error) {
 		chosen[topic] = c
 	}
 	for topic, n := range o.versions {
-		c, err := releasedContract(topic, n)
+		if w, ok := o.writers[topic]; ok {
+			return nil, fmt.Errorf("schema: WithVersion(%q, %d) and WithWriterVersion(%q, %d) name the same topic; "+
+				"use WithWriterVersion alone to pin what a producer writes", topic, n, topic, w)
+		}
+		c, err := releasedContract("WithVersion", topic, n)
 		if err != nil {
 			return nil, err
 		}
 		chosen[topic] = c
+	}
+	writers := make(map[string]*contract, len(contracts))
+	for topic, n := range o.writers {
+		c, err := releasedContract("WithWriterVersion", topic, n)
+		if err != nil {
+			return nil, err
+		}
+		writers[topic] = c
 	}
 	s := &Serde{
 		client:    client,
@@ -226,7 +277,11 @@ func New(ctx context.Context, client *sr.Client, opts ...Opt) (*Serde, error) {
 		now:       time.Now,
 	}
 	for _, topic := range Topics() {
-		c := chosen[topic]
+		r := chosen[topic]
+		c := r
+		if w, ok := writers[topic]; ok {
+			c = w
+		}
 		in := sr.Schema{Schema: c.avroText, Type: sr.TypeAvro}
 		var (
 			ss  sr.SubjectSchema
@@ -244,12 +299,20 @@ func New(ctx context.Context, client *sr.Client, opts ...Opt) (*Serde, error) {
 			}
 			return nil, fmt.Errorf("schema: %s schema of subject %s: %w", verb, c.subject, err)
 		}
-		ts := &topicState{contract: c, id: ss.ID}
+		ts := &topicState{contract: r, writer: c, id: ss.ID}
 		ts.header[0] = magicByte
 		binary.BigEndian.PutUint32(ts.header[1:], uint32(ss.ID))
 		s.topics[topic] = ts
 		s.subjects = append(s.subjects, c.subject)
-		s.plans.Store(planKey{topic, ss.ID}, &plan{schema: c.avro})
+		own := &plan{schema: r.avro} // how this Serde reads what it writes
+		if c != r && c.avro.Fingerprint() != r.avro.Fingerprint() {
+			resolved, err := s.compat.Resolve(r.avro, c.avro)
+			if err != nil { // the schema gate keeps every release readable
+				return nil, fmt.Errorf("schema: %s: this build's schema cannot read v%d: %w", topic, c.version, err)
+			}
+			own = &plan{schema: resolved}
+		}
+		s.plans.Store(planKey{topic, ss.ID}, own)
 	}
 	return s, nil
 }
@@ -260,11 +323,11 @@ func New(ctx context.Context, client *sr.Client, opts ...Opt) (*Serde, error) {
 func (s *Serde) Subjects() []string { return slices.Clone(s.subjects) }
 
 // SchemaText returns the Avro schema text that Encode writes for topic (the
-// embedded .avsc, or the released version chosen with WithVersion), or ""
-// when the topic has no schema.
+// embedded .avsc, or the released version chosen with WithVersion or
+// WithWriterVersion), or "" when the topic has no schema.
 func (s *Serde) SchemaText(topic string) string {
 	if t, ok := s.topics[topic]; ok {
-		return t.avroText
+		return t.writer.avroText
 	}
 	return ""
 }
@@ -279,9 +342,21 @@ func (s *Serde) SchemaID(topic string) (int, bool) {
 }
 
 // SchemaVersion returns the released version of the schema that Encode
-// writes and Decode reads with for topic: Versions(topic) unless WithVersion
-// chose another; 0 when the topic has no schema.
+// writes for topic: Versions(topic) unless WithVersion or WithWriterVersion
+// chose another; 0 when the topic has no schema. A producer compares it
+// with the version that added a field to refuse input it cannot write.
 func (s *Serde) SchemaVersion(topic string) int {
+	if t, ok := s.topics[topic]; ok {
+		return t.writer.version
+	}
+	return 0
+}
+
+// ReaderVersion returns the released version of the schema that Decode
+// reads topic's records with: Versions(topic) unless WithVersion chose
+// another (WithWriterVersion does not change it); 0 when the topic has no
+// schema.
+func (s *Serde) ReaderVersion(topic string) int {
 	if t, ok := s.topics[topic]; ok {
 		return t.version
 	}
@@ -323,7 +398,7 @@ func (s *Serde) Encode(topic string, v any) (out []byte, err error) {
 	w.Reset(nil)
 	w.Error = nil
 	_, _ = w.Write(t.header[:])
-	if _, err := t.codec.encodeAvro(w, t.avro, v); err != nil {
+	if _, err := t.codec.encodeAvro(w, t.writer.avro, v); err != nil {
 		return nil, newError(ErrInvalid, topic, t.id, "", "does not fit the Avro schema", err)
 	}
 	return bytes.Clone(w.Buffer()), nil

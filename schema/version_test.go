@@ -209,3 +209,108 @@ func TestWithVersionActsAsOldBuild(t *testing.T) {
 		})
 	}
 }
+
+// A producer pinned with WithWriterVersion writes exactly what the v1 build
+// wrote (v1's id and body) but reads every record with the current schema:
+// a v2 record keeps its channel, which WithVersion would drop.
+func TestWithWriterVersionWritesOldReadsNew(t *testing.T) {
+	reg := newFakeRegistry(t)
+	ctx := context.Background()
+	const topic = order.TopicOrderCreated
+	pinned, err := New(ctx, reg.client, WithWriterVersion(topic, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := New(ctx, reg.client, WithVersion(topic, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := New(ctx, reg.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := mustID(t, pinned, topic), mustID(t, old, topic); got != want {
+		t.Fatalf("writer-pinned schema id %d, want v1's %d", got, want)
+	}
+	v1, _ := os.ReadFile(filepath.Join("avro", "history", "orderCreated.v1.avsc"))
+	if pinned.SchemaText(topic) != string(v1) || pinned.SchemaVersion(topic) != 1 || pinned.ReaderVersion(topic) != 2 ||
+		old.ReaderVersion(topic) != 1 || cur.ReaderVersion(topic) != 2 {
+		t.Fatalf("writer-pinned: SchemaVersion %d, ReaderVersion %d, text of v1 %v; WithVersion ReaderVersion %d",
+			pinned.SchemaVersion(topic), pinned.ReaderVersion(topic), pinned.SchemaText(topic) == string(v1), old.ReaderVersion(topic))
+	}
+
+	ev := sampleOrder(2) // Channel "web"
+	noChannel := ev
+	noChannel.Channel = ""
+
+	b1, err := pinned.Encode(topic, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bOld, err := old.Encode(topic, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b1) != string(bOld) {
+		t.Fatalf("writer-pinned Encode differs from WithVersion's (the v1 build's)")
+	}
+	b2, err := cur.Encode(topic, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want order.OrderCreated
+	}{
+		{"own v1 record", b1, noChannel},
+		{"v2 record", b2, ev},
+	} {
+		var got order.OrderCreated
+		if _, err := pinned.Decode(topic, c.b, &got); err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("writer-pinned reader, %s: %v\n got %#v\nwant %#v", c.name, err, got, c.want)
+		}
+	}
+	j, _ := json.Marshal(ev)
+	var gotJ order.OrderCreated
+	if _, err := pinned.Decode(topic, j, &gotJ); err != nil || gotJ.Channel != "web" {
+		t.Errorf("writer-pinned reader, JSON with channel: %v, channel %q", err, gotJ.Channel)
+	}
+	// Other topics are not pinned.
+	if mustID(t, pinned, order.TopicPaymentProcessed) != mustID(t, cur, order.TopicPaymentProcessed) {
+		t.Errorf("paymentProcessed pinned too")
+	}
+}
+
+func TestWithWriterVersionErrors(t *testing.T) {
+	reg := newFakeRegistry(t)
+	latest := Versions(order.TopicOrderCreated)
+	for _, c := range []struct {
+		name string
+		opts []Opt
+		want string
+		is   error
+	}{
+		{"zero", []Opt{WithWriterVersion(order.TopicOrderCreated, 0)}, "WithWriterVersion(\"orderCreated\", 0): not a released version", nil},
+		{"unreleased", []Opt{WithWriterVersion(order.TopicOrderCreated, latest+1)}, "v1 to v" + strconv.Itoa(latest), nil},
+		{"unknown topic", []Opt{WithWriterVersion("nope", 1)}, "unknown topic", ErrUnknownTopic},
+		{"both options", []Opt{WithVersion(order.TopicOrderCreated, 1), WithWriterVersion(order.TopicOrderCreated, 1)}, "name the same topic", nil},
+	} {
+		_, err := New(context.Background(), reg.client, c.opts...)
+		if err == nil || !strings.Contains(err.Error(), c.want) || (c.is != nil && !errors.Is(err, c.is)) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+	// Different topics combine; the newest version changes nothing.
+	s, err := New(context.Background(), reg.client, WithVersion(order.TopicPaymentProcessed, 1), WithWriterVersion(order.TopicOrderCreated, latest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := New(context.Background(), reg.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mustID(t, s, order.TopicOrderCreated) != mustID(t, cur, order.TopicOrderCreated) || s.SchemaVersion(order.TopicOrderCreated) != latest {
+		t.Errorf("WithWriterVersion(latest) differs from the default")
+	}
+}
