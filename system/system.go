@@ -15,7 +15,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 
@@ -156,7 +159,22 @@ type System struct {
 	wg     sync.WaitGroup
 	errMu  sync.Mutex
 	errs   []error
+	// failed is closed when the first service stops with an error.
+	failed chan struct{}
 }
+
+// MaxMemberIDLen is the longest Config.MemberID (--member-id) in bytes. The
+// id is part of fulfillment's transactional ids, which are also the
+// members' Kafka client ids ("ordercast-fulfillment-<MemberID>-<n>" plus
+// `up`'s TransactionalIDSuffix), and a client id may have at most 256
+// bytes (franz-go's limit, the client.id a broker accepts in a request
+// header); 200 leaves room for the rest. A longer id makes Start fail.
+const MaxMemberIDLen = 200
+
+// MaxSessionTimeout is Kafka's default group.max.session.timeout.ms (30
+// minutes): a broker with its default answers a longer session timeout
+// with INVALID_SESSION_TIMEOUT at every join.
+const MaxSessionTimeout = 30 * time.Minute
 
 func (c *Config) defaults() {
 	if c.Logger == nil {
@@ -218,7 +236,10 @@ func (c *Config) instances(svc string) int {
 func Start(ctx context.Context, cfg Config) (*System, error) {
 	cfg.defaults()
 	log := cfg.Logger
-	s := &System{cfg: cfg}
+	s := &System{cfg: cfg, failed: make(chan struct{})}
+	if len(cfg.MemberID) > MaxMemberIDLen {
+		return nil, fmt.Errorf("member id of %d bytes (--member-id, %s): want at most %d (it is part of Kafka client and transactional ids)", len(cfg.MemberID), EnvMemberID, MaxMemberIDLen)
+	}
 	flt, err := parseFaults(os.Getenv(EnvFault))
 	if err != nil {
 		return nil, err
@@ -229,7 +250,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 	}
 	if s.DB, err = store.Open(ctx, cfg.DSN); err != nil {
-		return nil, fmt.Errorf("database %q (--db): %w", cfg.DSN, err)
+		return nil, fmt.Errorf("database %q (--db): %w", RedactDSN(cfg.DSN), err)
 	}
 	if err := s.DB.Migrate(ctx); err != nil {
 		s.DB.Close()
@@ -353,7 +374,10 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		f := &fulfillment.Service{Serde: s.Serde, Logger: log}
 		for i := range cfg.instances(ServiceFulfillment) {
 			txnID := fmt.Sprintf("ordercast-fulfillment-%s-%d%s", cfg.MemberID, i+1, cfg.TransactionalIDSuffix)
-			if err := fenceTransactionalID(ctx, kopts, txnID); err != nil {
+			if err := fenceTransactionalID(ctx, kopts, txnID, cfg.TransactionTimeout); errors.Is(err, kerr.InvalidTransactionTimeout) {
+				s.Stop(context.Background())
+				return nil, fmt.Errorf("fulfillment: the broker refuses transaction timeout %v (--transaction-timeout): it is above the broker's transaction.max.timeout.ms (Kafka's default 15m); lower the flag or raise the broker setting: %w", effectiveTxnTimeout(cfg.TransactionTimeout), err)
+			} else if err != nil {
 				log.Warn("could not fence the previous incarnation's transactions; they end at their timeout", "transactional_id", txnID, "error", err)
 			}
 			t, err := processor.NewTransactional(txnID, flt.txnHandler(txnID, f.Transform),
@@ -406,10 +430,44 @@ func (s *System) goRun(name string, run func(context.Context) error) {
 		if err := run(s.runCtx); err != nil && !errors.Is(err, context.Canceled) {
 			s.cfg.Logger.Error("service stopped with an error", "service", name, "error", err)
 			s.errMu.Lock()
-			s.errs = append(s.errs, fmt.Errorf("%s: %w", name, err))
+			s.errs = append(s.errs, fmt.Errorf("service %s stopped: %w", name, err))
+			if len(s.errs) == 1 {
+				close(s.failed)
+			}
 			s.errMu.Unlock()
 		}
 	}()
+}
+
+// Failed returns a channel that is closed when the first service (a group
+// member, the outbox relay) stops with an error while the system runs; Err
+// then says which and why. A service that stops with an error is not
+// restarted and the others keep running, so a process should then Stop and
+// exit (non-zero) for its supervisor to restart it. The channel is never
+// closed by Stop itself. Safe to call concurrently.
+func (s *System) Failed() <-chan struct{} { return s.failed }
+
+// Err returns the first error a service stopped with ("service NAME
+// stopped: ..."), or nil while none has. Safe to call concurrently.
+func (s *System) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if len(s.errs) == 0 {
+		return nil
+	}
+	return s.errs[0]
+}
+
+// Wait blocks until ctx ends, returning nil, or until a service stops with an
+// error, returning that error (see Failed). It does not stop the system:
+// call Stop after it in either case.
+func (s *System) Wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-s.failed:
+		return s.Err()
+	}
 }
 
 // Health is the readiness view of every member in this process.
@@ -515,6 +573,33 @@ func txnTimeout(d time.Duration) processor.Opt {
 	return processor.TransactionTimeout(d)
 }
 
+// effectiveTxnTimeout is d, or Kafka's default transaction.timeout.ms (60 s)
+// for 0.
+func effectiveTxnTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return 60 * time.Second
+	}
+	return d
+}
+
+// RedactDSN returns dsn with the password of a URL DSN
+// (postgres://user:PASSWORD@host/db) replaced by "xxxxx" (url.URL.Redacted),
+// for errors and logs. A DSN that does not parse as a URL loses everything
+// between "://" and its last "@". Others (sqlite:PATH) are returned as is.
+func RedactDSN(dsn string) string {
+	i := strings.Index(dsn, "://")
+	if i < 0 {
+		return dsn
+	}
+	if u, err := url.Parse(dsn); err == nil {
+		return u.Redacted()
+	}
+	if at := strings.LastIndex(dsn, "@"); at > i {
+		return dsn[:i+3] + "xxxxx" + dsn[at:]
+	}
+	return dsn
+}
+
 // fenceTransactionalID initialises the transactional id once
 // (InitProducerID) and lets it go. The coordinator then aborts the
 // transaction a previous incarnation of this member left open (a SIGKILL
@@ -523,10 +608,13 @@ func txnTimeout(d time.Duration) processor.Opt {
 // input), and meanwhile the open transaction holds back the last stable
 // offset of every partition it wrote to, stalling read_committed readers
 // until transaction.timeout.ms.
-func fenceTransactionalID(ctx context.Context, kopts []kgo.Opt, txnID string) error {
-	// The same transaction timeout as the runtime's sessions
-	// (processor.NewTransactional): a broker may keep the first one it saw.
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...), kgo.TransactionalID(txnID), kgo.TransactionTimeout(60*time.Second))...)
+//
+// It uses the member's transaction timeout (d, 0: Kafka's default 60 s):
+// a broker may keep the first one it saw, and one above the broker's
+// transaction.max.timeout.ms fails here with kerr.InvalidTransactionTimeout,
+// which Start reports instead of letting the member fail at every join.
+func fenceTransactionalID(ctx context.Context, kopts []kgo.Opt, txnID string, d time.Duration) error {
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...), kgo.TransactionalID(txnID), kgo.TransactionTimeout(effectiveTxnTimeout(d)))...)
 	if err != nil {
 		return err
 	}
