@@ -186,6 +186,9 @@ func (c *common) config() (system.Config, error) {
 		return cfg, fmt.Errorf("--member-id %q: want a non-empty name for this process, such as f1 (leave the flag out for the host name)", c.memberID)
 	}
 	cfg.MemberID = strings.TrimSpace(c.memberID)
+	if len(cfg.MemberID) > system.MaxMemberIDLen {
+		return cfg, fmt.Errorf("--member-id (or %s) of %d bytes: want at most %d; it becomes part of Kafka client ids and transactional ids (ordercast-fulfillment-<id>-<n>), which Kafka clients limit to 256 bytes", system.EnvMemberID, len(cfg.MemberID), system.MaxMemberIDLen)
+	}
 	if c.sessionTO != "" {
 		d, err := time.ParseDuration(c.sessionTO)
 		if err != nil || d < time.Millisecond {
@@ -194,6 +197,9 @@ func (c *common) config() (system.Config, error) {
 				name = system.EnvSessionTimeout + " (the default of --session-timeout)"
 			}
 			return cfg, fmt.Errorf("%s %q: want a positive duration such as 10s (the group session timeout, session.timeout.ms)", name, c.sessionTO)
+		}
+		if d > system.MaxSessionTimeout {
+			return cfg, fmt.Errorf("--session-timeout %v: want at most %v, Kafka's default group.max.session.timeout.ms (a broker answers longer ones with INVALID_SESSION_TIMEOUT at every join)", d, system.MaxSessionTimeout)
 		}
 		cfg.SessionTimeout = d
 	} else if c.fs.Changed("session-timeout") {
@@ -297,11 +303,11 @@ func checkDSN(dsn string, fromFlag bool) error {
 		return nil
 	case strings.HasPrefix(d, "sqlite:"):
 		if strings.TrimPrefix(strings.TrimPrefix(d, "sqlite:"), "//") == "" {
-			return fmt.Errorf("%s %q: sqlite: needs a path, such as sqlite:/var/lib/ordercast/ordercast.db", dsnSource(fromFlag), dsn)
+			return fmt.Errorf("%s %q: sqlite: needs a path, such as sqlite:/var/lib/ordercast/ordercast.db", dsnSource(fromFlag), system.RedactDSN(dsn))
 		}
 		return nil
 	}
-	return fmt.Errorf("%s %q: want sqlite:PATH (such as sqlite:ordercast.db) or postgres://user:pass@host:5432/db (also postgresql://)", dsnSource(fromFlag), dsn)
+	return fmt.Errorf("%s %q: want sqlite:PATH (such as sqlite:ordercast.db) or postgres://user:pass@host:5432/db (also postgresql://)", dsnSource(fromFlag), system.RedactDSN(dsn))
 }
 
 func dsnSource(fromFlag bool) string {

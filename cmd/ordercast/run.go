@@ -52,18 +52,40 @@ Needs --brokers (or KAFKA_BROKERS), --registry (or SCHEMA_REGISTRY_URL) and --db
 					return fmt.Errorf("--instances names %s, which this process does not run (it runs %s)", svc, strings.Join(args, ", "))
 				}
 			}
+			if cfg.TransactionTimeout > 0 && !slices.Contains(args, system.ServiceFulfillment) {
+				return fmt.Errorf("--transaction-timeout applies only to %s, which this process does not run (it runs %s)", system.ServiceFulfillment, strings.Join(args, ", "))
+			}
 			cfg.Services = args
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			sys, err := system.Start(ctx, cfg)
+			sys, err := startSystem(ctx, cfg)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "ordercast run %s: serving on http://%s\n", strings.Join(args, " "), sys.HTTPAddr())
-			<-ctx.Done()
-			return sys.Stop(context.Background())
+			return waitAndStop(ctx, sys, "run "+strings.Join(args, " "))
 		},
 	}
 	f.register(cmd, false)
 	return cmd
+}
+
+// startSystem is system.Start; tests replace it to make a service fail.
+var startSystem = system.Start
+
+// waitAndStop serves until ctx ends (a signal) or a service stops with an
+// error, then stops the system cleanly. A failed service makes it return
+// that error, so that the process exits 1 and its supervisor restarts it
+// instead of keeping a process whose /healthz still answers 200 while a
+// service is gone.
+func waitAndStop(ctx context.Context, sys *system.System, what string) error {
+	failure := sys.Wait(ctx)
+	if failure != nil {
+		fmt.Fprintf(os.Stderr, "ordercast %s: %v; stopping the other services and exiting\n", what, failure)
+	}
+	stopErr := sys.Stop(context.Background())
+	if failure != nil {
+		return failure
+	}
+	return stopErr
 }

@@ -205,7 +205,7 @@ func runUp(parent context.Context, f *upFlags) error {
 		}
 		cfg.DSN = "sqlite:" + filepath.Join(f.dataDir, "ordercast.db")
 	}
-	sys, err := system.Start(ctx, cfg)
+	sys, err := startSystem(ctx, cfg)
 	if err != nil {
 		if ctx.Err() == nil {
 			return err
@@ -223,15 +223,28 @@ func runUp(parent context.Context, f *upFlags) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "ordercast up: checkout on http://%s (POST /orders, GET /orders/{id}), metrics on /metrics; brokers %v, registry %s, db %s\n",
-		sys.HTTPAddr(), cfg.Brokers, cfg.RegistryURL, cfg.DSN)
+		sys.HTTPAddr(), cfg.Brokers, cfg.RegistryURL, system.RedactDSN(cfg.DSN))
 
-	var runErr error
-	if f.replayFile != "" {
-		runErr = replayAndReport(ctx, f, sys, invoices, start)
-	} else {
-		<-ctx.Done()
+	if f.replayFile == "" {
+		return waitAndStop(ctx, sys, "up")
 	}
+	// A service that stops with an error ends the replay as a signal
+	// would (the report names it), and up then exits 1.
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-sys.Failed():
+			cancel(sys.Err())
+		case <-rctx.Done():
+		}
+	}()
+	runErr := replayAndReport(rctx, f, sys, invoices, start)
 	fmt.Fprintln(os.Stderr, "ordercast up: shutting down: draining, committing, leaving the groups")
+	if failure := sys.Err(); failure != nil {
+		_ = sys.Stop(context.Background())
+		return &exitError{code: 1, msg: "up: " + failure.Error()}
+	}
 	if err := sys.Stop(context.Background()); err != nil && runErr == nil {
 		runErr = err
 	}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/system"
+)
+
+// TestRunExitsWhenServiceFails: when a service stops with an error, run
+// stops the rest and returns that error (main exits 1) instead of serving
+// on as a zombie whose /healthz answers 200. The member is made to fail by
+// a transactional id (its client id) longer than Kafka clients allow.
+func TestRunExitsWhenServiceFails(t *testing.T) {
+	_, brokers := testkafka.Fake(t, nil)
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	orig := startSystem
+	t.Cleanup(func() { startSystem = orig })
+	startSystem = func(ctx context.Context, cfg system.Config) (*system.System, error) {
+		cfg.TransactionalIDSuffix = strings.Repeat("x", 300)
+		return orig(ctx, cfg)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ordercast(t, "run", "fulfillment", "--brokers", strings.Join(brokers, ","), "--registry", reg.URL(),
+			"--db", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--http", "127.0.0.1:0", "--partitions", "2", "--member-id", "f1")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "service fulfillment stopped") || !strings.Contains(err.Error(), "client id length") {
+			t.Fatalf("run returned %v; want the fulfillment member's error", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("run still running 60s after its only service failed")
+	}
+}
+
+// Flags found by a user review: each is refused at once, naming the flag,
+// the limit and the Kafka setting behind it.
+func TestReviewFlagLimits(t *testing.T) {
+	run := func(svc string, extra ...string) []string {
+		return append([]string{"run", svc, "--brokers", "127.0.0.1:1", "--registry", "http://127.0.0.1:1", "--db", "sqlite:" + t.TempDir() + "/x.db"}, extra...)
+	}
+	checkFlagErrors(t, []flagCase{
+		{run("fulfillment", "--member-id", strings.Repeat("m", 300)), []string{"--member-id", "300 bytes", "at most 200"}},
+		{upQuick(t, "--member-id", strings.Repeat("m", 201)), []string{"--member-id", "at most 200"}},
+		{run("orders", "--session-timeout", "1h"), []string{"--session-timeout", "at most 30m", "group.max.session.timeout.ms"}},
+		{run("orders", "--transaction-timeout", "15s"), []string{"--transaction-timeout", "fulfillment", "runs orders"}},
+		{run("orders", "--db", "mysql://app:S3cretPW@h/x"), []string{"--db", "app:xxxxx@h"}},
+	})
+	out, err := ordercast(t, run("orders", "--db", "mysql://app:S3cretPW@h/x")...)
+	if err == nil || strings.Contains(err.Error()+out, "S3cretPW") {
+		t.Errorf("--db password shown: %v %s", err, out)
+	}
+}
