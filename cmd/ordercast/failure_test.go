@@ -61,3 +61,29 @@ func TestReviewFlagLimits(t *testing.T) {
 		t.Errorf("--db password shown: %v %s", err, out)
 	}
 }
+
+// TestUpExitsWhenServiceFails: the same for up (without --replay).
+func TestUpExitsWhenServiceFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the embedded stack")
+	}
+	orig := startSystem
+	t.Cleanup(func() { startSystem = orig })
+	startSystem = func(ctx context.Context, cfg system.Config) (*system.System, error) {
+		cfg.TransactionalIDSuffix = strings.Repeat("x", 300)
+		return orig(ctx, cfg)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ordercast(t, upQuick(t, "--partitions", "2", "--seed-data", oneDay)...)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "service fulfillment stopped") {
+			t.Fatalf("up returned %v; want the fulfillment member's error", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("up still running 60s after a service failed")
+	}
+}
