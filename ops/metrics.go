@@ -42,7 +42,7 @@ type LagCollector struct {
 // prometheus.Registerer. MinInterval defaults to 2s and Timeout to 5s; see
 // the fields' setters.
 func NewLagCollector(adm *kadm.Client, groups ...string) *LagCollector {
-	return &LagCollector{
+	c := &LagCollector{
 		adm:         adm,
 		groups:      groups,
 		minInterval: 2 * time.Second,
@@ -57,6 +57,12 @@ func NewLagCollector(adm *kadm.Client, groups ...string) *LagCollector {
 		errs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ordercast_group_lag_errors_total",
 			Help: "Lag computations that failed; the group's lag series are missing from that scrape."}, []string{"group"}),
 	}
+	// Named groups' error counters exist at 0 from the start, so that
+	// rate() and increase() see their first failure.
+	for _, g := range groups {
+		c.errs.WithLabelValues(g)
+	}
+	return c
 }
 
 // WithMinInterval sets how long a computed result is reused (default 2s;
@@ -119,8 +125,9 @@ func (c *LagCollector) snapshot() []GroupInfo {
 		return c.last
 	}
 	for _, g := range infos {
+		errs := c.errs.WithLabelValues(g.Group) // the series exists from the first scrape, at 0
 		if g.Error != "" && !g.notFound {
-			c.errs.WithLabelValues(g.Group).Inc()
+			errs.Inc()
 		}
 	}
 	c.last, c.at = infos, time.Now()

@@ -141,6 +141,36 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// initGroup creates the group's counter series at 0 (a series otherwise
+// appears at its first increment, already at 1, which rate() and increase()
+// cannot see: an alert on the first dead-lettered record would never fire):
+// records failed (by the runtime's own classes), retried, dead-lettered,
+// forward failures to the DLQ and each retry topic, retry-topic writes,
+// commit and fetch errors, dropped stale records.
+func (m *Metrics) initGroup(group string, topics, retryTopics []string, dlq bool) {
+	if m == nil {
+		return
+	}
+	for _, t := range topics {
+		for _, class := range []string{ClassTransient, ClassPermanent, ClassTimeout} {
+			m.failed.WithLabelValues(group, t, class)
+		}
+		m.processed.WithLabelValues(group, t)
+		m.retriedC.WithLabelValues(group, t)
+		m.droppedC.WithLabelValues(group, t)
+	}
+	for _, rt := range retryTopics {
+		m.retryTopic.WithLabelValues(group, rt)
+		m.fwdFailed.WithLabelValues(group, rt)
+	}
+	if dlq {
+		m.deadLettered.WithLabelValues(group)
+		m.fwdFailed.WithLabelValues(group, DLQTopic(group))
+	}
+	m.commitErrs.WithLabelValues(group)
+	m.fetchErrors.WithLabelValues(group)
+}
+
 // partMetrics are the per-record series of one partition's topic, resolved
 // once per assignment rather than per record. A nil *partMetrics records
 // nothing.

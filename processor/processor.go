@@ -140,6 +140,7 @@ func New(opts ...Opt) (*Processor, error) {
 		p.retryIndex[t] = i
 	}
 	topics := append(append([]string{}, c.topics...), p.retryTopics...)
+	c.metrics.initGroup(c.group, c.topics, p.retryTopics, c.dlq)
 
 	// Kafka's fetch.max.wait.ms default (franz-go's is 5s): a partition
 	// resumed after a pause joins the next fetch only once the fetch in

@@ -81,6 +81,7 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 		c.clientID = transactionalID
 	}
 	c.logger = c.logger.With("group", c.group, "transactional_id", transactionalID)
+	c.metrics.initGroup(c.group, c.topics, nil, true)
 	return &TxnProcessor{cfg: c, txnID: transactionalID, handler: h}, nil
 }
 
