@@ -51,18 +51,32 @@ type testEnv struct {
 	cluster  *kfake.Cluster
 	producer *kgo.Client
 	serde    *schema.Serde
+	registry *sr.Client // the in-memory registry the Serde registered with
 	reg      *prometheus.Registry
 	svc      *checkout.Service
 	handler  http.Handler
 }
 
-type envOpt func(*checkout.Config)
-
-func withProduceTimeout(d time.Duration) envOpt {
-	return func(c *checkout.Config) { c.ProduceTimeout = d }
+// envSettings is what envOpts change: the Service's Config and the options
+// of its Serde.
+type envSettings struct {
+	cfg       checkout.Config
+	serdeOpts []schema.Opt
 }
 
-func withMaxBody(n int64) envOpt { return func(c *checkout.Config) { c.MaxBodyBytes = n } }
+type envOpt func(*envSettings)
+
+func withProduceTimeout(d time.Duration) envOpt {
+	return func(s *envSettings) { s.cfg.ProduceTimeout = d }
+}
+
+func withMaxBody(n int64) envOpt { return func(s *envSettings) { s.cfg.MaxBodyBytes = n } }
+
+// withSerde adds options to the Serde of the environment (and of its
+// instances), such as schema.WithWriterVersion.
+func withSerde(opts ...schema.Opt) envOpt {
+	return func(s *envSettings) { s.serdeOpts = append(s.serdeOpts, opts...) }
+}
 
 // newEnv builds a test environment on a fresh SQLite database.
 func newEnv(t *testing.T, opts ...envOpt) *testEnv {
@@ -107,16 +121,38 @@ func newEnvOn(t *testing.T, db *store.DB, opts ...envOpt) *testEnv {
 	if err != nil {
 		t.Fatalf("registry client: %v", err)
 	}
-	serde, err := schema.New(ctx, rcl)
+	e := &testEnv{t: t, db: db, brokers: brokers, cluster: cluster, producer: producer, registry: rcl}
+	e.serde, e.reg, e.svc = e.newService(opts...)
+	e.handler = e.svc.Handler()
+	return e
+}
+
+// instance returns another checkout Service on e's database, broker and
+// registry, with its own Serde and metrics changed by opts: a second
+// instance of the service, such as one pinned to an older schema version.
+func (e *testEnv) instance(opts ...envOpt) *testEnv {
+	e.t.Helper()
+	o := *e
+	o.serde, o.reg, o.svc = e.newService(opts...)
+	o.handler = o.svc.Handler()
+	return &o
+}
+
+func (e *testEnv) newService(opts ...envOpt) (*schema.Serde, *prometheus.Registry, *checkout.Service) {
+	t := e.t
+	t.Helper()
+	ctx := testCtx(t)
+	reg := prometheus.NewRegistry()
+	set := envSettings{cfg: checkout.Config{DB: e.db, Producer: e.producer, Registerer: reg, ProduceTimeout: 5 * time.Second}}
+	for _, o := range opts {
+		o(&set)
+	}
+	serde, err := schema.New(ctx, e.registry, set.serdeOpts...)
 	if err != nil {
 		t.Fatalf("serde: %v", err)
 	}
-	reg := prometheus.NewRegistry()
-	cfg := checkout.Config{DB: db, Serde: serde, Producer: producer, Registerer: reg, ProduceTimeout: 5 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	svc, err := checkout.New(ctx, cfg)
+	set.cfg.Serde = serde
+	svc, err := checkout.New(ctx, set.cfg)
 	if err != nil {
 		t.Fatalf("checkout.New: %v", err)
 	}
@@ -127,7 +163,7 @@ func newEnvOn(t *testing.T, db *store.DB, opts ...envOpt) *testEnv {
 			t.Errorf("checkout Close: %v", err)
 		}
 	})
-	return &testEnv{t: t, db: db, brokers: brokers, cluster: cluster, producer: producer, serde: serde, reg: reg, svc: svc, handler: svc.Handler()}
+	return serde, reg, svc
 }
 
 // testCtx is a context bounded well under the package's time budget.

@@ -55,6 +55,9 @@ func (s *Service) place(ctx context.Context, req *order.PlaceOrderRequest, hash,
 	if clientKey == "" {
 		// No key: a new order whatever happens, priced now; its row key
 		// is unique, so nothing can race for it.
+		if aerr := s.unwritable(req); aerr != nil {
+			return nil, aerr
+		}
 		ev, aerr := s.newEvent(req, order.NewID("ord_"), order.NewID("evt_"))
 		if aerr != nil {
 			return nil, aerr
@@ -126,12 +129,20 @@ type txError struct{ *apiError }
 // claim looks key up and decides, in one transaction, what place does:
 // replay a published row, re-publish a pending one, or insert a new pending
 // row (priced from the catalog, or prebuilt for a keyless request) and
-// publish it. A row with another hash is 422 idempotency_key_reused.
+// publish it. A row with another hash is 422 idempotency_key_reused. A
+// request this instance cannot write (unwritable) is refused only where an
+// event would be built: a published or pending row of the same request is
+// replayed or re-published whatever the version this instance writes, and
+// since the refusal is decided in the transaction that would insert the
+// row, no such request is ever stored by this instance.
 func (s *Service) claim(ctx context.Context, key, hash string, req *order.PlaceOrderRequest, prebuilt *order.OrderCreated) (*decision, *apiError) {
 	// Built at most once, outside any retry of the transaction.
 	fresh := prebuilt
 	var freshPayload []byte
 	build := func(orderID, eventID string) (*order.OrderCreated, []byte, error) {
+		if aerr := s.unwritable(req); aerr != nil {
+			return nil, nil, txError{aerr}
+		}
 		if fresh == nil || fresh.OrderID != orderID {
 			ev, aerr := s.newEvent(req, orderID, eventID)
 			if aerr != nil {

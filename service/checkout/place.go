@@ -106,16 +106,23 @@ func (s *Service) readRequest(w http.ResponseWriter, r *http.Request) (*order.Pl
 		}
 		return nil, reject(http.StatusBadRequest, order.ReasonMalformedJSON, "reading the request body: "+err.Error())
 	}
-	req, aerr := parseRequest(data)
-	if aerr == nil && req.Channel != "" && s.serde.SchemaVersion(order.TopicOrderCreated) < channelSince {
-		// Pinned to a version without channel (schema.WithVersion,
-		// --schema-version): refuse it as that build did, rather than
-		// accept it and drop it.
-		return nil, reject(http.StatusBadRequest, order.ReasonUnknownField, fmt.Sprintf(
-			"unknown member \"channel\": this checkout writes orderCreated v%d (--schema-version), which has no channel; send it to an upgraded instance or leave it out",
-			s.serde.SchemaVersion(order.TopicOrderCreated)))
+	return parseRequest(data)
+}
+
+// unwritable answers 400 unknown_field for a request this instance cannot
+// write: one with a channel when the orderCreated version it writes
+// (Serde.SchemaVersion: schema.WithWriterVersion or WithVersion,
+// --schema-version) has none, as the build that only knew that version
+// refused it, rather than accept it and drop the channel. place asks it only
+// for a new order, after the Idempotency-Key lookup, so that a retry of an
+// order an upgraded instance accepted is replayed here too.
+func (s *Service) unwritable(req *order.PlaceOrderRequest) *apiError {
+	v := s.serde.SchemaVersion(order.TopicOrderCreated)
+	if req.Channel == "" || v >= channelSince {
+		return nil
 	}
-	return req, aerr
+	return reject(http.StatusBadRequest, order.ReasonUnknownField, fmt.Sprintf(
+		"unknown member \"channel\": this checkout writes orderCreated v%d (--schema-version), which has no channel; send it to an upgraded instance or leave it out", v))
 }
 
 // channelSince is the orderCreated version that added channel.
