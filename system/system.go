@@ -99,17 +99,24 @@ type Config struct {
 	// (still correct, much slower). Default: env ORDERCAST_MEMBER_ID, else
 	// the host name.
 	MemberID string
-	// SchemaVersions pins topics to released schema versions, topic ->
-	// version (schema.WithVersion): this process encodes and decodes those
-	// topics exactly as a build that only knew that version, writing its
-	// schema id and leaving out, and not reading, the fields it lacks
-	// (orderCreated 1: no channel). It is for rolling upgrades: the
-	// registry's BACKWARD level lets consumers be upgraded first, so pin the
-	// upgraded producers (checkout) to the version the old instances know
-	// until every instance runs the new build, then remove the pin. Tests
-	// run "the old build" with it. Default nil: every topic at its current
-	// version. Start fails on a topic without a schema or a version that
-	// was not released (schema.Versions gives the newest).
+	// WriterSchemaVersions pins what this process writes, topic -> released
+	// version (schema.WithWriterVersion, the --schema-version flag): it
+	// encodes those topics as the build that only knew that version did
+	// (its schema id, without the fields it lacks; checkout then refuses a
+	// new order with a channel) and still reads every record with its
+	// newest schema. It is the rolling-upgrade tool: the registry's BACKWARD
+	// level lets consumers be upgraded first, so pin the upgraded producers
+	// to the version the old instances know until every instance runs the
+	// new build, then remove the pin. Default nil: every topic written at
+	// its newest version. Start fails on a topic without a schema, a version
+	// that was not released (schema.Versions gives the newest), or a topic
+	// also in SchemaVersions.
+	WriterSchemaVersions map[string]int
+	// SchemaVersions makes this process read AND write topics as the build
+	// that only knew a released version did (schema.WithVersion), dropping
+	// the newer fields of what it reads. It emulates an old build in tests
+	// (system TestRollingUpgradeSideBySide); in production pin writers with
+	// WriterSchemaVersions instead. Default nil.
 	SchemaVersions map[string]int
 	// SessionTimeout sets every member's group session timeout (and the
 	// rebalance timeout to twice it, the heartbeat interval to a sixth).
@@ -266,15 +273,18 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	for topic, n := range cfg.SchemaVersions {
 		serdeOpts = append(serdeOpts, schema.WithVersion(topic, n))
 	}
+	for topic, n := range cfg.WriterSchemaVersions {
+		serdeOpts = append(serdeOpts, schema.WithWriterVersion(topic, n))
+	}
 	if s.Serde, err = schema.New(ctx, srCl, serdeOpts...); err != nil {
 		s.DB.Close()
-		if len(cfg.SchemaVersions) > 0 {
-			return nil, fmt.Errorf("schema registry %q (--registry), schema versions %v: %w", cfg.RegistryURL, cfg.SchemaVersions, err)
+		if len(serdeOpts) > 0 {
+			return nil, fmt.Errorf("schema registry %q (--registry), schema versions %v, written %v (--schema-version): %w", cfg.RegistryURL, cfg.SchemaVersions, cfg.WriterSchemaVersions, err)
 		}
 		return nil, fmt.Errorf("schema registry %q (--registry): %w", cfg.RegistryURL, err)
 	}
-	if len(cfg.SchemaVersions) > 0 {
-		log.Info("schema versions pinned", "versions", cfg.SchemaVersions)
+	if len(serdeOpts) > 0 {
+		log.Info("schema versions pinned", "read_and_written", cfg.SchemaVersions, "written", cfg.WriterSchemaVersions)
 	}
 	kopts := append(append([]kgo.Opt{}, cfg.ClientOpts...), kgo.SeedBrokers(cfg.Brokers...))
 	if s.adminCl, err = kgo.NewClient(kopts...); err != nil {

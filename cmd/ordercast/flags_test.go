@@ -213,8 +213,8 @@ func TestTransactionTimeoutAndSchemaVersionFlags(t *testing.T) {
 	if cfg.TransactionTimeout != 15*time.Second {
 		t.Errorf("TransactionTimeout = %v, want 15s", cfg.TransactionTimeout)
 	}
-	if want := map[string]int{"orderCreated": 1, "paymentProcessed": 1}; !maps.Equal(cfg.SchemaVersions, want) {
-		t.Errorf("SchemaVersions = %v, want %v", cfg.SchemaVersions, want)
+	if want := map[string]int{"orderCreated": 1, "paymentProcessed": 1}; !maps.Equal(cfg.WriterSchemaVersions, want) || cfg.SchemaVersions != nil {
+		t.Errorf("WriterSchemaVersions = %v, SchemaVersions = %v; want %v and nil", cfg.WriterSchemaVersions, cfg.SchemaVersions, want)
 	}
 }
 
