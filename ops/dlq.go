@@ -582,13 +582,14 @@ func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error
 	return res, refusedErr(res)
 }
 
-// fencedErr says what a fenced replay means: another replay of the group
-// took over its transactional id (ordercast-dlq-<group>), and its open
-// transaction was aborted. The cause stays matchable (errors.Is
+// fencedErr says what a fenced replay or purge means: another replay or
+// purge of the group took over their shared transactional id
+// (ordercast-dlq-<group>), and this one's open transaction was aborted;
+// what it committed before stands. The cause stays matchable (errors.Is
 // kerr.ProducerFenced / kerr.InvalidProducerEpoch).
 func (d *DLQ) fencedErr(err error) error {
 	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
-		return fmt.Errorf("another dlq replay of group %s is running; wait for it or retry (records committed before are marked replayed, the rest are not: %w)", d.group, err)
+		return fmt.Errorf("another dlq replay or purge of group %s is running; wait for it or retry (what this one committed before stands, the rest did not happen: %w)", d.group, err)
 	}
 	return err
 }
@@ -872,12 +873,12 @@ func (d *DLQ) Purge(ctx context.Context, o PurgeOptions) (*PurgeResult, error) {
 			_ = txn.AbortBufferedRecords(actx)
 			_ = txn.EndTransaction(actx, kgo.TryAbort)
 			cancel()
-			return nil, fmt.Errorf("write the purge position of %s partition %d: %w", d.topic, pp.Partition, err)
+			return nil, d.fencedErr(fmt.Errorf("write the purge position of %s partition %d: %w", d.topic, pp.Partition, err))
 		}
 		lastState = pr[0].Record.Offset
 	}
 	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return nil, fmt.Errorf("commit the purge of %s: %w (nothing was purged; run it again)", d.topic, err)
+		return nil, d.fencedErr(fmt.Errorf("commit the purge of %s: %w (nothing was purged; run it again)", d.topic, err))
 	}
 	awaitStable(ctx, d.cl, lastState)
 	return res, nil

@@ -48,7 +48,7 @@ func TestFencedReplaySaysWhy(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the fenced replay did not end")
 	}
-	if err == nil || !strings.Contains(err.Error(), "another dlq replay of group c is running; wait for it or retry") {
+	if err == nil || !strings.Contains(err.Error(), "another dlq replay or purge of group c is running; wait for it or retry") {
 		t.Fatalf("fenced replay: %v", err)
 	}
 	if !errors.Is(err, kerr.ProducerFenced) && !errors.Is(err, kerr.InvalidProducerEpoch) {
