@@ -3,12 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -387,20 +383,5 @@ func TestUpReportOnTimeout(t *testing.T) {
 
 // processed reads ordercast_consumer_records_processed_total for a group.
 func processed(t *testing.T, base, group string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+base+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	total := 0
-	re := regexp.MustCompile(fmt.Sprintf(`ordercast_consumer_records_processed_total\{group="%s",topic="[^"]+"\} ([0-9.e+]+)`, group))
-	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-		v, _ := strconv.ParseFloat(m[1], 64)
-		total += int(v)
-	}
-	return total
+	return int(metricSum(base, "ordercast_consumer_records_processed_total", `group="`+group+`"`))
 }

@@ -21,8 +21,10 @@ import (
 // ORDERCAST_TEST_BROKERS, for tests that kill and restart its nodes.
 const EnvKafkaScript = "ORDERCAST_TEST_KAFKA_SCRIPT"
 
-// metricSum scrapes /metrics and sums every sample of the named metric.
-func metricSum(base, name string) float64 {
+// metricSum scrapes /metrics and sums every sample of the named metric
+// whose labels include each of the given `name="value"` pairs (0 when the
+// scrape fails).
+func metricSum(base, name string, labels ...string) float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+base+"/metrics", nil)
@@ -32,10 +34,16 @@ func metricSum(base, name string) float64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(?:\{[^}]*\})? ([0-9.e+]+)$`)
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(\{[^}]*\})? ([0-9.e+]+)$`)
 	total := 0.0
+next:
 	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-		v, _ := strconv.ParseFloat(m[1], 64)
+		for _, l := range labels {
+			if !strings.Contains(m[1], l) {
+				continue next
+			}
+		}
+		v, _ := strconv.ParseFloat(m[2], 64)
 		total += v
 	}
 	return total
