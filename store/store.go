@@ -238,7 +238,7 @@ func openSQLite(ctx context.Context, name string) (*DB, error) {
 	// one re-runs the pragmas.
 	sqlDB.SetConnMaxLifetime(0)
 	sqlDB.SetConnMaxIdleTime(0)
-	if err := sqlDB.PingContext(ctx); err != nil {
+	if err := pingSQLite(ctx, sqlDB); err != nil {
 		_ = sqlDB.Close()
 		return nil, fmt.Errorf("store: open sqlite %q: %w", name, err)
 	}
@@ -254,6 +254,33 @@ func openSQLite(ctx context.Context, name string) (*DB, error) {
 		}
 	}
 	return &DB{DB: sqlDB, Dialect: SQLite, writeSem: make(chan struct{}, 1)}, nil
+}
+
+// pingSQLite opens the first connection, retrying while it fails with
+// SQLITE_BUSY or SQLITE_LOCKED for at most SQLiteBusyTimeout. Opening a
+// connection runs the pragmas, and switching a new file to WAL needs the
+// exclusive lock: when several processes open the same new file at once,
+// SQLite may return SQLITE_BUSY at once instead of calling the busy handler
+// (it does so whenever waiting could deadlock; see
+// https://sqlite.org/c3ref/busy_handler.html), so busy_timeout alone does
+// not cover it.
+func pingSQLite(ctx context.Context, sqlDB *sql.DB) error {
+	deadline := time.Now().Add(SQLiteBusyTimeout)
+	backoff := 5 * time.Millisecond
+	for {
+		err := sqlDB.PingContext(ctx)
+		if err == nil || !IsRetryable(err) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
 }
 
 // Rebind returns query with its `?` placeholders numbered `$1, $2, ...` when

@@ -228,8 +228,18 @@ func TestMigrateIdempotent(t *testing.T) {
 	})
 }
 
+// TestMigrateConcurrentProcesses opens and migrates one new SQLite file from
+// several pools at once, as instances started together do. Opening races on
+// the switch to WAL (SQLite answers SQLITE_BUSY without waiting there), so it
+// runs several rounds, each on a new file.
 func TestMigrateConcurrentProcesses(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "m.db")
+	for round := range 10 {
+		migrateConcurrently(t, filepath.Join(t.TempDir(), fmt.Sprintf("m%d.db", round)))
+	}
+}
+
+func migrateConcurrently(t *testing.T, path string) {
+	t.Helper()
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
