@@ -134,6 +134,9 @@ func Start(cfg Config) (*Stack, error) {
 		kfake.DataDir(filepath.Join(cfg.DataDir, "kafka")),
 		kfake.DefaultNumPartitions(6),
 		kfake.ClusterID("ordercast-embedded"),
+		// Apache Kafka's default group.max.session.timeout.ms (kfake's own
+		// is 5m), so --session-timeout means the same on both brokers.
+		kfake.GroupMaxSessionTimeout(30*time.Minute),
 	)
 	if err != nil {
 		bln.Close()

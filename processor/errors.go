@@ -4,10 +4,66 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // ErrClosed is returned by Run when the processor was already run or closed.
 var ErrClosed = errors.New("processor: already run or closed")
+
+// FatalGroupError is returned by Run (Processor and TxnProcessor) when the
+// broker refuses this member's group session with an error that no retry can
+// fix: the member's configuration or permissions are wrong. franz-go keeps
+// retrying the join and only reports such errors through PollFetches (as a
+// *kgo.ErrGroupSession); a member that ignored them would stay up, hold no
+// partition and look alive to everything but /readyz. Run stops instead, so
+// the process exits and says why.
+//
+// The errors taken as fatal (Kafka protocol error codes; the Java consumer
+// treats them the same way) are in fatalGroupErrors: INVALID_SESSION_TIMEOUT
+// (session timeout outside the broker's group.min/max.session.timeout.ms),
+// GROUP_AUTHORIZATION_FAILED, INVALID_GROUP_ID, INCONSISTENT_GROUP_PROTOCOL
+// (the group is used by another kind of client), GROUP_MAX_SIZE_REACHED
+// (group.max.size), FENCED_INSTANCE_ID and UNRELEASED_INSTANCE_ID (another
+// live member uses the same static member id, KIP-345/KIP-848) and
+// UNSUPPORTED_ASSIGNOR (KIP-848).
+type FatalGroupError struct {
+	Group string
+	Err   error // the kerr error, wrapped
+}
+
+func (e *FatalGroupError) Error() string {
+	return fmt.Sprintf("processor: group %s: the broker refuses this member: %v (not retryable: fix the member's configuration or the group's ACLs and restart)", e.Group, e.Err)
+}
+
+func (e *FatalGroupError) Unwrap() error { return e.Err }
+
+var fatalGroupErrors = []error{
+	kerr.InvalidSessionTimeout,
+	kerr.GroupAuthorizationFailed,
+	kerr.InvalidGroupID,
+	kerr.InconsistentGroupProtocol,
+	kerr.GroupMaxSizeReached,
+	kerr.FencedInstanceID,
+	kerr.UnreleasedInstanceID,
+	kerr.UnsupportedAssignor,
+}
+
+// fatalGroupError returns a *FatalGroupError if err is a group session error
+// (*kgo.ErrGroupSession) wrapping one of fatalGroupErrors, and nil otherwise.
+func fatalGroupError(group string, err error) error {
+	var gs *kgo.ErrGroupSession
+	if !errors.As(err, &gs) {
+		return nil
+	}
+	for _, f := range fatalGroupErrors {
+		if errors.Is(gs.Err, f) {
+			return &FatalGroupError{Group: group, Err: gs.Err}
+		}
+	}
+	return nil
+}
 
 // PermanentError marks a failure that no retry can fix (an undecodable
 // payload, a business rule that rejects the record). A record whose handler

@@ -307,8 +307,14 @@ func (p *Processor) pollLoop(ctx context.Context) error {
 			p.cl.AllowRebalance()
 			return errors.New("processor: client closed")
 		}
+		var fatal error
 		fetches.EachError(func(t string, part int32, err error) {
 			if errors.Is(err, context.Canceled) {
+				return
+			}
+			if f := fatalGroupError(p.cfg.group, err); f != nil {
+				fatal = f
+				p.cfg.logger.Error("group session refused; stopping", "error", err)
 				return
 			}
 			p.cfg.logger.Warn("fetch error", "topic", t, "partition", part, "error", err)
@@ -316,6 +322,9 @@ func (p *Processor) pollLoop(ctx context.Context) error {
 		})
 		p.enqueue(fetches)
 		p.cl.AllowRebalance()
+		if fatal != nil {
+			return fatal
+		}
 	}
 }
 

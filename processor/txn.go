@@ -180,7 +180,10 @@ func (t *TxnProcessor) Health() Health {
 
 // Run consumes and transforms until ctx is cancelled, then ends the open
 // transaction (committing what was transformed), leaves the group and
-// returns nil. Sessions that fail are replaced after a backoff.
+// returns nil. Sessions that fail are replaced after a backoff. It returns a
+// *FatalGroupError (after aborting the open transaction) when the broker
+// refuses the member's group session for good, and an error if a session
+// cannot be created.
 func (t *TxnProcessor) Run(ctx context.Context) error {
 	failures := 0
 	for ctx.Err() == nil {
@@ -198,6 +201,9 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 		t.mu.Unlock()
 		if err == nil {
 			return nil
+		}
+		if fe := (*FatalGroupError)(nil); errors.As(err, &fe) {
+			return err
 		}
 		failures++
 		t.cfg.logger.Error("transactional session failed; restarting from committed offsets", "error", err)
@@ -219,7 +225,9 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		if fetches.IsClientClosed() {
 			return nil
 		}
-		t.noteFetches(fetches, ends)
+		if fatal := t.noteFetches(fetches, ends); fatal != nil {
+			return fatal
+		}
 		recs := fetches.Records()
 		if len(recs) == 0 {
 			continue
@@ -229,6 +237,7 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		}
 		deadline := time.Now().Add(t.cfg.commitInterval)
 		abort := false
+		var fatal error // a fatal group error seen mid-transaction: abort, then return it
 		var prodErr error
 		var pmu sync.Mutex
 		promise := func(_ *kgo.Record, err error) {
@@ -270,7 +279,10 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 				abort = true
 				break
 			}
-			t.noteFetches(more, ends)
+			if fatal = t.noteFetches(more, ends); fatal != nil {
+				abort = true
+				break
+			}
 			recs = more.Records()
 			if len(recs) == 0 {
 				break
@@ -315,6 +327,9 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 			t.aborted++
 		}
 		t.statsMu.Unlock()
+		if fatal != nil {
+			return fatal
+		}
 		if err != nil {
 			return fmt.Errorf("end transaction (outcome unknown): %w", err)
 		}
@@ -325,9 +340,15 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 }
 
 // noteFetches logs and counts fetch errors and keeps each partition's last
-// stable offset (for the lag gauge) in ends.
-func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) {
+// stable offset (for the lag gauge) in ends. It returns a *FatalGroupError
+// if the fetches carry one, and nil otherwise.
+func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) (fatal error) {
 	f.EachError(func(topic string, p int32, err error) {
+		if fe := fatalGroupError(t.cfg.group, err); fe != nil {
+			fatal = fe
+			t.cfg.logger.Error("group session refused; stopping", "error", err)
+			return
+		}
 		// Our own poll deadlines (the end of a commit interval) and
 		// shutdown end a poll this way; they are not fetch errors.
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
@@ -340,6 +361,7 @@ func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) {
 			ends[tp{p.Topic, p.Partition}] = p.LastStableOffset
 		}
 	})
+	return fatal
 }
 
 // transform runs the handler with in-place retries; after MaxAttempts, or on

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/ordercast/ordercast/internal/testkafka"
@@ -40,6 +41,30 @@ func TestRunExitsWhenServiceFails(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("run still running 60s after its only service failed")
+	}
+}
+
+// TestRunExitsWhenBrokerRefusesMember: a broker whose
+// group.max.session.timeout.ms is below --session-timeout refuses every join
+// with INVALID_SESSION_TIMEOUT. run must exit 1 naming that error, not stay
+// up holding no partition while franz-go retries the join forever.
+func TestRunExitsWhenBrokerRefusesMember(t *testing.T) {
+	_, brokers := testkafka.Fake(t, nil, kfake.GroupMaxSessionTimeout(time.Minute))
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	done := make(chan error, 1)
+	go func() {
+		_, err := ordercast(t, "run", "orders", "--brokers", strings.Join(brokers, ","), "--registry", reg.URL(),
+			"--db", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--http", "127.0.0.1:0", "--partitions", "2", "--session-timeout", "2m")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "service orders stopped") || !strings.Contains(err.Error(), "INVALID_SESSION_TIMEOUT") {
+			t.Fatalf("run returned %v; want the orders member's INVALID_SESSION_TIMEOUT", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("run still running 60s after the broker refused its member")
 	}
 }
 
