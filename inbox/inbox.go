@@ -22,8 +22,12 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -32,29 +36,83 @@ import (
 )
 
 // Meta is where the event was consumed from, recorded in the inbox row for
-// tracing (which record applied an event); it plays no part in deduplication.
+// tracing (which record applied an event), and the digest of its content.
 type Meta struct {
 	Topic     string // the record's topic
 	Partition int32  // the record's partition
 	Offset    int64  // the record's offset in that partition
+	// Digest, if not empty, identifies the event's content (see [Digest]).
+	// It is recorded with the inbox row; a later event with the same id
+	// and another digest is refused with a *ConflictError instead of being
+	// skipped as a redelivery. Empty: no check (and a row recorded without
+	// a digest, by an older build, matches every digest).
+	Digest string
 }
+
+// Digest returns the hex SHA-256 of an event payload, for Meta.Digest. A
+// JSON payload (one whose first non-space byte is '{') is canonicalised
+// first (members sorted, insignificant space dropped, numbers kept as
+// written), so a producer re-sending the same JSON event with other spacing
+// or member order gets the same digest; any other payload (Avro in the
+// Confluent wire format) is hashed as is: a redelivery or re-publication
+// carries the same bytes. A JSON payload that does not parse is hashed as
+// is. Safe for concurrent use.
+func Digest(payload []byte) string {
+	if t := bytes.TrimLeft(payload, " \t\r\n"); len(t) > 0 && t[0] == '{' {
+		d := json.NewDecoder(bytes.NewReader(t))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err == nil {
+			if c, err := json.Marshal(v); err == nil {
+				payload = c
+			}
+		}
+	}
+	sum := sha256.Sum256(payload)
+	return hex.EncodeToString(sum[:])
+}
+
+// ConflictError is returned by [Process] when the group already applied an
+// event with this id but other content (another Meta.Digest): a producer
+// reused an event id, or an event was altered and re-sent. Its effect is not
+// applied again, and it is not a redelivery to skip silently: it is
+// permanent (Permanent reports true, so the consumer runtime dead-letters
+// the record at once, where an operator can compare it with the first).
+type ConflictError struct {
+	Group, EventID string
+	// First is where the applied event was consumed from.
+	First Meta
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("inbox: event id %s was already applied by group %s (from %s/%d/%d) with other content: an event id must not be reused for another event",
+		e.EventID, e.Group, e.First.Topic, e.First.Partition, e.First.Offset)
+}
+
+// Permanent reports true: no retry makes the content match.
+func (e *ConflictError) Permanent() bool { return true }
 
 // errDuplicate rolls back the transaction of an event already processed.
 var errDuplicate = errors.New("inbox: event already processed")
 
 // insertSQL claims (group, event id); it inserts nothing if the pair exists.
 // ON CONFLICT ... DO NOTHING is accepted by SQLite (3.24+) and PostgreSQL.
-const insertSQL = `INSERT INTO inbox (consumer_group, event_id, topic, "partition", "offset", processed_at)
-VALUES (?, ?, ?, ?, ?, ?)
+const insertSQL = `INSERT INTO inbox (consumer_group, event_id, topic, "partition", "offset", processed_at, digest)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (consumer_group, event_id) DO NOTHING`
+
+// firstSQL reads the row that claimed (group, event id) first.
+const firstSQL = `SELECT topic, "partition", "offset", digest FROM inbox WHERE consumer_group = ? AND event_id = ?`
 
 // Process applies an event's effect exactly once per (group, eventID).
 //
 // In one transaction (store.DB.InTx) it first inserts the inbox row
 // (group, eventID, meta, now) with ON CONFLICT DO NOTHING. If no row was
 // inserted, the event was already processed by this group: the transaction is
-// rolled back, fn is not called, and Process returns (false, nil). Otherwise
-// it calls fn with the transaction and commits, returning (true, nil).
+// rolled back, fn is not called, and Process returns (false, nil), unless
+// both that row and meta have a digest and the two differ: then it returns
+// (false, *ConflictError). Otherwise it calls fn with the transaction and
+// commits, returning (true, nil).
 //
 // If fn returns an error (or panics), everything rolls back, the inbox row
 // included, so the event is not recorded and a later re-delivery will run fn
@@ -88,8 +146,11 @@ func Process(ctx context.Context, db *store.DB, group, eventID string, meta Meta
 		return false, fmt.Errorf("inbox: group %q and event id %q must not be empty", group, eventID)
 	}
 	query := db.Rebind(insertSQL)
+	digest := sql.NullString{String: meta.Digest, Valid: meta.Digest != ""}
+	var conflict *ConflictError
 	err = db.InTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, query, group, eventID, meta.Topic, meta.Partition, meta.Offset, time.Now().UnixMilli())
+		conflict = nil
+		res, err := tx.ExecContext(ctx, query, group, eventID, meta.Topic, meta.Partition, meta.Offset, time.Now().UnixMilli(), digest)
 		if err != nil {
 			return fmt.Errorf("inbox: insert %s/%s: %w", group, eventID, err)
 		}
@@ -97,14 +158,27 @@ func Process(ctx context.Context, db *store.DB, group, eventID string, meta Meta
 		if err != nil {
 			return fmt.Errorf("inbox: insert %s/%s: rows affected: %w", group, eventID, err)
 		}
-		if n == 0 {
-			return errDuplicate
+		if n > 0 {
+			return fn(ctx, tx)
 		}
-		return fn(ctx, tx)
+		if digest.Valid {
+			var first Meta
+			var firstDigest sql.NullString
+			if err := tx.QueryRowContext(ctx, db.Rebind(firstSQL), group, eventID).Scan(&first.Topic, &first.Partition, &first.Offset, &firstDigest); err != nil {
+				return fmt.Errorf("inbox: read %s/%s: %w", group, eventID, err)
+			}
+			if firstDigest.Valid && firstDigest.String != digest.String {
+				first.Digest = firstDigest.String
+				conflict = &ConflictError{Group: group, EventID: eventID, First: first}
+			}
+		}
+		return errDuplicate
 	})
 	switch {
 	case err == nil:
 		return true, nil
+	case errors.Is(err, errDuplicate) && conflict != nil:
+		return false, conflict
 	case errors.Is(err, errDuplicate):
 		return false, nil
 	default:

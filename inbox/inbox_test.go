@@ -306,3 +306,73 @@ func BenchmarkInboxProcess(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
 }
+
+// An event id re-sent with other content is not a redelivery: Process
+// refuses it with a permanent *ConflictError naming where the first came
+// from, and does not apply it. The same content (by digest) is skipped as a
+// duplicate; a row without a digest (written by an older build) and a Meta
+// without one are not compared.
+func TestProcessRefusesReusedEventID(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		ctx := ctxT(t)
+		c := newCounter(t, db)
+		calls := 0
+		fn := func(ctx context.Context, tx *sql.Tx) error { calls++; return c.apply(ctx, tx, "k") }
+		with := func(off int64, payload string) inbox.Meta {
+			return inbox.Meta{Topic: "orderCreated", Partition: 1, Offset: off, Digest: inbox.Digest([]byte(payload))}
+		}
+		if applied, err := inbox.Process(ctx, db, "orders", "ev-1", with(5, `{"a":1}`), fn); err != nil || !applied {
+			t.Fatalf("first: applied %v, err %v", applied, err)
+		}
+		if applied, err := inbox.Process(ctx, db, "orders", "ev-1", with(6, ` { "a" : 1 } `), fn); err != nil || applied {
+			t.Fatalf("same content: applied %v, err %v; want a skipped duplicate", applied, err)
+		}
+		applied, err := inbox.Process(ctx, db, "orders", "ev-1", with(7, `{"a":2}`), fn)
+		var ce *inbox.ConflictError
+		if applied || !errors.As(err, &ce) || !ce.Permanent() {
+			t.Fatalf("other content: applied %v, err %v; want a permanent *inbox.ConflictError", applied, err)
+		}
+		if ce.Group != "orders" || ce.EventID != "ev-1" || ce.First.Offset != 5 || ce.First.Partition != 1 {
+			t.Fatalf("conflict %+v, want group orders, event ev-1, first at orderCreated/1/5", ce)
+		}
+		if applied, err := inbox.Process(ctx, db, "orders", "ev-1", inbox.Meta{Topic: "orderCreated", Offset: 8}, fn); err != nil || applied {
+			t.Fatalf("no digest: applied %v, err %v; want a skipped duplicate", applied, err)
+		}
+		// A row an older build wrote has no digest: every digest matches it.
+		if applied, err := inbox.Process(ctx, db, "orders", "ev-old", inbox.Meta{Topic: "orderCreated"}, fn); err != nil || !applied {
+			t.Fatalf("old row: applied %v, err %v", applied, err)
+		}
+		if applied, err := inbox.Process(ctx, db, "orders", "ev-old", with(9, `{"b":1}`), fn); err != nil || applied {
+			t.Fatalf("against an old row: applied %v, err %v; want a skipped duplicate", applied, err)
+		}
+		if calls != 2 || c.get(t, "k") != 2 {
+			t.Fatalf("fn called %d times, effect %d; want 2 and 2 (ev-1 and ev-old once each)", calls, c.get(t, "k"))
+		}
+	})
+}
+
+func TestDigest(t *testing.T) {
+	same := [][]string{
+		{`{"a":1,"b":[1,2]}`, ` {"b": [1, 2],  "a": 1}` + "\n"},
+		{"\x00\x00\x00\x00\x01\x02abc", "\x00\x00\x00\x00\x01\x02abc"},
+	}
+	for _, p := range same {
+		if inbox.Digest([]byte(p[0])) != inbox.Digest([]byte(p[1])) {
+			t.Errorf("Digest(%q) != Digest(%q)", p[0], p[1])
+		}
+	}
+	differ := [][]string{
+		{`{"a":1}`, `{"a":1.0}`}, // numbers kept as written
+		{`{"a":1}`, `{"a":"1"}`},
+		{"\x00\x00\x00\x00\x01\x02abc", "\x00\x00\x00\x00\x02\x02abc"},
+		{`{"a":`, `{"a": `}, // not JSON: hashed as is
+	}
+	for _, p := range differ {
+		if inbox.Digest([]byte(p[0])) == inbox.Digest([]byte(p[1])) {
+			t.Errorf("Digest(%q) == Digest(%q)", p[0], p[1])
+		}
+	}
+	if d := inbox.Digest(nil); len(d) != 64 {
+		t.Errorf("Digest(nil) = %q, want 64 hex digits", d)
+	}
+}

@@ -37,13 +37,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Process is inbox.Process for the event eventID of record r, counting a
-// skipped duplicate in m (if not nil) and logging it at debug level on log
-// (if not nil). The inbox keeps no payload hash, so a re-sent event id with
-// a different payload cannot be told from a redelivery: it is skipped too,
-// and the debug line (event id, topic, partition, offset) is where to see it.
+// Process is inbox.Process for the event eventID of record r, with the
+// digest of r's value (inbox.Digest), counting a skipped duplicate in m (if
+// not nil) and logging it at debug level on log (if not nil). An event id
+// the group already applied with other content returns the inbox's
+// *ConflictError, which is permanent: the record is dead-lettered.
 func Process(ctx context.Context, db *store.DB, m *Metrics, log *slog.Logger, group, eventID string, r *kgo.Record, fn func(ctx context.Context, tx *sql.Tx) error) (applied bool, err error) {
-	applied, err = inbox.Process(ctx, db, group, eventID, Meta(r), fn)
+	meta := Meta(r)
+	meta.Digest = inbox.Digest(r.Value)
+	applied, err = inbox.Process(ctx, db, group, eventID, meta, fn)
 	if err == nil && !applied {
 		if m != nil {
 			m.duplicates.WithLabelValues(group).Inc()

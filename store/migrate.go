@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the highest migration version [DB.Migrate] applies: the
 // version of the schema this build of Ordercast expects.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migration is one versioned schema change. Its statements are written once
 // for both dialects with two placeholders: {{ID}} for an auto-increment
@@ -160,6 +160,13 @@ var migrations = []migration{
 	{version: 3, name: "orders.channel; schema_migrations.expand_only", expandOnly: true, stmts: []string{
 		`ALTER TABLE orders ADD COLUMN channel TEXT`,
 		`ALTER TABLE schema_migrations ADD COLUMN expand_only INTEGER NOT NULL DEFAULT 0`,
+	}},
+	// The digest of the event that claimed an inbox row (package inbox), so
+	// that an event id re-sent with other content is refused rather than
+	// skipped as a redelivery; NULL for rows written before and by older
+	// builds, which are not compared.
+	{version: 4, name: "inbox.digest", expandOnly: true, stmts: []string{
+		`ALTER TABLE inbox ADD COLUMN digest TEXT`,
 	}},
 }
 

@@ -3,6 +3,7 @@ package store_test
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,29 +63,30 @@ func TestMigrateNewerDatabase(t *testing.T) {
 			t.Fatalf("build 2's insert against version 3: %v", err)
 		}
 
-		// A newer build adds an expand-only version 4: this build runs on.
-		v4 := store.TestMigration{Version: 4, Name: "test: orders.promo", ExpandOnly: true,
+		// A newer build adds an expand-only version: this build runs on.
+		next := store.SchemaVersion + 1
+		expand := store.TestMigration{Version: next, Name: "test: orders.promo", ExpandOnly: true,
 			Stmts: []string{`ALTER TABLE orders ADD COLUMN promo TEXT`}}
-		if err := store.MigrateAs(ctx, db, store.SchemaVersion, v4); err != nil {
+		if err := store.MigrateAs(ctx, db, store.SchemaVersion, expand); err != nil {
 			t.Fatal(err)
 		}
 		if err := db.Migrate(ctx); err != nil {
-			t.Fatalf("build %d against expand-only version 4: %v", store.SchemaVersion, err)
+			t.Fatalf("build %d against expand-only version %d: %v", store.SchemaVersion, next, err)
 		}
 		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at, channel)
 			VALUES (?, NULL, NULL, 1, 0, NULL, 1, 2, 'web')`), "ord_v3"); err != nil {
-			t.Fatalf("this build's insert against version 4: %v", err)
+			t.Fatalf("this build's insert against version %d: %v", next, err)
 		}
 
 		// Then one that is not expand-only (it drops a column): refused.
-		v5 := store.TestMigration{Version: 5, Name: "test: drop orders.reference", Stmts: []string{`ALTER TABLE orders DROP COLUMN reference`}}
-		if err := store.MigrateAs(ctx, db, store.SchemaVersion, v4, v5); err != nil {
+		contract := store.TestMigration{Version: next + 1, Name: "test: drop orders.reference", Stmts: []string{`ALTER TABLE orders DROP COLUMN reference`}}
+		if err := store.MigrateAs(ctx, db, store.SchemaVersion, expand, contract); err != nil {
 			t.Fatal(err)
 		}
 		err := db.Migrate(ctx)
-		if !errors.Is(err, store.ErrSchemaTooNew) || !strings.Contains(err.Error(), "version(s) 5 are not expand-only") ||
-			!strings.Contains(err.Error(), "schema version 5, this build knows up to 3") {
-			t.Fatalf("build %d against version 5: %v, want ErrSchemaTooNew naming version 5", store.SchemaVersion, err)
+		if !errors.Is(err, store.ErrSchemaTooNew) || !strings.Contains(err.Error(), fmt.Sprintf("version(s) %d are not expand-only", next+1)) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("schema version %d, this build knows up to %d", next+1, store.SchemaVersion)) {
+			t.Fatalf("build %d against version %d: %v, want ErrSchemaTooNew naming version %d", store.SchemaVersion, next+1, err, next+1)
 		}
 		// The previous release never checked: it starts (and breaks later).
 		if err := store.MigrateAs(ctx, db, 2); err != nil {

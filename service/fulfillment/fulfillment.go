@@ -7,8 +7,9 @@
 // What the transaction does not cover: nothing outside Kafka happens here.
 // Duplicate paymentProcessed events cannot occur upstream because the
 // payments outbox relay publishes transactionally (see package outbox); the
-// shipment id is derived from the order id, so even a duplicate input would
-// yield a recognisable duplicate, not a second shipment id.
+// shipment id is derived from the order id and the whole event from the
+// input, so even a duplicate input would yield the same event again (same
+// event id, same bytes), not a second shipment.
 package fulfillment
 
 import (
@@ -52,7 +53,12 @@ func (s *Service) Transform(ctx context.Context, r *kgo.Record) ([]*kgo.Record, 
 		OrderID:     ev.OrderID,
 		CustomerID:  ev.CustomerID,
 		Country:     ev.Country,
-		RequestedAt: time.Now().UTC().Truncate(time.Millisecond),
+		// The payment's time, not the clock: the output is a function of
+		// the input, so a re-run (an aborted transaction, a replayed
+		// paymentProcessed) writes the same bytes, which the consumers'
+		// inboxes skip as a duplicate rather than refuse as an event id
+		// reused for other content.
+		RequestedAt: ev.ProcessedAt.UTC().Truncate(time.Millisecond),
 	}
 	v, err := s.Serde.Encode(order.TopicShipmentRequested, &sh)
 	if err != nil {

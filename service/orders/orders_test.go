@@ -85,9 +85,10 @@ func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
 		var logs bytes.Buffer
 		svc := &orders.Service{DB: db, Serde: serde,
 			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+		createdAt := time.Now().UTC().Truncate(time.Millisecond) // one event, the same bytes on redelivery
 		rec := func(eventID string, off int64) *kgo.Record {
 			ev := order.OrderCreated{EventID: eventID, Order: order.Order{
-				OrderID: "ord_dup", CustomerID: "17850", CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
+				OrderID: "ord_dup", CustomerID: "17850", CreatedAt: createdAt,
 				Lines: []order.Line{{StockCode: "85123A", Quantity: 2, UnitPrice: 2550, LineTotal: 5100}}, Total: 5100,
 			}}
 			b, err := serde.Encode(order.TopicOrderCreated, &ev)
@@ -105,7 +106,25 @@ func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
 		if !strings.Contains(logs.String(), "duplicate event skipped") || !strings.Contains(logs.String(), "evt_first") {
 			t.Errorf("duplicate not logged at debug with its event id: %q", logs.String())
 		}
-		err := svc.Handle(ctx, rec("evt_second", 2))
+		// The same event id with other content is a reused id, not a
+		// redelivery: dead-lettered as permanent, the order untouched.
+		altered := order.OrderCreated{EventID: "evt_first", Order: order.Order{
+			OrderID: "ord_dup", CustomerID: "17850", CreatedAt: createdAt,
+			Lines: []order.Line{{StockCode: "85123A", Quantity: 3, UnitPrice: 2550, LineTotal: 7650}}, Total: 7650,
+		}}
+		b, err := serde.Encode(order.TopicOrderCreated, &altered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = svc.Handle(ctx, &kgo.Record{Topic: order.TopicOrderCreated, Offset: 3, Key: []byte("17850"), Value: b})
+		if !processor.IsPermanent(err) || !strings.Contains(err.Error(), "evt_first was already applied") || !strings.Contains(err.Error(), "orderCreated/0/0") {
+			t.Fatalf("same event id, other content: err %v; want a permanent conflict naming the first record", err)
+		}
+		var total int64
+		if err := db.QueryRowContext(ctx, `SELECT total_milli FROM orders WHERE order_id = 'ord_dup'`).Scan(&total); err != nil || total != 5100 {
+			t.Fatalf("stored total %d, %v; want the first event's 5100", total, err)
+		}
+		err = svc.Handle(ctx, rec("evt_second", 2))
 		if err == nil || !processor.IsPermanent(err) {
 			t.Fatalf("conflicting event: err %v, want a permanent error", err)
 		}

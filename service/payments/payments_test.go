@@ -28,9 +28,10 @@ func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
 			t.Fatal(err)
 		}
 		svc := &payments.Service{DB: db, Serde: serde}
+		createdAt := time.Now().UTC().Truncate(time.Millisecond) // one event, the same bytes on redelivery
 		rec := func(eventID string, off int64) *kgo.Record {
 			ev := order.OrderCreated{EventID: eventID, Order: order.Order{
-				OrderID: "ord_dup", CustomerID: "17850", CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
+				OrderID: "ord_dup", CustomerID: "17850", CreatedAt: createdAt,
 				Lines: []order.Line{{StockCode: "85123A", Quantity: 2, UnitPrice: 2550, LineTotal: 5100}}, Total: 5100,
 			}}
 			b, err := serde.Encode(order.TopicOrderCreated, &ev)
