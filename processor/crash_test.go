@@ -277,10 +277,27 @@ func TestS04_CrashMidBatch(t *testing.T) {
 			}
 		}
 	}
-	if len(rep.duplicates) == 0 {
-		t.Fatalf("no record was handled twice: the crash left nothing in flight, the scenario did not happen")
+	// The crash happened mid-batch: at least the record whose handler
+	// killed the process had its effect applied and its offset not
+	// committed, so the restart applied it again (at-least-once). Records
+	// completed twice (rep.duplicates) need a completed record past the
+	// commit at the kill, which is likely but not certain.
+	applied := map[string]int{}
+	for _, e := range ev {
+		if e.Kind == evApplied {
+			applied[fmt.Sprintf("%s@%d", e.tp(), e.Offset)]++
+		}
 	}
-	t.Logf("committed after the crash %v (contiguous completed %v); handled again after restart: %d records", afterCrash, ends1, len(rep.duplicates))
+	again := 0
+	for _, c := range applied {
+		if c > 1 {
+			again++
+		}
+	}
+	if again == 0 {
+		t.Fatalf("no record was applied twice: the crash left nothing in flight, the scenario did not happen")
+	}
+	t.Logf("committed after the crash %v (contiguous completed %v); applied again after restart: %d records, completed twice: %d", afterCrash, ends1, again, len(rep.duplicates))
 }
 
 // S06: steady input on 3 partitions, partition order, a commit interval (1s)
