@@ -34,6 +34,12 @@ const (
 	// CodeMethodNotAllowed: a known path with the wrong method; the Allow
 	// header lists the right ones. HTTP 405.
 	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeClientClosedRequest: the client hung up (its request context
+	// ended) before the request was recorded or read; nothing was
+	// published. Answered with HTTP 499 (the status nginx logs for it), which
+	// the client no longer reads: it keeps these out of the 5xx rate and the
+	// error log (they are logged at info).
+	CodeClientClosedRequest = "client_closed_request"
 	// CodeInternal: a bug or corrupt stored data (an event that does not
 	// encode, a stored payload that does not decode). HTTP 500.
 	CodeInternal = "internal"
@@ -48,6 +54,15 @@ var (
 	// ErrNoProducer: Config.Producer is nil.
 	ErrNoProducer = errors.New("checkout: Config.Producer is required")
 )
+
+// StatusClientClosedRequest is nginx's non-standard status 499, for a
+// request its client abandoned.
+const StatusClientClosedRequest = 499
+
+// clientGone is the answer to a request whose client hung up.
+func clientGone(err error) *apiError {
+	return reject(StatusClientClosedRequest, CodeClientClosedRequest, "the request was cancelled by the client: "+err.Error())
+}
 
 // apiError is an HTTP error answer: status, code and message of an
 // order.ErrorResponse.

@@ -71,7 +71,7 @@ func (s *Service) place(ctx context.Context, req *order.PlaceOrderRequest, hash,
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, reject(http.StatusServiceUnavailable, CodeBrokerUnavailable, "the request was cancelled: "+ctx.Err().Error())
+				return nil, clientGone(ctx.Err())
 			}
 			return nil, reject(http.StatusServiceUnavailable, CodeBrokerUnavailable,
 				fmt.Sprintf("another request with this Idempotency-Key is still being published after %v; retry with the same key", s.cfg.ProduceTimeout))
@@ -229,6 +229,10 @@ func (s *Service) claim(ctx context.Context, key, hash string, req *order.PlaceO
 	if err != nil {
 		if te, ok := errors.AsType[txError](err); ok {
 			return nil, te.apiError
+		}
+		if ctx.Err() != nil {
+			s.log.Info("checkout: the client hung up before the request was recorded", slog.String("idempotency_key", key), slog.Any("error", err))
+			return nil, clientGone(ctx.Err())
 		}
 		s.log.Error("checkout: recording the request failed", slog.String("idempotency_key", key), slog.Any("error", err))
 		return nil, reject(http.StatusServiceUnavailable, CodeDatabaseUnavailable, "the order could not be recorded; retry")

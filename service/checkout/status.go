@@ -95,6 +95,9 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ErrOrderNotFound):
 		s.writeError(w, reject(http.StatusNotFound, CodeNotFound, fmt.Sprintf("order %q not found", truncate(id, 80))))
+	case err != nil && r.Context().Err() != nil:
+		s.log.Info("checkout: the client hung up while its order was read", slog.String("order_id", id), slog.Any("error", err))
+		s.writeError(w, clientGone(r.Context().Err()))
 	case err != nil:
 		s.log.Error("checkout: reading an order failed", slog.String("order_id", id), slog.Any("error", err))
 		s.writeError(w, reject(http.StatusServiceUnavailable, CodeDatabaseUnavailable, "the order could not be read; retry"))
