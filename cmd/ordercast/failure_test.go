@@ -28,19 +28,28 @@ func TestRunExitsWhenServiceFails(t *testing.T) {
 		cfg.TransactionalIDSuffix = strings.Repeat("x", 300)
 		return orig(ctx, cfg)
 	}
+	err := exitWithin(t, 60*time.Second, "run", "fulfillment", "--brokers", strings.Join(brokers, ","), "--registry", reg.URL(),
+		"--db", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--http", "127.0.0.1:0", "--partitions", "2", "--member-id", "f1")
+	if err == nil || !strings.Contains(err.Error(), "service fulfillment stopped") || !strings.Contains(err.Error(), "client id length") {
+		t.Fatalf("run returned %v; want the fulfillment member's error", err)
+	}
+}
+
+// exitWithin runs the command and returns its error, failing the test if it
+// is still running after d.
+func exitWithin(t *testing.T, d time.Duration, args ...string) error {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		_, err := ordercast(t, "run", "fulfillment", "--brokers", strings.Join(brokers, ","), "--registry", reg.URL(),
-			"--db", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--http", "127.0.0.1:0", "--partitions", "2", "--member-id", "f1")
+		_, err := ordercast(t, args...)
 		done <- err
 	}()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "service fulfillment stopped") || !strings.Contains(err.Error(), "client id length") {
-			t.Fatalf("run returned %v; want the fulfillment member's error", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("run still running 60s after its only service failed")
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s still running %v after its service failed", args[0], d)
+		return nil
 	}
 }
 
@@ -52,19 +61,10 @@ func TestRunExitsWhenBrokerRefusesMember(t *testing.T) {
 	_, brokers := testkafka.Fake(t, nil, kfake.GroupMaxSessionTimeout(time.Minute))
 	reg := srfake.New()
 	t.Cleanup(reg.Close)
-	done := make(chan error, 1)
-	go func() {
-		_, err := ordercast(t, "run", "orders", "--brokers", strings.Join(brokers, ","), "--registry", reg.URL(),
-			"--db", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--http", "127.0.0.1:0", "--partitions", "2", "--session-timeout", "2m")
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "service orders stopped") || !strings.Contains(err.Error(), "INVALID_SESSION_TIMEOUT") {
-			t.Fatalf("run returned %v; want the orders member's INVALID_SESSION_TIMEOUT", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("run still running 60s after the broker refused its member")
+	err := exitWithin(t, 60*time.Second, "run", "orders", "--brokers", strings.Join(brokers, ","), "--registry", reg.URL(),
+		"--db", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--http", "127.0.0.1:0", "--partitions", "2", "--session-timeout", "2m")
+	if err == nil || !strings.Contains(err.Error(), "service orders stopped") || !strings.Contains(err.Error(), "INVALID_SESSION_TIMEOUT") {
+		t.Fatalf("run returned %v; want the orders member's INVALID_SESSION_TIMEOUT", err)
 	}
 }
 
@@ -98,17 +98,8 @@ func TestUpExitsWhenServiceFails(t *testing.T) {
 		cfg.TransactionalIDSuffix = strings.Repeat("x", 300)
 		return orig(ctx, cfg)
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := ordercast(t, upQuick(t, "--partitions", "2", "--seed-data", oneDay)...)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "service fulfillment stopped") {
-			t.Fatalf("up returned %v; want the fulfillment member's error", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("up still running 60s after a service failed")
+	err := exitWithin(t, 60*time.Second, upQuick(t, "--partitions", "2", "--seed-data", oneDay)...)
+	if err == nil || !strings.Contains(err.Error(), "service fulfillment stopped") {
+		t.Fatalf("up returned %v; want the fulfillment member's error", err)
 	}
 }
