@@ -422,6 +422,10 @@ func (d *DLQ) Show(ctx context.Context, partition int32, offset int64) (*DLQReco
 	}
 	if found == nil {
 		s := states[0]
+		if s.Start >= s.End {
+			return nil, fmt.Errorf("%s: %w (partition %d holds no records now; its next offset is %d; `ordercast dlq list` shows the records)",
+				Coord{d.topic, partition, offset}, ErrNoRecord, partition, s.End)
+		}
 		return nil, fmt.Errorf("%s: %w (partition %d holds offsets %d to %d; `ordercast dlq list` shows the records)",
 			Coord{d.topic, partition, offset}, ErrNoRecord, partition, s.Start, s.End-1)
 	}

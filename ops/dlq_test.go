@@ -394,3 +394,18 @@ func lenReplayed(r *ops.ReplayResult) int {
 	}
 	return len(r.Replayed)
 }
+
+// Show on an empty DLQ partition says it is empty, not "offsets 0 to -1".
+func TestShowEmptyPartition(t *testing.T) {
+	ctx := context.Background()
+	addrs, _ := testCluster(t, map[string]int32{"q.dlq": 1})
+	d, err := ops.NewDLQ("q", kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	_, err = d.Show(ctx, 0, 0)
+	if !errors.Is(err, ops.ErrNoRecord) || !strings.Contains(err.Error(), "partition 0 holds no records now; its next offset is 0") {
+		t.Fatalf("show on an empty partition: %v", err)
+	}
+}
