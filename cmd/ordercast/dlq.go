@@ -50,7 +50,7 @@ Records are named <dlq topic>/<partition>/<offset>, e.g. orders.dlq/2/17.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	f.register(cmd)
+	f.register(cmd, true)
 	cmd.PersistentFlags().StringVarP(&f.group, "group", "g", "", "consumer group whose DLQ (<group>.dlq) to use: "+strings.Join(order.Groups, ", "))
 	cmd.AddCommand(newDLQList(&f), newDLQShow(&f), newDLQReplay(&f), newDLQPurge(&f))
 	return cmd

@@ -71,7 +71,7 @@ a named group does not exist or could not be described.`,
 			return nil
 		},
 	}
-	f.register(cmd)
+	f.register(cmd, false)
 	return cmd
 }
 

@@ -25,12 +25,14 @@ type opsFlags struct {
 	sec     security
 }
 
-func (o *opsFlags) register(cmd *cobra.Command) {
+// register adds the flags to cmd and its subcommands; withRegistry adds
+// --registry-tls-ca too, for commands that decode payloads.
+func (o *opsFlags) register(cmd *cobra.Command, withRegistry bool) {
 	f := cmd.PersistentFlags()
 	f.StringVar(&o.brokers, "brokers", envOr("KAFKA_BROKERS", defaultBrokers), "Kafka bootstrap servers, comma separated (env KAFKA_BROKERS; default: the embedded broker of 'ordercast up')")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table (for people) or json (for scripts)")
 	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "give up after this long")
-	o.sec.register(f)
+	o.sec.register(f, withRegistry)
 }
 
 // opsConn is one operator command's connection to the cluster: a context

@@ -96,7 +96,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.sessionTO, "session-timeout", os.Getenv(system.EnvSessionTimeout), "group session timeout of every member, e.g. 10s (session.timeout.ms; the rebalance timeout is twice it, the heartbeat interval a sixth); a member that stops heartbeating is out of its group after this long (env "+system.EnvSessionTimeout+"; empty: 45s)")
 	f.DurationVar(&c.txnTimeout, "transaction-timeout", 0, "fulfillment's transaction timeout (transaction.timeout.ms), e.g. 15s: how long a member that died without being restarted under its --member-id holds back read_committed readers of shipmentRequested; at most the broker's transaction.max.timeout.ms (0: Kafka's default, 60s)")
 	f.StringVar(&c.schemaVers, "schema-version", "", "pin what this process writes to released schema versions for a rolling upgrade, e.g. orderCreated=1: it writes that topic as the build of that version did (checkout refuses a new order with fields that version lacks) and still reads every version fully (empty: the newest of this build; see README, Checkout API and event contracts)")
-	c.sec.register(f)
+	c.sec.register(f, true)
 }
 
 func (c *common) logger() (*slog.Logger, error) {

@@ -32,7 +32,9 @@ type security struct {
 	registryCA    string
 }
 
-func (s *security) register(f *pflag.FlagSet) {
+// register adds the Kafka TLS and SASL flags to f, and --registry-tls-ca
+// when the command talks to the schema registry (withRegistry).
+func (s *security) register(f *pflag.FlagSet, withRegistry bool) {
 	s.fs = f
 	s.tlsEnv = os.Getenv("KAFKA_TLS")
 	tlsDefault, _ := strconv.ParseBool(s.tlsEnv)
@@ -44,6 +46,9 @@ func (s *security) register(f *pflag.FlagSet) {
 	f.StringVar(&s.saslMechanism, "sasl-mechanism", os.Getenv("KAFKA_SASL_MECHANISM"), "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (env KAFKA_SASL_MECHANISM; empty: no SASL)")
 	f.StringVar(&s.saslUser, "sasl-user", os.Getenv("KAFKA_SASL_USER"), "SASL user (env KAFKA_SASL_USER)")
 	f.StringVar(&s.saslPassword, "sasl-password", os.Getenv("KAFKA_SASL_PASSWORD"), "SASL password (env KAFKA_SASL_PASSWORD)")
+	if !withRegistry {
+		return
+	}
 	f.StringVar(&s.registryCA, "registry-tls-ca", os.Getenv("SCHEMA_REGISTRY_TLS_CA"), "PEM file of the CA of an https schema registry (env SCHEMA_REGISTRY_TLS_CA; default: system roots)")
 }
 

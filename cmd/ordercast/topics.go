@@ -28,7 +28,7 @@ Defaults follow the cluster: replication factor min(3, brokers) and min.insync.r
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	f.register(cmd)
+	f.register(cmd, false)
 	cmd.AddCommand(newTopicsList(&f), newTopicsCreate(&f))
 	return cmd
 }
