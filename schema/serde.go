@@ -352,6 +352,28 @@ func (s *Serde) SchemaVersion(topic string) int {
 	return 0
 }
 
+// WritesField reports whether the schema that Encode writes for topic has a
+// top-level field named field (false when the topic has no schema). A
+// producer pinned to an older version (WithWriterVersion, WithVersion) asks
+// it to refuse input it cannot write rather than drop it. Safe for
+// concurrent use.
+func (s *Serde) WritesField(topic, field string) bool {
+	t, ok := s.topics[topic]
+	if !ok {
+		return false
+	}
+	rec, ok := t.writer.avro.(*avro.RecordSchema)
+	if !ok {
+		return false
+	}
+	for _, f := range rec.Fields() {
+		if f.Name() == field {
+			return true
+		}
+	}
+	return false
+}
+
 // ReaderVersion returns the released version of the schema that Decode
 // reads topic's records with: Versions(topic) unless WithVersion chose
 // another (WithWriterVersion does not change it); 0 when the topic has no

@@ -232,6 +232,17 @@ func TestWithWriterVersionWritesOldReadsNew(t *testing.T) {
 	if got, want := mustID(t, pinned, topic), mustID(t, old, topic); got != want {
 		t.Fatalf("writer-pinned schema id %d, want v1's %d", got, want)
 	}
+	// What each writes: the field v2 added is not in a v1 writer.
+	for _, c := range []struct {
+		s           *Serde
+		topic, name string
+		want        bool
+	}{{cur, topic, "channel", true}, {pinned, topic, "channel", false}, {old, topic, "channel", false},
+		{pinned, topic, "eventId", true}, {cur, order.TopicPaymentProcessed, "channel", false}, {cur, "nope", "eventId", false}} {
+		if got := c.s.WritesField(c.topic, c.name); got != c.want {
+			t.Errorf("WritesField(%s, %s) = %v, want %v (writer v%d)", c.topic, c.name, got, c.want, c.s.SchemaVersion(c.topic))
+		}
+	}
 	v1, _ := os.ReadFile(filepath.Join("avro", "history", "orderCreated.v1.avsc"))
 	if pinned.SchemaText(topic) != string(v1) || pinned.SchemaVersion(topic) != 1 || pinned.ReaderVersion(topic) != 2 ||
 		old.ReaderVersion(topic) != 1 || cur.ReaderVersion(topic) != 2 {

@@ -110,23 +110,20 @@ func (s *Service) readRequest(w http.ResponseWriter, r *http.Request) (*order.Pl
 }
 
 // unwritable answers 400 unknown_field for a request this instance cannot
-// write: one with a channel when the orderCreated version it writes
-// (Serde.SchemaVersion: schema.WithWriterVersion or WithVersion,
-// --schema-version) has none, as the build that only knew that version
+// write: one with a channel when the orderCreated schema it writes
+// (schema.WithWriterVersion or WithVersion, --schema-version) has no channel
+// field (Serde.WritesField), as the build that only knew that version
 // refused it, rather than accept it and drop the channel. place asks it only
 // for a new order, after the Idempotency-Key lookup, so that a retry of an
 // order an upgraded instance accepted is replayed here too.
 func (s *Service) unwritable(req *order.PlaceOrderRequest) *apiError {
-	v := s.serde.SchemaVersion(order.TopicOrderCreated)
-	if req.Channel == "" || v >= channelSince {
+	if req.Channel == "" || s.serde.WritesField(order.TopicOrderCreated, "channel") {
 		return nil
 	}
 	return reject(http.StatusBadRequest, order.ReasonUnknownField, fmt.Sprintf(
-		"unknown member \"channel\": this checkout writes orderCreated v%d (--schema-version), which has no channel; send it to an upgraded instance or leave it out", v))
+		"unknown member \"channel\": this checkout writes orderCreated v%d (--schema-version), which has no channel; send it to an upgraded instance or leave it out",
+		s.serde.SchemaVersion(order.TopicOrderCreated)))
 }
-
-// channelSince is the orderCreated version that added channel.
-const channelSince = 2
 
 // The members of a POST /orders body and of each of its lines, by their
 // exact (case-sensitive) names; any other member is 400 unknown_field.
