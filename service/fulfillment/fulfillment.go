@@ -48,11 +48,11 @@ func (s *Service) Transform(ctx context.Context, r *kgo.Record) ([]*kgo.Record, 
 		return nil, nil
 	}
 	sh := order.ShipmentRequested{
-		EventID:     "evt_shp_" + ev.OrderID,
-		ShipmentID:  ShipmentID(ev.OrderID),
-		OrderID:     ev.OrderID,
-		CustomerID:  ev.CustomerID,
-		Country:     ev.Country,
+		EventID:    "evt_shp_" + ev.OrderID,
+		ShipmentID: ShipmentID(ev.OrderID),
+		OrderID:    ev.OrderID,
+		CustomerID: ev.CustomerID,
+		Country:    ev.Country,
 		// The payment's time, not the clock: the output is a function of
 		// the input, so a re-run (an aborted transaction, a replayed
 		// paymentProcessed) writes the same bytes, which the consumers'
