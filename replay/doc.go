@@ -18,9 +18,9 @@
 //     from the invoice number, with rate limiting, bounded concurrency,
 //     retries with backoff and progress output (each distinct failure cause
 //     printed once), and returns a [Summary]. When checkout answers nothing,
-//     it stops early with an [UnreachableError]; when the URL answers like
-//     something other than checkout (404/405 without checkout's JSON error
-//     body), with a [NotCheckoutError].
+//     it stops early with an [UnreachableError]; when the URL is not
+//     checkout's POST /orders (it answers 404 or 405, which that endpoint
+//     never does), with a [NotCheckoutError].
 //
 // A typical replay:
 //

@@ -31,25 +31,38 @@ func (e *UnreachableError) Error() string {
 }
 
 // NotCheckoutError is returned by [Replayer.Run] when the URL answered a
-// sale with 404 Not Found or 405 Method Not Allowed without checkout's JSON
-// error body (order.ErrorResponse with a code) before anything there had
-// answered like checkout: the URL is not checkout's POST /orders (a
-// registry, a metrics port, a wrong path prefix). Every other sale would be
-// refused the same way, so Run stops at once; the sales not refused yet
-// count as Unfinished, and the refused ones are not counted as rejected.
+// sale with 404 Not Found or 405 Method Not Allowed, whatever the body:
+// checkout's POST /orders never answers either (checkout answers 404
+// not_found only for a path outside its API, such as /healthz/orders or
+// /bogus/path/orders, and 405 method_not_allowed only for a wrong method),
+// so the URL is not checkout's POST /orders (a wrong path or port, a
+// registry, a metrics port). Every other sale would be refused the same
+// way, so Run stops at once, even if earlier sales were accepted; the sales
+// without an outcome yet count as Unfinished, and the refused ones are not
+// counted as rejected.
 type NotCheckoutError struct {
 	// URL is where the orders were POSTed (Options.BaseURL + "/orders").
 	URL string
 	// Status is the HTTP status of the answer.
 	Status int
-	// Body is the start of the answer's body, for the message.
+	// Code and Message are the code and error of a JSON error body in
+	// checkout's form (order.ErrorResponse), such as "not_found" and "no
+	// such resource: POST /bogus/path/orders"; empty without one.
+	Code, Message string
+	// Body is the start of the answer's body when it is not in checkout's
+	// form, for the message; empty otherwise.
 	Body string
 }
 
 func (e *NotCheckoutError) Error() string {
-	msg := fmt.Sprintf("replay: %s does not look like checkout's POST /orders: it answered %d %s without checkout's JSON error body",
+	msg := fmt.Sprintf("replay: %s does not look like checkout's POST /orders: it answered %d %s, which checkout's POST /orders never does",
 		e.URL, e.Status, http.StatusText(e.Status))
-	if e.Body != "" {
+	switch {
+	case e.Code != "" && e.Message != "":
+		msg += fmt.Sprintf(" (code %s: %s)", e.Code, e.Message)
+	case e.Code != "":
+		msg += fmt.Sprintf(" (code %s)", e.Code)
+	case e.Body != "":
 		msg += fmt.Sprintf(" (body %q)", e.Body)
 	}
 	return msg

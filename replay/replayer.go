@@ -202,12 +202,13 @@ type Summary struct {
 	// FailedInvoices maps the invoice number of each failed sale to its last
 	// error.
 	FailedInvoices map[string]string `json:"failedInvoices"`
-	// Unfinished is the number of sales without an outcome because the
-	// context was cancelled: never sent, or in flight when it happened.
+	// Unfinished is the number of sales without an outcome because Run
+	// stopped early (the context was cancelled, or an [*UnreachableError]
+	// or [*NotCheckoutError]): never sent, or in flight when it happened.
 	Unfinished int `json:"unfinished"`
 	// Stopped says why Run stopped before every sale had an outcome:
-	// StoppedInterrupted or StoppedUnreachable; empty when none is
-	// Unfinished.
+	// StoppedInterrupted, StoppedUnreachable or StoppedNotCheckout; empty
+	// when none is Unfinished.
 	Stopped string `json:"stopped,omitempty"`
 	// Retries is the number of attempts beyond the first, over all sales.
 	Retries int `json:"retries"`
@@ -263,6 +264,10 @@ func (s Summary) RejectedTotal() int {
 //     backoff and jitter, honouring Retry-After up to Options.MaxBackoff,
 //     until Options.MaxAttempts attempts, after which the sale counts as
 //     failed;
+//   - 404 or 405, whatever the body: the URL is not checkout's POST /orders
+//     (checkout answers 404 not_found only for paths outside its API and
+//     405 method_not_allowed only for a wrong method), so Run stops at once
+//     with a [*NotCheckoutError];
 //   - any other status: rejected, counted by the code of the
 //     order.ErrorResponse body ("http_<status>" without one).
 //
@@ -271,9 +276,8 @@ func (s Summary) RejectedTotal() int {
 // Options.Progress (on a line of its own) when it first occurs. If the first
 // sale to use up its attempts does so before checkout has answered any
 // attempt, Run stops and returns an [*UnreachableError] with the partial
-// Summary. If the URL answers 404 or 405 without checkout's JSON error body
-// before any answer looked like checkout's, Run stops at once and returns a
-// [*NotCheckoutError] with the partial Summary.
+// Summary. If the URL answers 404 or 405 to any attempt, Run stops at once
+// and returns a [*NotCheckoutError] with the partial Summary.
 //
 // Run only reads the invoices. The workers share Options.HTTPClient (an
 // *http.Client is safe for that); Options.Progress is written by one
@@ -391,10 +395,7 @@ type runState struct {
 	p        *progress // where causes are printed; nil: nowhere
 	attempts atomic.Int64
 	answered atomic.Bool // checkout answered an attempt (any status)
-	// checkoutSeen: an answer looked like checkout's (a 2xx, or a body
-	// with checkout's JSON error code).
-	checkoutSeen atomic.Bool
-	giveUp       context.CancelCauseFunc
+	giveUp   context.CancelCauseFunc
 }
 
 // attemptFailed counts a failed attempt by its cause and prints the cause
@@ -458,9 +459,8 @@ type attemptResult struct {
 	err        string        // outcomeRetry: what went wrong
 	cause      string        // outcomeRetry: err without the details of this attempt (see Summary.AttemptErrors)
 	retryAfter time.Duration // outcomeRetry: the Retry-After header, 0 if none
-	// checkoutShaped: a 2xx, or an error body with checkout's JSON code.
-	checkoutShaped bool
-	// notCheckout: a 404 or 405 without checkout's JSON error body.
+	// notCheckout: a 404 or 405, which checkout's POST /orders never
+	// answers.
 	notCheckout *NotCheckoutError
 }
 
@@ -482,10 +482,7 @@ func (r *Replayer) send(ctx context.Context, inv *Invoice, st *runState) {
 		if res.answered {
 			st.answered.Store(true)
 		}
-		if res.checkoutShaped {
-			st.checkoutSeen.Store(true)
-		}
-		if res.notCheckout != nil && !st.checkoutSeen.Load() {
+		if res.notCheckout != nil {
 			st.giveUp(res.notCheckout)
 			return // not recorded: Unfinished
 		}
@@ -552,7 +549,7 @@ func (r *Replayer) attempt(ctx context.Context, body []byte, key string) attempt
 		}
 		var ok order.PlaceOrderResponse
 		_ = json.Unmarshal(data, &ok) // a 2xx is an acceptance even if its body is not as expected
-		return attemptResult{outcome: outcomeAccepted, answered: true, orderID: ok.OrderID, checkoutShaped: true}
+		return attemptResult{outcome: outcomeAccepted, answered: true, orderID: ok.OrderID}
 	case status == http.StatusTooManyRequests || status >= 500:
 		msg, cause := fmt.Sprintf("http %d", status), fmt.Sprintf("http %d", status)
 		e := errorBody(data)
@@ -560,18 +557,24 @@ func (r *Replayer) attempt(ctx context.Context, body []byte, key string) attempt
 			msg += fmt.Sprintf(": %s: %s", e.Code, e.Error)
 			cause = strings.TrimSpace(cause + " " + e.Code)
 		}
-		return attemptResult{answered: true, err: msg, cause: cause, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After")),
-			checkoutShaped: e.Code != ""}
+		return attemptResult{answered: true, err: msg, cause: cause, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
+	case status == http.StatusNotFound || status == http.StatusMethodNotAllowed:
+		// Checkout's POST /orders answers neither: checkout itself answers
+		// them (with its JSON error body) only for a path outside its API
+		// or a wrong method, so the body does not tell them apart.
+		e := errorBody(data)
+		nc := &NotCheckoutError{URL: r.url, Status: status, Code: e.Code, Message: bodyStart([]byte(e.Error))}
+		if e.Code == "" {
+			nc.Message = ""
+			nc.Body = bodyStart(data)
+		}
+		return attemptResult{answered: true, notCheckout: nc}
 	default:
 		code := errorBody(data).Code
-		res := attemptResult{outcome: outcomeRejected, answered: true, code: code, checkoutShaped: code != ""}
 		if code == "" {
-			res.code = "http_" + strconv.Itoa(status)
-			if status == http.StatusNotFound || status == http.StatusMethodNotAllowed {
-				res.notCheckout = &NotCheckoutError{URL: r.url, Status: status, Body: bodyStart(data)}
-			}
+			code = "http_" + strconv.Itoa(status)
 		}
-		return res
+		return attemptResult{outcome: outcomeRejected, answered: true, code: code}
 	}
 }
 
