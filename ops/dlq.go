@@ -497,11 +497,17 @@ type ReplayResult struct {
 }
 
 // replayBatch bounds one replay transaction: records, and how long it stays
-// open (well under the 60s transaction timeout, whatever the rate).
+// open (well under the transaction timeout, whatever the rate). The timeout
+// is short because an open replay transaction holds back every
+// read_committed consumer of the topic written to: a replay killed
+// mid-transaction (SIGKILL; SIGINT and SIGTERM abort it) stalls them at most
+// this long (plus the broker's abort check interval,
+// transaction.abort.timed.out.transaction.cleanup.interval.ms, 10s by
+// default), or until the next replay or purge of the group fences it.
 const (
 	replayBatch      = 100
 	replayBatchAge   = 5 * time.Second
-	replayTxnTimeout = 60 * time.Second
+	replayTxnTimeout = 15 * time.Second
 )
 
 // Replay writes the selected DLQ records back to their source topic or to
@@ -684,6 +690,7 @@ func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*DLQRec
 		return nil
 	}
 	abort := func(err error) error {
+		aborted := len(pending)
 		if inTxn {
 			inTxn = false
 			actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -691,6 +698,13 @@ func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*DLQRec
 			if aerr := txn.AbortBufferedRecords(actx); aerr == nil {
 				_ = txn.EndTransaction(actx, kgo.TryAbort)
 			}
+			pending = nil
+		}
+		if ctx.Err() != nil && !errors.Is(err, ErrInterrupted) {
+			// Interrupted (a signal, --timeout) inside a write: say so,
+			// not only which write saw the cancellation.
+			return fmt.Errorf("%w after %d records replayed (%d in the open transaction aborted, not marked): %w",
+				ErrInterrupted, len(res.Replayed), aborted, context.Cause(ctx))
 		}
 		return err
 	}
@@ -706,7 +720,8 @@ func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*DLQRec
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return abort(fmt.Errorf("replay interrupted after %d records: %w", len(res.Replayed), ctx.Err()))
+				return abort(fmt.Errorf("%w after %d records replayed (%d in the open transaction aborted, not marked): %w",
+					ErrInterrupted, len(res.Replayed), len(pending), context.Cause(ctx)))
 			case <-t.C:
 			}
 		}

@@ -41,6 +41,12 @@ var (
 	// ErrGroupNotFound: the consumer group has no members and no committed
 	// offsets.
 	ErrGroupNotFound = errors.New("consumer group not found")
+
+	// ErrInterrupted: Replay's context ended (a signal, a timeout) before
+	// it was done. What was committed before stays replayed and marked;
+	// the open transaction was aborted, so none of its records is visible
+	// to read_committed consumers or marked: replay again to finish.
+	ErrInterrupted = errors.New("replay interrupted")
 )
 
 // RefusedError is returned by Replay when some selected records were not

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -64,7 +66,13 @@ func (o *opsFlags) dial(cmd *cobra.Command) (*opsConn, error) {
 	if parent == nil {
 		parent = context.Background()
 	}
-	ctx, cancel := context.WithTimeout(parent, o.timeout)
+	// SIGINT/SIGTERM cancel the command's context, so that what it was
+	// doing ends cleanly: a dlq replay or purge aborts its open transaction
+	// (which would otherwise hold back every read_committed consumer of the
+	// topic until the transaction timeout) and reports how far it got.
+	sigCtx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancelTimeout := context.WithTimeout(sigCtx, o.timeout)
+	cancel := func() { cancelTimeout(); stop() }
 	cl, adm, opts, err := o.connect(ctx)
 	if err != nil {
 		cancel()
