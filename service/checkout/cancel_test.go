@@ -3,7 +3,9 @@ package checkout_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -62,5 +64,30 @@ func TestClientHangUpIsNotAServerError(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "level=ERROR") {
 		t.Errorf("a client hang-up was logged as an error:\n%s", logs.String())
+	}
+}
+
+// A client that closes the connection before sending the whole body (here
+// 20 of the 200 bytes its Content-Length announced) hung up; its request was
+// not malformed: 499, counted under client_closed_request, not
+// malformed_json.
+func TestClientHangUpMidBody(t *testing.T) {
+	e := newEnv(t)
+	srv := httptest.NewServer(e.handler)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"customerId":"1785`
+	if _, err := fmt.Fprintf(conn, "POST /orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n%s", body); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	eventually(t, "the hang-up counted as client_closed_request", func() bool {
+		return e.metric("ordercast_checkout_orders_rejected_total", "code", checkout.CodeClientClosedRequest) == 1
+	})
+	if n := e.metric("ordercast_checkout_orders_rejected_total", "code", "malformed_json"); n != 0 {
+		t.Errorf("the hang-up was also counted as malformed_json (%v)", n)
 	}
 }

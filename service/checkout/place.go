@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -82,7 +83,8 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 
 // readRequest reads, decodes and validates the body of POST /orders and
 // returns the request in canonical form: stock codes normalized, customer id
-// and channel "" when absent. Errors: 413 body_too_large; 400 malformed_json
+// and channel "" when absent. Errors: 499 client_closed_request (the
+// connection closed before the whole body arrived); 413 body_too_large; 400 malformed_json
 // (not one JSON object, a member of the wrong JSON type, or a member that
 // appears twice in one object) and unknown_field (a member the request does
 // not have); 422 bad_customer_id, bad_channel, bad_country, bad_reference,
@@ -103,6 +105,13 @@ func (s *Service) readRequest(w http.ResponseWriter, r *http.Request) (*order.Pl
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, tooLarge()
+		}
+		// The connection closed before the body was complete (shorter than
+		// its Content-Length, or a chunked body cut off): the client hung
+		// up, the request was not malformed.
+		if errors.Is(err, io.ErrUnexpectedEOF) || r.Context().Err() != nil {
+			s.log.Info("checkout: the client hung up while sending the request body", slog.Any("error", err))
+			return nil, clientGone(err)
 		}
 		return nil, reject(http.StatusBadRequest, order.ReasonMalformedJSON, "reading the request body: "+err.Error())
 	}
