@@ -519,6 +519,8 @@ the compacted topic ordercast.dlq.state, in a transaction (id ordercast-dlq-<gro
 			}
 			o := ops.PurgeOptions{Partitions: partitions, Force: force, DryRun: dryRun}
 			switch {
+			case cmd.Flags().Changed("to-offset") && toOffset < 0:
+				return fmt.Errorf("--to-offset %d: want an offset >= 0, the last one to purge (records up to and including it)", toOffset)
 			case all == (toOffset >= 0):
 				return fmt.Errorf("say how far to purge: --all (everything now in the DLQ) or --partition P --to-offset N (offsets up to N)")
 			case toOffset >= 0 && len(partitions) != 1:
@@ -549,9 +551,18 @@ the compacted topic ordercast.dlq.state, in a transaction (id ordercast-dlq-<gro
 			}
 			fmt.Fprintf(out, "%s %s (records stay in the topic until its retention):\n", verb, res.Topic)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "PARTITION\tFROM\tTO\tRECORDS\tREPLAYED\tNOT REPLAYED")
+			fmt.Fprintln(tw, "PARTITION\tFROM\tTO\tACTION\tRECORDS\tREPLAYED\tNOT REPLAYED")
 			for _, p := range res.Partitions {
-				fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\n", p.Partition, p.From, p.To, p.Records, p.Replayed, p.NotReplayed)
+				// A position moved back (--force) un-purges: the counts
+				// are of the records listed and replayable again.
+				action, sign := "purged", 1
+				if p.To < p.From {
+					action, sign = "un-purged", -1
+				}
+				if res.DryRun {
+					action = "would be " + action
+				}
+				fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%d\t%d\t%d\n", p.Partition, p.From, p.To, action, sign*p.Records, sign*p.Replayed, sign*p.NotReplayed)
 			}
 			return tw.Flush()
 		},

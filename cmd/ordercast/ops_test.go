@@ -143,6 +143,14 @@ func TestOperatorCommands(t *testing.T) {
 	if out := mustRun(t, "dlq", "list", "--group", "orders", brokers); !strings.Contains(out, "0 records pending") {
 		t.Errorf("dlq list after purge:\n%s", out)
 	}
+	// Moving the position back un-purges: said so, with positive counts.
+	out = mustRun(t, "dlq", "purge", "--group", "orders", "--partition", "0", "--to-offset", "0", "--force", brokers)
+	if !strings.Contains(out, "un-purged") || strings.Contains(out, "-1") {
+		t.Errorf("dlq purge back to offset 0:\n%s", out)
+	}
+	if out := mustRun(t, "dlq", "list", "--group", "orders", brokers); !strings.Contains(out, "1 records pending") {
+		t.Errorf("dlq list after un-purging offset 1:\n%s", out)
+	}
 
 	// groups: no group yet is fine; a named missing group is an error.
 	if out := mustRun(t, "groups", brokers); !strings.Contains(out, "no consumer groups") {
@@ -157,6 +165,7 @@ func TestOperatorCommands(t *testing.T) {
 		{[]string{"dlq", "list", brokers}, []string{"--group is required", "orders"}},
 		{[]string{"dlq", "list", "--group", "nosuch", brokers}, []string{"nosuch.dlq", "does not exist"}},
 		{[]string{"dlq", "purge", "--group", "orders", brokers}, []string{"--all", "--to-offset"}},
+		{[]string{"dlq", "purge", "--group", "orders", "--partition", "0", "--to-offset", "-1", brokers}, []string{"--to-offset -1", "offset >= 0"}},
 		{[]string{"dlq", "replay", "--group", "orders", "--to", "elsewhere", brokers}, []string{"--to", "source", "retry"}},
 		{[]string{"groups", "-o", "yaml", brokers}, []string{"--output", "table or json"}},
 		{[]string{"groups", "--brokers", "127.0.0.1:1", "--timeout", "3s"}, []string{"127.0.0.1:1", "--brokers", "KAFKA_BROKERS"}},
