@@ -301,3 +301,14 @@ func TestFlagUsagesWithoutBackquotes(t *testing.T) {
 	}
 	walk(newRoot())
 }
+
+// run names every missing required flag in one error, not one per attempt.
+func TestRunNamesAllMissingFlags(t *testing.T) {
+	for _, env := range []string{"KAFKA_BROKERS", "SCHEMA_REGISTRY_URL", "ORDERCAST_DB"} {
+		t.Setenv(env, "")
+	}
+	checkFlagErrors(t, []flagCase{
+		{[]string{"run", "orders"}, []string{"required flags missing", "--brokers (or KAFKA_BROKERS)", "--registry (or SCHEMA_REGISTRY_URL)", "--db (or ORDERCAST_DB)"}},
+		{[]string{"run", "orders", "--brokers", "127.0.0.1:1", "--registry", "http://127.0.0.1:1"}, []string{"--db (or ORDERCAST_DB) is required", "sqlite:PATH"}},
+	})
+}

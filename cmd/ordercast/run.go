@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -39,13 +40,23 @@ Needs --brokers (or KAFKA_BROKERS), --registry (or SCHEMA_REGISTRY_URL) and --db
 			if err != nil {
 				return err
 			}
-			switch {
-			case len(cfg.Brokers) == 0:
-				return fmt.Errorf("--brokers (or KAFKA_BROKERS) is required: the Kafka bootstrap servers, e.g. 127.0.0.1:9092")
-			case cfg.RegistryURL == "":
-				return fmt.Errorf("--registry (or SCHEMA_REGISTRY_URL) is required: the schema registry URL, e.g. http://127.0.0.1:8081")
-			case cfg.DSN == "":
-				return fmt.Errorf("--db (or ORDERCAST_DB) is required: sqlite:PATH or postgres://user:pass@host/db")
+			// Every missing one at once, not one per attempt.
+			var missing []string
+			if len(cfg.Brokers) == 0 {
+				missing = append(missing, "--brokers (or KAFKA_BROKERS): the Kafka bootstrap servers, e.g. 127.0.0.1:9092")
+			}
+			if cfg.RegistryURL == "" {
+				missing = append(missing, "--registry (or SCHEMA_REGISTRY_URL): the schema registry URL, e.g. http://127.0.0.1:8081")
+			}
+			if cfg.DSN == "" {
+				missing = append(missing, "--db (or ORDERCAST_DB): sqlite:PATH or postgres://user:pass@host/db")
+			}
+			switch len(missing) {
+			case 0:
+			case 1:
+				return errors.New(strings.Replace(missing[0], ":", " is required:", 1))
+			default:
+				return fmt.Errorf("required flags missing:\n  %s", strings.Join(missing, "\n  "))
 			}
 			for svc := range cfg.Instances {
 				if !slices.Contains(args, svc) {
