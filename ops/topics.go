@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -70,35 +72,66 @@ func DefaultReplication(brokers int) (rf int16, minISR int) {
 
 // CreateResult is the outcome of creating one topic.
 type CreateResult struct {
-	// Topic and the partitions, replication factor and min.insync.replicas
-	// it was (or would have been) created with.
+	// Topic is the topic's name. Partitions, ReplicationFactor and
+	// MinInsyncReplicas are, for a topic created (or failed), those it was
+	// created (or would have been created) with; for a topic that existed
+	// already, those it actually has, as the broker describes it (0 when
+	// it could not be described, or min.insync.replicas was not reported).
 	Topic             string `json:"topic"`
 	Partitions        int32  `json:"partitions"`
 	ReplicationFactor int16  `json:"replicationFactor"`
 	MinInsyncReplicas int    `json:"minInsyncReplicas,omitempty"`
 	// Status is "created", "exists" (left as it is) or "failed".
 	Status string `json:"status"`
+	// Note is set only for a topic that existed already and differs from
+	// the request, or could not be described. It names each difference,
+	// actual value first ("12 partitions, not 3; retention.ms=604800000,
+	// not 1000; left unchanged: use kafka-topics / kafka-configs to
+	// change it"), or says why the topic's settings are unknown.
+	Note string `json:"note,omitempty"`
 	// Error is the broker's reason for a failure.
 	Error string `json:"error,omitempty"`
 	err   error
 }
 
+// noteUnchanged ends a CreateResult.Note that lists differences.
+const noteUnchanged = "left unchanged: use kafka-topics / kafka-configs to change it"
+
 // CreateTopics creates each topic of specs that does not exist yet, with
-// configs added to every topic's configuration (nil for none), and reports
-// each topic's outcome in specs order. Existing topics are left as they are
-// (their partitions and configs are never changed). It returns an error
-// joining every failure, each naming the topic and the broker's reason.
+// configs added to every topic's configuration (nil for none; a spec's
+// MinInsyncReplicas, when not 0, overrides configs' min.insync.replicas),
+// and reports each topic's outcome in specs order.
+//
+// Existing topics are left as they are: their partitions and configs are
+// never changed, and their status is "exists" (not an error: creation is
+// idempotent). Each of them is described (one metadata request and one
+// DescribeConfigs request for all of them), and its result reports its
+// actual partitions, replication factor and min.insync.replicas, with a
+// Note naming every difference from the request: the partition count, the
+// replication factor (each compared when the spec's is > 0), and each
+// config asked for (min.insync.replicas and the keys of configs), a config
+// the broker does not report counting as different. When the topic cannot
+// be described, its values are 0 and the Note says why.
+//
+// It returns an error joining every creation failure, each naming the
+// topic and the broker's reason; a failure to describe an existing topic
+// is only reported in its Note.
 func CreateTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, configs map[string]string) ([]CreateResult, error) {
 	var errs []error
 	out := make([]CreateResult, 0, len(specs))
+	wanted := make([]map[string]string, 0, len(specs)) // per result: the configs asked for
+	var existing []string
 	for _, s := range specs {
+		want := map[string]string{}
 		cfg := map[string]*string{}
 		for k, v := range configs {
-			cfg[k] = &v
+			want[k] = v
 		}
 		if s.MinInsyncReplicas > 0 {
-			v := strconv.Itoa(s.MinInsyncReplicas)
-			cfg["min.insync.replicas"] = &v
+			want["min.insync.replicas"] = strconv.Itoa(s.MinInsyncReplicas)
+		}
+		for k, v := range want {
+			cfg[k] = &v
 		}
 		r := CreateResult{Topic: s.Name, Partitions: s.Partitions, ReplicationFactor: s.ReplicationFactor, MinInsyncReplicas: s.MinInsyncReplicas}
 		resp, cerr := adm.CreateTopic(ctx, s.Partitions, s.ReplicationFactor, cfg, s.Name)
@@ -113,14 +146,94 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, conf
 			r.Status = "created"
 		case errors.Is(cerr, kerr.TopicAlreadyExists):
 			r.Status = "exists"
+			existing = append(existing, s.Name)
 		default:
 			r.Status, r.err = "failed", fmt.Errorf("create topic %s (partitions %d, replication factor %d): %w", s.Name, s.Partitions, s.ReplicationFactor, cerr)
 			r.Error = r.err.Error()
 			errs = append(errs, r.err)
 		}
 		out = append(out, r)
+		wanted = append(wanted, want)
+	}
+	if len(existing) > 0 {
+		describeExisting(ctx, adm, existing, out, wanted)
 	}
 	return out, errors.Join(errs...)
+}
+
+// describeExisting sets the actual values and the Note of each result of
+// status "exists" (see CreateTopics); wanted[i] holds the configs asked for
+// out[i].
+func describeExisting(ctx context.Context, adm *kadm.Client, names []string, out []CreateResult, wanted []map[string]string) {
+	td, terr := adm.ListTopics(ctx, names...)
+	cfgs, cerr := adm.DescribeTopicConfigs(ctx, names...)
+	for i := range out {
+		r := &out[i]
+		if r.Status != "exists" {
+			continue
+		}
+		asked := *r
+		r.Partitions, r.ReplicationFactor, r.MinInsyncReplicas = 0, 0, 0
+		d, ok := td[r.Topic]
+		switch {
+		case terr != nil:
+			r.Note = fmt.Sprintf("not described (%v): its partitions and configs are unknown", terr)
+			continue
+		case !ok:
+			r.Note = "not described (the broker's metadata does not list it): its partitions and configs are unknown"
+			continue
+		case d.Err != nil:
+			r.Note = fmt.Sprintf("not described (%v): its partitions and configs are unknown", d.Err)
+			continue
+		}
+		r.Partitions = int32(len(d.Partitions))
+		for _, pd := range d.Partitions {
+			r.ReplicationFactor = max(r.ReplicationFactor, int16(len(pd.Replicas)))
+		}
+		var diffs []string
+		if asked.Partitions > 0 && r.Partitions != asked.Partitions {
+			diffs = append(diffs, fmt.Sprintf("%d partitions, not %d", r.Partitions, asked.Partitions))
+		}
+		if asked.ReplicationFactor > 0 && r.ReplicationFactor != asked.ReplicationFactor {
+			diffs = append(diffs, fmt.Sprintf("replication factor %d, not %d", r.ReplicationFactor, asked.ReplicationFactor))
+		}
+		actual := map[string]string{}
+		rc, err := cfgs.On(r.Topic, nil)
+		if err == nil {
+			err = rc.Err
+		} else if cerr != nil {
+			err = cerr // the request failed (for this topic's broker)
+		}
+		if err == nil {
+			for _, c := range rc.Configs {
+				if c.Value != nil {
+					actual[c.Key] = *c.Value
+				}
+			}
+			r.MinInsyncReplicas, _ = strconv.Atoi(actual["min.insync.replicas"])
+		}
+		keys := make([]string, 0, len(wanted[i]))
+		for k := range wanted[i] {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		if err != nil && len(keys) > 0 {
+			diffs = append(diffs, fmt.Sprintf("configs not described (%v): %s unknown", err, strings.Join(keys, ", ")))
+			keys = nil
+		}
+		for _, k := range keys {
+			want := wanted[i][k]
+			switch have, ok := actual[k]; {
+			case !ok:
+				diffs = append(diffs, fmt.Sprintf("%s not reported by the broker, not %s", k, want))
+			case have != want:
+				diffs = append(diffs, fmt.Sprintf("%s=%s, not %s", k, have, want))
+			}
+		}
+		if len(diffs) > 0 {
+			r.Note = strings.Join(diffs, "; ") + "; " + noteUnchanged
+		}
+	}
 }
 
 // EnsureTopics creates the topics that do not exist yet and leaves existing

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -79,7 +80,13 @@ func newTopicsCreate(f *opsFlags) *cobra.Command {
 		Use:   "create [TOPIC...]",
 		Short: "Create topics that do not exist yet (existing ones are left as they are)",
 		Long: `Creates each named topic, or with --system every topic of the order system, unless it exists
-(existing topics are never changed). Prints each topic's outcome: created, exists or failed.`,
+(existing topics are never changed). Prints each topic's outcome: created, exists or failed.
+
+For a topic created, the table shows what it was created with. For a topic that exists already,
+it shows what the topic has (partitions, replication factor, min.insync.replicas, as the broker
+describes it) and, when that differs from what was asked (partitions, replication factor,
+min.insync.replicas or a --config value), a note naming each difference; the topic is left
+unchanged and the exit status is still 0. The exit status is 1 when a topic could not be created.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if system == (len(args) > 0) {
 				return fmt.Errorf("name the topics to create, or pass --system for the order system's topics (not both)")
@@ -152,10 +159,14 @@ func newTopicsCreate(f *opsFlags) *cobra.Command {
 				fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tRF\tMIN.ISR\tSTATUS")
 				for _, r := range res {
 					status := r.Status
+					if r.Note != "" {
+						status += " (" + r.Note + ")"
+					}
 					if r.Error != "" {
 						status += ": " + r.Error
 					}
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", r.Topic, r.Partitions, r.ReplicationFactor, r.MinInsyncReplicas, status)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Topic, dashInt(int(r.Partitions)), dashInt(int(r.ReplicationFactor)),
+						dashInt(r.MinInsyncReplicas), status)
 				}
 				if err := tw.Flush(); err != nil {
 					return err
@@ -180,6 +191,14 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// dashInt shows "-" for 0 (a value not known, or the broker default).
+func dashInt(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
 }
 
 // maxTopicName is Kafka's limit on a topic name's length
