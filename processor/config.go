@@ -142,7 +142,7 @@ func defaultCfg() cfg {
 		dlq:            true,
 		commitInterval: time.Second,
 		drainTimeout:   10 * time.Second,
-		sessionTimeout: 45 * time.Second,
+		sessionTimeout: DefaultSessionTimeout,
 		rebalanceTO:    60 * time.Second,
 		groupProtocol:  "classic",
 		txnTimeout:     60 * time.Second,
@@ -305,6 +305,11 @@ func CommitInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitInt
 // after it are cancelled and their records are not committed (the next owner
 // handles them again: at-least-once).
 func DrainTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.drainTimeout = d }) }
+
+// DefaultSessionTimeout is the group session timeout (session.timeout.ms)
+// when SessionTimeout is not given: 45s, the default of Kafka's consumer
+// since KIP-735.
+const DefaultSessionTimeout = 45 * time.Second
 
 // SessionTimeout and RebalanceTimeout set the group's session.timeout.ms
 // (default 45s) and rebalance.timeout.ms (default 60s). Heartbeats run in the

@@ -314,7 +314,6 @@ func (p *Processor) pollLoop(ctx context.Context) error {
 			}
 			if f := fatalGroupError(p.cfg.group, err); f != nil {
 				fatal = f
-				p.cfg.logger.Error("group session refused; stopping", "error", err)
 				return
 			}
 			p.cfg.logger.Warn("fetch error", "topic", t, "partition", part, "error", err)

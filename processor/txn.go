@@ -346,7 +346,6 @@ func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) (fatal erro
 	f.EachError(func(topic string, p int32, err error) {
 		if fe := fatalGroupError(t.cfg.group, err); fe != nil {
 			fatal = fe
-			t.cfg.logger.Error("group session refused; stopping", "error", err)
 			return
 		}
 		// Our own poll deadlines (the end of a commit interval) and

@@ -438,6 +438,13 @@ func (s *System) goRun(name string, run func(context.Context) error) {
 	go func() {
 		defer s.wg.Done()
 		if err := run(s.runCtx); err != nil && !errors.Is(err, context.Canceled) {
+			if errors.Is(err, kerr.InvalidSessionTimeout) {
+				st := s.cfg.SessionTimeout
+				if st == 0 {
+					st = processor.DefaultSessionTimeout
+				}
+				err = fmt.Errorf("%w; the session timeout (--session-timeout, %s) is %v, outside what the broker allows (group.min.session.timeout.ms to group.max.session.timeout.ms; Kafka's defaults are 6s to 30m)", err, EnvSessionTimeout, st)
+			}
 			s.cfg.Logger.Error("service stopped with an error", "service", name, "error", err)
 			s.errMu.Lock()
 			s.errs = append(s.errs, fmt.Errorf("service %s stopped: %w", name, err))
