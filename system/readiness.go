@@ -2,7 +2,9 @@ package system
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,18 @@ type brokerProbe struct {
 	mu   sync.Mutex
 	at   time.Time
 	last error
+
+	dialMu  sync.Mutex
+	dialErr error // the last failed connection to a broker, nil after a success
+}
+
+// OnBrokerConnect implements kgo.HookBrokerConnect: it keeps the last dial
+// error, so that a failed probe says why ("connection refused") rather than
+// only that its deadline passed.
+func (p *brokerProbe) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	p.dialMu.Lock()
+	p.dialErr = err
+	p.dialMu.Unlock()
 }
 
 // check returns nil when the broker answered within brokerProbeTimeout in
@@ -46,6 +60,12 @@ func (p *brokerProbe) check(ctx context.Context) error {
 	req.Topics = []kmsg.MetadataRequestTopic{}
 	_, err := req.RequestWith(pctx, p.cl)
 	if err != nil {
+		p.dialMu.Lock()
+		dialErr := p.dialErr
+		p.dialMu.Unlock()
+		if dialErr != nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (last connection attempt: %v)", err, dialErr)
+		}
 		err = fmt.Errorf("broker unreachable (--brokers %s): %w", strings.Join(p.brokers, ","), err)
 	}
 	p.at, p.last = time.Now(), err

@@ -3,6 +3,7 @@ package system_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -68,4 +69,51 @@ func TestReadyzFollowsBroker(t *testing.T) {
 	})
 	down.Store(false)
 	waitReadyz("ready again", func(code int, _ string) bool { return code == http.StatusOK })
+}
+
+// TestReadyzSaysWhyBrokerIsUnreachable: with the broker gone (its port
+// refusing connections), /readyz names the cause of the failed connection,
+// not only that the probe's deadline passed.
+func TestReadyzSaysWhyBrokerIsUnreachable(t *testing.T) {
+	testkafka.SkipIfReal(t, "stops the broker")
+	c, brokers := testkafka.Fake(t, nil)
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	sys, err := system.Start(context.Background(), system.Config{
+		Brokers:     brokers,
+		RegistryURL: reg.URL(),
+		DSN:         "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
+		Services:    []string{system.ServiceOrders},
+		HTTPAddr:    "127.0.0.1:0",
+		Layout:      ops.Layout{Partitions: 2, ReplicationFactor: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = sys.Stop(ctx)
+	})
+	url := "http://" + sys.HTTPAddr() + "/readyz"
+	get := func() (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testkafka.WaitFor(t, 30*time.Second, "/readyz ready", func() bool { code, _ := get(); return code == http.StatusOK })
+	c.Close()
+	var body string
+	testkafka.WaitFor(t, 30*time.Second, "/readyz 503 saying the connection was refused", func() bool {
+		var code int
+		code, body = get()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "connection refused")
+	})
+	if !strings.Contains(body, brokers[0]) {
+		t.Errorf("/readyz does not name the broker %s: %s", brokers[0], body)
+	}
 }

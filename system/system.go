@@ -286,13 +286,14 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	if len(serdeOpts) > 0 {
 		log.Info("schema versions pinned", "read_and_written", cfg.SchemaVersions, "written", cfg.WriterSchemaVersions)
 	}
-	kopts := append(append([]kgo.Opt{}, cfg.ClientOpts...), kgo.SeedBrokers(cfg.Brokers...))
+	s.probe = &brokerProbe{brokers: cfg.Brokers}
+	kopts := append(append([]kgo.Opt{}, cfg.ClientOpts...), kgo.SeedBrokers(cfg.Brokers...), kgo.WithHooks(s.probe))
 	if s.adminCl, err = kgo.NewClient(kopts...); err != nil {
 		s.DB.Close()
 		return nil, fmt.Errorf("kafka client (--brokers %v): %w", cfg.Brokers, err)
 	}
 	s.Admin = kadm.NewClient(s.adminCl)
-	s.probe = &brokerProbe{cl: s.adminCl, brokers: cfg.Brokers}
+	s.probe.cl = s.adminCl
 	s.registerOpsMetrics()
 	created, err := ops.EnsureTopics(ctx, s.Admin, ops.SystemTopics(cfg.Layout))
 	if err != nil {
