@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The URL is not checkout's POST /orders (a schema registry answers
@@ -44,10 +46,15 @@ func TestRunStopsWhenNotCheckout(t *testing.T) {
 				_, _ = w.Write([]byte(tc.body))
 			}))
 			defer srv.Close()
-			sum, err := Run(context.Background(), readFile(t, oneDayFile), Options{BaseURL: srv.URL, Concurrency: 2, MaxAttempts: 2})
+			var progress bytes.Buffer
+			sum, err := Run(context.Background(), readFile(t, oneDayFile), Options{BaseURL: srv.URL, Concurrency: 2, MaxAttempts: 2,
+				Progress: &progress, ProgressInterval: time.Hour})
 			var nc *NotCheckoutError
 			if !errors.As(err, &nc) {
 				t.Fatalf("err = %v, want a *NotCheckoutError; summary:\n%s", err, sum)
+			}
+			if out := strings.TrimSpace(progress.String()); !strings.HasSuffix(out, "stopped") {
+				t.Errorf("final progress line of a stopped run does not say stopped: %q", out)
 			}
 			checkInvariant(t, sum)
 			if n := requests.Load(); n > 4 {

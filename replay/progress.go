@@ -117,6 +117,9 @@ func (p *progress) render(final bool) {
 		state := "eta " + eta
 		if final {
 			state = "finished"
+			if done < p.total {
+				state = "stopped" // interrupted, or an unreachable or wrong --url
+			}
 		}
 		fmt.Fprintf(p.w, "replay: %s/%s sales (%.1f%%): %s; %.1f orders/s, elapsed %s, %s\n",
 			fmtInt(done), fmtInt(p.total), pct, counts, perSec, fmtDuration(elapsed), state)
