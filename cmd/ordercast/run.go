@@ -93,6 +93,8 @@ func waitAndStop(ctx context.Context, sys *system.System, what string) error {
 	failure := sys.Wait(ctx)
 	if failure != nil {
 		fmt.Fprintf(os.Stderr, "ordercast %s: %v; stopping the other services and exiting\n", what, failure)
+	} else {
+		fmt.Fprintf(os.Stderr, "ordercast %s: shutting down%s: draining, committing, leaving the groups\n", what, signalNote(ctx))
 	}
 	stopErr := sys.Stop(context.Background())
 	if failure != nil {
