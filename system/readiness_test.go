@@ -117,3 +117,42 @@ func TestReadyzSaysWhyBrokerIsUnreachable(t *testing.T) {
 		t.Errorf("/readyz does not name the broker %s: %s", brokers[0], body)
 	}
 }
+
+// The probe and metrics paths answer another method 405 with Allow, also
+// when checkout (whose catch-all answers unknown paths 404) runs.
+func TestProbePathsRefuseOtherMethods(t *testing.T) {
+	_, brokers := testkafka.Fake(t, nil)
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	sys, err := system.Start(context.Background(), system.Config{
+		Brokers:     brokers,
+		RegistryURL: reg.URL(),
+		DSN:         "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
+		Services:    []string{system.ServiceCheckout},
+		SeedFile:    "../data/online-retail/online_retail_2010-12-01.csv",
+		HTTPAddr:    "127.0.0.1:0",
+		Layout:      ops.Layout{Partitions: 2, ReplicationFactor: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sys.Stop(context.Background()) })
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Post("http://"+sys.HTTPAddr()+path, "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
+			t.Errorf("POST %s: %d, Allow %q; want 405 with Allow: GET, HEAD", path, resp.StatusCode, resp.Header.Get("Allow"))
+		}
+	}
+	resp, err := http.Get("http://" + sys.HTTPAddr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz: %d", resp.StatusCode)
+	}
+}

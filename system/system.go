@@ -413,9 +413,11 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		mux.Handle("/orders/", s.Checkout.Handler())
 		mux.Handle("/", s.Checkout.Handler()) // unknown paths: checkout's JSON 404 {code, error}
 	}
-	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", s.readyz)
+	// Registered without a method and checked inside, so that another
+	// method gets 405 with Allow, not checkout's catch-all 404.
+	mux.Handle("/metrics", getOnly(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})))
+	mux.Handle("/healthz", getOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })))
+	mux.Handle("/readyz", getOnly(http.HandlerFunc(s.readyz)))
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		s.Stop(context.Background())
@@ -429,6 +431,19 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	go func() { _ = s.httpSrv.Serve(ln) }()
 	log.Info("order system started", "http", s.httpAddr, "services", cfg.Services, "brokers", cfg.Brokers)
 	return s, nil
+}
+
+// getOnly serves GET and HEAD with h and answers any other method 405
+// Method Not Allowed with an Allow header (RFC 9110, section 15.5.6).
+func getOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, r.Method+" is not allowed on "+r.URL.Path+": use GET", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // HTTPAddr is the address checkout and /metrics listen on.
