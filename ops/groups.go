@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -105,7 +106,7 @@ func DescribeGroups(ctx context.Context, adm *kadm.Client, groups ...string) ([]
 		infos[g] = &GroupInfo{Group: g, Type: "classic", Members: []MemberInfo{}, Partitions: []PartitionLag{}}
 	}
 
-	described, err := adm.DescribeGroups(ctx, groups...)
+	described, err := describeGroupsRetrying(ctx, adm, groups)
 	if err != nil && len(described) == 0 {
 		return nil, fmt.Errorf("describe groups: %w", err)
 	}
@@ -293,4 +294,35 @@ func fillLag(r *PartitionLag, starts, ends kadm.ListedOffsets) {
 		}
 	}
 	r.Lag = max(r.Lag, 0)
+}
+
+// coordinatorRetryFor bounds describeGroupsRetrying's retries.
+const coordinatorRetryFor = 10 * time.Second
+
+// describeGroupsRetrying is adm.DescribeGroups, asked again (with backoff,
+// for up to coordinatorRetryFor or until ctx ends) while the answer is a
+// transient coordinator error: COORDINATOR_NOT_AVAILABLE and
+// COORDINATOR_LOAD_IN_PROGRESS (a cluster just started, __consumer_offsets
+// still being created or loaded) and NOT_COORDINATOR (it moved).
+func describeGroupsRetrying(ctx context.Context, adm *kadm.Client, groups []string) (kadm.DescribedGroups, error) {
+	deadline := time.Now().Add(coordinatorRetryFor)
+	backoff := 50 * time.Millisecond
+	for {
+		described, err := adm.DescribeGroups(ctx, groups...)
+		transient := errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.CoordinatorLoadInProgress) || errors.Is(err, kerr.NotCoordinator)
+		for _, d := range described {
+			transient = transient || errors.Is(d.Err, kerr.CoordinatorNotAvailable) || errors.Is(d.Err, kerr.CoordinatorLoadInProgress) || errors.Is(d.Err, kerr.NotCoordinator)
+		}
+		if !transient || time.Now().After(deadline) {
+			return described, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return described, err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }

@@ -161,11 +161,43 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, conf
 	return out, errors.Join(errs...)
 }
 
+// describeSettle bounds how long listSettled waits for topics the broker
+// said exist to appear in its metadata.
+const describeSettle = 10 * time.Second
+
+// listSettled is adm.ListTopics(names), asked again (every 100ms, for up to
+// describeSettle or until ctx ends) while a topic is missing or answers
+// UNKNOWN_TOPIC_OR_PARTITION: Apache Kafka reports a topic created a moment
+// ago as existing (TOPIC_ALREADY_EXISTS) before every broker's metadata
+// lists it.
+func listSettled(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
+	deadline := time.Now().Add(describeSettle)
+	for {
+		td, err := adm.ListTopics(ctx, names...)
+		settled := true
+		for _, n := range names {
+			if d, ok := td[n]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+				settled = false
+			}
+		}
+		if err != nil || settled || time.Now().After(deadline) {
+			return td, err
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return td, err
+		case <-t.C:
+		}
+	}
+}
+
 // describeExisting sets the actual values and the Note of each result of
 // status "exists" (see CreateTopics); wanted[i] holds the configs asked for
 // out[i].
 func describeExisting(ctx context.Context, adm *kadm.Client, names []string, out []CreateResult, wanted []map[string]string) {
-	td, terr := adm.ListTopics(ctx, names...)
+	td, terr := listSettled(ctx, adm, names)
 	cfgs, cerr := adm.DescribeTopicConfigs(ctx, names...)
 	for i := range out {
 		r := &out[i]
