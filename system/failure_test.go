@@ -2,13 +2,11 @@ package system_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/ordercast/ordercast/ops"
@@ -17,16 +15,10 @@ import (
 
 func startFulfillment(t *testing.T, brokers []string, cfg system.Config) (*system.System, error) {
 	t.Helper()
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	cfg.Brokers = brokers
-	cfg.RegistryURL = reg.URL()
-	cfg.DSN = "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db")
 	cfg.Services = []string{system.ServiceFulfillment}
-	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.Layout = ops.Layout{Partitions: 2, ReplicationFactor: 1}
 	cfg.MemberID = "f1"
-	return system.Start(context.Background(), cfg)
+	return startOn(t, brokers, cfg)
 }
 
 // TestWaitReportsFailedService: a member that stops with an error (here its

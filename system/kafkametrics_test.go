@@ -4,15 +4,11 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/sr/srfake"
-
 	"github.com/ordercast/ordercast/internal/testkafka"
-	"github.com/ordercast/ordercast/ops"
 	"github.com/ordercast/ordercast/system"
 )
 
@@ -33,16 +29,7 @@ func get(t *testing.T, url string) (int, string) {
 // it; /healthz answers and /readyz turns ready once the member joined.
 func TestServiceEndpoints(t *testing.T) {
 	brokers := testkafka.Cluster(t, nil)
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	sys, err := system.Start(context.Background(), system.Config{
-		Brokers:     brokers,
-		RegistryURL: reg.URL(),
-		DSN:         "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
-		Services:    []string{system.ServiceOrders},
-		HTTPAddr:    "127.0.0.1:0",
-		Layout:      ops.Layout{Partitions: 2, ReplicationFactor: testkafka.ReplicationFactor(t)},
-	})
+	sys, err := startOn(t, brokers, system.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

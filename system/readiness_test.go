@@ -5,14 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/ordercast/ordercast/ops"
@@ -33,16 +31,7 @@ func TestReadyzFollowsBroker(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	sys, err := system.Start(context.Background(), system.Config{
-		Brokers:     brokers,
-		RegistryURL: reg.URL(),
-		DSN:         "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
-		Services:    []string{system.ServiceOrders},
-		HTTPAddr:    "127.0.0.1:0",
-		Layout:      ops.Layout{Partitions: 2, ReplicationFactor: 1},
-	})
+	sys, err := startOn(t, brokers, system.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,16 +66,7 @@ func TestReadyzFollowsBroker(t *testing.T) {
 func TestReadyzSaysWhyBrokerIsUnreachable(t *testing.T) {
 	testkafka.SkipIfReal(t, "stops the broker")
 	c, brokers := testkafka.Fake(t, nil)
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	sys, err := system.Start(context.Background(), system.Config{
-		Brokers:     brokers,
-		RegistryURL: reg.URL(),
-		DSN:         "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
-		Services:    []string{system.ServiceOrders},
-		HTTPAddr:    "127.0.0.1:0",
-		Layout:      ops.Layout{Partitions: 2, ReplicationFactor: 1},
-	})
+	sys, err := startOn(t, brokers, system.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,17 +102,8 @@ func TestReadyzSaysWhyBrokerIsUnreachable(t *testing.T) {
 // when checkout (whose catch-all answers unknown paths 404) runs.
 func TestProbePathsRefuseOtherMethods(t *testing.T) {
 	_, brokers := testkafka.Fake(t, nil)
-	reg := srfake.New()
-	t.Cleanup(reg.Close)
-	sys, err := system.Start(context.Background(), system.Config{
-		Brokers:     brokers,
-		RegistryURL: reg.URL(),
-		DSN:         "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
-		Services:    []string{system.ServiceCheckout},
-		SeedFile:    "../data/online-retail/online_retail_2010-12-01.csv",
-		HTTPAddr:    "127.0.0.1:0",
-		Layout:      ops.Layout{Partitions: 2, ReplicationFactor: 1},
-	})
+	sys, err := startOn(t, brokers, system.Config{Services: []string{system.ServiceCheckout},
+		SeedFile: "../data/online-retail/online_retail_2010-12-01.csv", Layout: ops.Layout{Partitions: 2, ReplicationFactor: 1}}) // an embedded broker, whatever the environment
 	if err != nil {
 		t.Fatal(err)
 	}
