@@ -304,23 +304,38 @@ const coordinatorRetryFor = 10 * time.Second
 // transient coordinator error: COORDINATOR_NOT_AVAILABLE and
 // COORDINATOR_LOAD_IN_PROGRESS (a cluster just started, __consumer_offsets
 // still being created or loaded) and NOT_COORDINATOR (it moved).
-func describeGroupsRetrying(ctx context.Context, adm *kadm.Client, groups []string) (kadm.DescribedGroups, error) {
-	deadline := time.Now().Add(coordinatorRetryFor)
-	backoff := 50 * time.Millisecond
-	for {
-		described, err := adm.DescribeGroups(ctx, groups...)
-		transient := errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.CoordinatorLoadInProgress) || errors.Is(err, kerr.NotCoordinator)
+func describeGroupsRetrying(ctx context.Context, adm *kadm.Client, groups []string) (described kadm.DescribedGroups, err error) {
+	transient := func(err error) bool {
+		return errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.CoordinatorLoadInProgress) || errors.Is(err, kerr.NotCoordinator)
+	}
+	retryFor(ctx, coordinatorRetryFor, func() bool {
+		described, err = adm.DescribeGroups(ctx, groups...)
+		if transient(err) {
+			return false
+		}
 		for _, d := range described {
-			transient = transient || errors.Is(d.Err, kerr.CoordinatorNotAvailable) || errors.Is(d.Err, kerr.CoordinatorLoadInProgress) || errors.Is(d.Err, kerr.NotCoordinator)
+			if transient(d.Err) {
+				return false
+			}
 		}
-		if !transient || time.Now().After(deadline) {
-			return described, err
-		}
+		return true
+	})
+	return described, err
+}
+
+// retryFor calls try until it reports done, ctx ends or within has passed
+// (try runs at least once), sleeping between calls with a backoff doubling
+// from 50ms to 1s. For answers a cluster gives while it settles (a topic
+// just created, a coordinator still loading).
+func retryFor(ctx context.Context, within time.Duration, try func() (done bool)) {
+	deadline := time.Now().Add(within)
+	backoff := 50 * time.Millisecond
+	for !try() && time.Now().Before(deadline) {
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return described, err
+			return
 		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)

@@ -165,32 +165,25 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, conf
 // said exist to appear in its metadata.
 const describeSettle = 10 * time.Second
 
-// listSettled is adm.ListTopics(names), asked again (every 100ms, for up to
+// listSettled is adm.ListTopics(names), asked again (retryFor, for up to
 // describeSettle or until ctx ends) while a topic is missing or answers
 // UNKNOWN_TOPIC_OR_PARTITION: Apache Kafka reports a topic created a moment
 // ago as existing (TOPIC_ALREADY_EXISTS) before every broker's metadata
 // lists it.
-func listSettled(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
-	deadline := time.Now().Add(describeSettle)
-	for {
-		td, err := adm.ListTopics(ctx, names...)
-		settled := true
+func listSettled(ctx context.Context, adm *kadm.Client, names []string) (td kadm.TopicDetails, err error) {
+	retryFor(ctx, describeSettle, func() bool {
+		td, err = adm.ListTopics(ctx, names...)
+		if err != nil {
+			return true
+		}
 		for _, n := range names {
 			if d, ok := td[n]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
-				settled = false
+				return false
 			}
 		}
-		if err != nil || settled || time.Now().After(deadline) {
-			return td, err
-		}
-		t := time.NewTimer(100 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return td, err
-		case <-t.C:
-		}
-	}
+		return true
+	})
+	return td, err
 }
 
 // describeExisting sets the actual values and the Note of each result of
