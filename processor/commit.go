@@ -14,10 +14,22 @@ import (
 // more.
 var errNotOwned = errors.New("processor: commit skipped: partitions no longer held")
 
+// commitPos is what a commit sends for one partition: the commit point and
+// the completed-offsets map above it (offsetmap.go; "" for none).
+type commitPos struct {
+	offset int64
+	meta   string
+}
+
 // committer commits the commit points of held partitions every CommitInterval
-// until ctx ends. It holds commitMu for the whole compute-and-commit step, and
-// a release takes commitMu before it returns: so at most one commit is
-// outstanding, and none is left in flight once a revoke hands partitions on.
+// until ctx ends: those that moved (or whose completed-offsets map changed)
+// since this member's last accepted commit, and every one whose last commit
+// is older than CommitRefreshInterval, unchanged or not (see
+// CommitRefreshInterval: a stale commit that the broker applied late is
+// repaired without new input). It holds commitMu for the whole
+// compute-and-commit step, and a release takes commitMu before it returns: so
+// at most one commit is outstanding, and none is left in flight once a revoke
+// hands partitions on.
 func (p *Processor) committer(ctx context.Context) {
 	t := time.NewTicker(p.cfg.commitInterval)
 	defer t.Stop()
@@ -29,10 +41,15 @@ func (p *Processor) committer(ctx context.Context) {
 		}
 		p.commitMu.Lock()
 		p.mu.Lock()
-		batch := make(map[*partState]int64)
+		now := time.Now()
+		batch := make(map[*partState]commitPos)
 		for _, s := range p.parts {
-			if s.state == partActive && !s.lost && s.tracker.mark > s.committed {
-				batch[s] = s.tracker.mark
+			if s.state != partActive || s.lost {
+				continue
+			}
+			if pos, ok := p.commitPosLocked(s); ok && (pos.offset > s.committed || pos.meta != s.committedMeta ||
+				(s.committed >= 0 && now.Sub(s.committedAt) >= p.cfg.commitRefresh)) {
+				batch[s] = pos
 			}
 		}
 		p.mu.Unlock()
@@ -41,6 +58,36 @@ func (p *Processor) committer(ctx context.Context) {
 		}
 		p.commitMu.Unlock()
 	}
+}
+
+// commitPosLocked returns what a commit of s would send now, and false when
+// there is nothing this member may commit for it: no record passed and none
+// completed above, or a position below what this member already committed
+// (commits never move backwards). p.mu held.
+func (p *Processor) commitPosLocked(s *partState) (commitPos, bool) {
+	tr := s.tracker
+	if p.cfg.metaMaxBytes == 0 {
+		// No map: only the commit point.
+		if tr.mark < 0 || tr.mark < s.committed {
+			return commitPos{}, false
+		}
+		return commitPos{offset: tr.mark}, true
+	}
+	base := tr.base()
+	if base < 0 || base < s.committed {
+		return commitPos{}, false
+	}
+	meta := tr.encodeOffsetMap(base)
+	if tr.mark < 0 && meta == "" {
+		return commitPos{}, false // the first record is still running: nothing to say yet
+	}
+	if len(meta) > p.cfg.metaMaxBytes {
+		// Cannot happen (admission keeps mapBound within the budget);
+		// if it did, the commit point alone is still right.
+		p.cfg.logger.Error("completed-offsets map over budget; committed without it", "topic", s.tp.topic, "partition", s.tp.partition, "bytes", len(meta))
+		meta = ""
+	}
+	return commitPos{offset: base, meta: meta}, true
 }
 
 // commitSync commits the commit point of each partition state in batch and
@@ -58,14 +105,14 @@ func (p *Processor) committer(ctx context.Context) {
 // a lost session could be sent with the generation of the next session and be
 // accepted for a partition that now belongs to another member, moving its
 // offset backwards or past records not yet done (SCENARIOS S01, S02).
-func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]int64) {
+func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]commitPos) {
 	offsets := make(map[string]map[int32]kgo.EpochOffset)
 	byTP := make(map[tp]*partState, len(batch))
-	for s, off := range batch {
+	for s, pos := range batch {
 		if offsets[s.tp.topic] == nil {
 			offsets[s.tp.topic] = make(map[int32]kgo.EpochOffset)
 		}
-		offsets[s.tp.topic][s.tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
+		offsets[s.tp.topic][s.tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: pos.offset}
 		byTP[s.tp] = s
 	}
 	if h := p.cfg.hooks.beforeCommit; h != nil {
@@ -82,6 +129,9 @@ func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]int64) {
 			for _, rp := range t.Partitions {
 				s := byTP[tp{t.Topic, rp.Partition}]
 				if s != nil && p.parts[s.tp] == s && !s.lost {
+					if meta := batch[s].meta; meta != "" {
+						rp.Metadata = &meta // the completed-offsets map (offsetmap.go)
+					}
 					parts = append(parts, rp)
 					continue
 				}
@@ -125,7 +175,8 @@ func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]int64) {
 				if s == nil {
 					continue
 				}
-				off := batch[s]
+				pos := batch[s]
+				off := pos.offset
 				if cerr := kerr.ErrorForCode(part.ErrorCode); cerr != nil {
 					p.cfg.logger.Warn("commit rejected", "topic", t.Topic, "partition", part.Partition, "offset", off, "error", cerr)
 					continue
@@ -135,9 +186,10 @@ func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]int64) {
 				}
 				accepted[t.Topic][part.Partition] = off
 				p.cfg.metrics.committed(p.cfg.group, t.Topic, part.Partition, off)
-				if off > s.committed {
-					s.committed = off
+				if off >= s.committed {
+					s.committed, s.committedMeta, s.committedAt = off, pos.meta, time.Now()
 					p.cfg.metrics.setLag(p.cfg.group, s)
+					p.cfg.metrics.offsetMap(p.cfg.group, s.tp, len(pos.meta))
 				}
 			}
 		}

@@ -90,6 +90,8 @@ type cfg struct {
 	retryDelays    []time.Duration
 	dlq            bool
 	commitInterval time.Duration
+	commitRefresh  time.Duration
+	metaMaxBytes   int
 	drainTimeout   time.Duration
 	sessionTimeout time.Duration
 	rebalanceTO    time.Duration
@@ -141,6 +143,8 @@ func defaultCfg() cfg {
 		backoffMax:     5 * time.Second,
 		dlq:            true,
 		commitInterval: time.Second,
+		commitRefresh:  5 * time.Second,
+		metaMaxBytes:   DefaultCommitMetadataMaxBytes,
 		drainTimeout:   10 * time.Second,
 		sessionTimeout: DefaultSessionTimeout,
 		rebalanceTO:    60 * time.Second,
@@ -187,6 +191,12 @@ func (c *cfg) validate() error {
 	}
 	if c.commitInterval <= 0 {
 		errs = append(errs, fmt.Errorf("CommitInterval: %v, want > 0", c.commitInterval))
+	}
+	if c.commitRefresh <= 0 {
+		errs = append(errs, fmt.Errorf("CommitRefreshInterval: %v, want > 0", c.commitRefresh))
+	}
+	if c.metaMaxBytes != 0 && c.metaMaxBytes < 64 {
+		errs = append(errs, fmt.Errorf("CommitMetadataMaxBytes: %d, want 0 (no map) or >= 64", c.metaMaxBytes))
 	}
 	if c.sessionTimeout <= 0 || c.rebalanceTO <= 0 {
 		errs = append(errs, fmt.Errorf("SessionTimeout %v, RebalanceTimeout %v: want > 0", c.sessionTimeout, c.rebalanceTO))
@@ -298,6 +308,42 @@ func DeadLetter(enabled bool) Opt { return opt(func(c *cfg) { c.dlq = enabled })
 // auto.commit.interval.ms (auto-commit itself is disabled: offsets are
 // committed only after records are processed).
 func CommitInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitInterval = d }) }
+
+// CommitRefreshInterval sets how often the commit point of every held
+// partition is committed again although it has not moved. Default 5s
+// (Kafka's auto.commit.interval.ms default; the Java consumer's auto-commit
+// re-commits unchanged positions the same way); it must be > 0.
+//
+// Why: an OffsetCommit is not safe to send only once. When the network holds
+// a commit past the client's request timeout, franz-go re-sends it on a new
+// connection, the runtime goes on committing newer offsets, and the broker may
+// apply the held request last: the group's offset then ends below what was
+// completed (SCENARIOS S15). The broker refuses such a stale request only
+// after a rebalance (its generation, or KIP-848 member epoch, is old); within
+// one generation nothing but a later commit repairs it, and on a quiet
+// partition no later commit would come. Reading the offsets back after a
+// suspicious commit would not do either: the held request can land after the
+// read. So the position is re-sent periodically, which bounds how long a
+// stale commit can stand to this interval, at the cost of one OffsetCommit
+// per member per interval. Re-commits go through the same ownership checks
+// and the same one-outstanding-commit rule as every commit (see commitSync).
+func CommitRefreshInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitRefresh = d }) }
+
+// CommitMetadataMaxBytes sets the budget, in bytes, of the completed-offsets
+// map a commit carries in its metadata (offsetmap.go): the records completed
+// above the commit point, which the next owner of the partition skips, so a
+// handover handles nothing twice and key order never goes backwards
+// (SCENARIOS S17). Default 4096, the default of the broker's
+// offset.metadata.max.bytes; set it to the broker's value when that is
+// lower (a larger metadata would fail the commit with
+// OFFSET_METADATA_TOO_LARGE). The map never outgrows it: before it could,
+// the partition admits no more records until its commit point moves
+// (backpressure; about 3,000 records above a stuck record in the worst case,
+// far more when completions come in runs). 0 disables the map: a new owner
+// handles again every record above the commit point, as a consumer without
+// it does. Otherwise at least 64. Only OrderKey and OrderUnordered complete
+// records above the commit point; in OrderPartition the map is always empty.
+func CommitMetadataMaxBytes(n int) Opt { return opt(func(c *cfg) { c.metaMaxBytes = n }) }
 
 // DrainTimeout bounds how long a revoke or a shutdown waits for in-flight
 // handler calls of the released partitions before committing what completed.

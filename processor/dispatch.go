@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"encoding/binary"
 	"fmt"
 	"runtime/debug"
 	"time"
@@ -99,6 +100,9 @@ func (p *Processor) enqueue(fetches kgo.Fetches) {
 		}
 		ps.pending = append(ps.pending, fp.Records...)
 		p.pendingRecs += len(fp.Records)
+		if ps.windowFull {
+			p.windowRecs += len(fp.Records)
+		}
 		p.cfg.metrics.setLag(p.cfg.group, ps)
 	})
 	p.moveLocked()
@@ -116,6 +120,14 @@ func (p *Processor) moveLocked() {
 				continue
 			}
 			r := ps.pending[0]
+			if p.windowBlocksLocked(ps, r) {
+				// Out of pendingParts until the commit point moves
+				// (see unblockWindowLocked).
+				ps.windowFull = true
+				p.windowRecs += len(ps.pending)
+				ps.m.windowFull(ps.tp, true)
+				continue
+			}
 			ps.pending[0] = nil
 			ps.pending = ps.pending[1:]
 			p.pendingRecs--
@@ -136,6 +148,38 @@ func (p *Processor) moveLocked() {
 	p.inFlightChangedLocked()
 	p.syncPausesLocked(p.cl, nil)
 	p.checkBackpressureLocked()
+}
+
+// windowBlocksLocked reports whether admitting r into ps could make the
+// partition's completed-offsets map outgrow CommitMetadataMaxBytes (see
+// offsetmap.go): the map's upper bound plus r's share, plus the varint of the
+// base offset. The first record above the commit point is always admitted,
+// so the partition always makes progress. OrderPartition completes records
+// in offset order and so never builds a map of its own. p.mu held.
+func (p *Processor) windowBlocksLocked(ps *partState, r *kgo.Record) bool {
+	if p.cfg.metaMaxBytes == 0 || p.cfg.ordering == OrderPartition || ps.tracker.pending() == 0 {
+		return false
+	}
+	return binary.MaxVarintLen64+ps.tracker.mapBound+ps.tracker.mapCost(r.Offset) > mapRawBudget(p.cfg.metaMaxBytes)
+}
+
+// unblockWindowLocked puts ps back among the partitions with records to admit
+// once its next record fits the map again, and wakes the poll loop to admit
+// it. p.mu held.
+func (p *Processor) unblockWindowLocked(ps *partState) {
+	if !ps.windowFull || (len(ps.pending) > 0 && p.windowBlocksLocked(ps, ps.pending[0])) {
+		return
+	}
+	ps.windowFull = false
+	ps.m.windowFull(ps.tp, false)
+	p.windowRecs -= len(ps.pending)
+	if len(ps.pending) > 0 {
+		p.pendingParts = append(p.pendingParts, ps)
+	}
+	if ps.state == partActive {
+		p.syncPausesLocked(p.cl, ps)
+	}
+	p.cond.Broadcast() // the poll loop admits pending records
 }
 
 // admitLocked puts a fetched record into its lane.
@@ -161,6 +205,14 @@ func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 		ps.tracker.complete(&it.entry)
 		return
 	}
+	if ps.tracker.doneEarlier(r.Offset) {
+		// Completed by the partition's previous owner above its commit
+		// point (the commit's completed-offsets map): done, not handled
+		// again (SCENARIOS S17).
+		ps.tracker.complete(&it.entry)
+		ps.m.skippedEarlier()
+		return
+	}
 	if ps.retry {
 		p.restoreFromRetry(it)
 	}
@@ -183,6 +235,11 @@ func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 
 // dropPendingLocked forgets the pending records of s.
 func (p *Processor) dropPendingLocked(s *partState) {
+	if s.windowFull {
+		s.windowFull = false
+		s.m.windowFull(s.tp, false)
+		p.windowRecs -= len(s.pending)
+	}
 	if len(s.pending) == 0 {
 		return
 	}
@@ -295,12 +352,12 @@ func (p *Processor) checkBackpressureLocked() {
 }
 
 // wantPausedLocked reports whether fetching of ps should be paused in the
-// client: a failing retry-topic/DLQ write (S11), a full parked room with
-// parked records in ps, or nothing held in ps able to make progress where
+// client: a failing retry-topic/DLQ write (S11), a full completed-offsets
+// map (windowFull), a full parked room with parked records in ps, or nothing held in ps able to make progress where
 // fetching more cannot help either (partition order, whose single lane is
 // failing, and retry topics, whose later records are due later still).
 func (p *Processor) wantPausedLocked(ps *partState) bool {
-	return ps.blocked != nil || (p.parkFull && ps.parked > 0) ||
+	return ps.blocked != nil || ps.windowFull || (p.parkFull && ps.parked > 0) ||
 		(ps.recs > 0 && ps.parked == ps.recs && (ps.retry || p.cfg.ordering == OrderPartition))
 }
 
@@ -537,7 +594,9 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 // held.
 func (p *Processor) complete(l *lane, it *item) (more bool) {
 	ps := l.part
-	ps.tracker.complete(&it.entry)
+	if ps.tracker.complete(&it.entry) && ps.windowFull {
+		p.unblockWindowLocked(ps)
+	}
 	if h := p.cfg.hooks.completed; h != nil {
 		target := ""
 		if it.stage == stageForward {

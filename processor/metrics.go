@@ -25,7 +25,13 @@ import (
 //   - in_flight_records, in_flight_bytes, fetch_paused and
 //     oldest_in_flight_seconds (the age of the oldest record the member
 //     holds, computed at scrape time) per member;
-//   - handler_duration_seconds and commit_duration_seconds histograms.
+//   - handler_duration_seconds and commit_duration_seconds histograms;
+//   - the completed-offsets map (offsetmap.go, CommitMetadataMaxBytes) per
+//     partition: offset_map_bytes (its size in the last accepted commit's
+//     metadata), offset_map_window_full (1 while the partition admits no
+//     more records because the map is at its budget), and
+//     records_skipped_completed_total (records an earlier owner completed
+//     above its commit point, skipped by this member).
 type Metrics struct {
 	consumedRecs  *prometheus.CounterVec
 	consumedBytes *prometheus.CounterVec
@@ -46,6 +52,9 @@ type Metrics struct {
 	handlerDur    *prometheus.HistogramVec
 	commitDur     *prometheus.HistogramVec
 	commitErrs    *prometheus.CounterVec
+	mapBytes      *prometheus.GaugeVec
+	windowFullG   *prometheus.GaugeVec
+	skippedC      *prometheus.CounterVec
 	oldestAge     *ageCollector
 }
 
@@ -128,6 +137,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		commitDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "commit_duration_seconds",
 			Help: "Duration of one offset commit request.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"group"}),
 		commitErrs: cv("commit_errors_total", "Offset commits that failed.", "group"),
+		mapBytes: gv("offset_map_bytes", "Bytes of the completed-offsets map (records completed above the commit point) in the metadata of the last accepted commit.",
+			"group", "topic", "partition"),
+		windowFullG: gv("offset_map_window_full", "1 while the partition admits no more records: its completed-offsets map is at CommitMetadataMaxBytes.",
+			"group", "topic", "partition"),
+		skippedC: cv("records_skipped_completed_total", "Records skipped because an earlier owner of the partition completed them above its commit point.", "group", "topic"),
 		oldestAge: &ageCollector{
 			desc: prometheus.NewDesc(ns+"_oldest_in_flight_seconds",
 				"Age of the oldest record the member holds (fetched, not yet handled, forwarded or dropped); 0 when it holds none.",
@@ -137,7 +151,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.consumedRecs, m.consumedBytes, m.processed, m.failed, m.retriedC, m.deadLettered, m.retryTopic,
 		m.fwdFailed, m.droppedC, m.fetchErrors, m.rebalances, m.committedOff, m.lag, m.inFlightRecs, m.inFlightBytes,
-		m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.oldestAge)
+		m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.mapBytes, m.windowFullG, m.skippedC, m.oldestAge)
 	return m
 }
 
@@ -158,6 +172,7 @@ func (m *Metrics) initGroup(group string, topics, retryTopics []string, dlq bool
 		m.processed.WithLabelValues(group, t)
 		m.retriedC.WithLabelValues(group, t)
 		m.droppedC.WithLabelValues(group, t)
+		m.skippedC.WithLabelValues(group, t)
 	}
 	for _, rt := range retryTopics {
 		m.retryTopic.WithLabelValues(group, rt)
@@ -192,6 +207,32 @@ func (m *Metrics) partition(group, topic string) *partMetrics {
 		consumedBytes: m.consumedBytes.WithLabelValues(group, topic),
 		processed:     m.processed.WithLabelValues(group, topic),
 		handlerDur:    m.handlerDur.WithLabelValues(group, topic),
+	}
+}
+
+// skippedEarlier counts one record skipped as completed by an earlier owner.
+func (pm *partMetrics) skippedEarlier() {
+	if pm != nil {
+		pm.m.skippedC.WithLabelValues(pm.group, pm.topic).Inc()
+	}
+}
+
+// windowFull sets offset_map_window_full of t.
+func (pm *partMetrics) windowFull(t tp, full bool) {
+	if pm == nil {
+		return
+	}
+	v := 0.0
+	if full {
+		v = 1
+	}
+	pm.m.windowFullG.WithLabelValues(pm.group, t.topic, strconv.Itoa(int(t.partition))).Set(v)
+}
+
+// offsetMap sets offset_map_bytes of t.
+func (m *Metrics) offsetMap(group string, t tp, bytes int) {
+	if m != nil {
+		m.mapBytes.WithLabelValues(group, t.topic, strconv.Itoa(int(t.partition))).Set(float64(bytes))
 	}
 }
 
@@ -330,6 +371,8 @@ func (m *Metrics) forget(group string, t tp) {
 	part := strconv.Itoa(int(t.partition))
 	m.lag.DeleteLabelValues(group, t.topic, part)
 	m.committedOff.DeleteLabelValues(group, t.topic, part)
+	m.mapBytes.DeleteLabelValues(group, t.topic, part)
+	m.windowFullG.DeleteLabelValues(group, t.topic, part)
 }
 
 func (m *Metrics) commitLatency(group string, d time.Duration, err error) {

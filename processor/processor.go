@@ -56,15 +56,19 @@ type Processor struct {
 	// partitions that have some, in round-robin order.
 	pendingParts []*partState
 	pendingRecs  int
-	fetchedAt    int64 // Unix nanoseconds of the last poll
-	inRecs       int   // records held, between fetch and completion
-	inBytes      int64 // their key+value bytes
-	parked       int   // of those, records in failing lanes (see lane.failing)
-	parkedB      int64
-	paused       bool // backpressure: the records that can make progress reached MaxInFlight
-	parkFull     bool // parked records reached MaxInFlight: partitions holding parked records are paused
-	stopping     bool
-	ran          bool
+	// Of pendingRecs, those of partitions whose completed-offsets map is
+	// full (partState.windowFull): they wait outside pendingParts until
+	// their commit point moves, and do not hold the poll loop back.
+	windowRecs int
+	fetchedAt  int64 // Unix nanoseconds of the last poll
+	inRecs     int   // records held, between fetch and completion
+	inBytes    int64 // their key+value bytes
+	parked     int   // of those, records in failing lanes (see lane.failing)
+	parkedB    int64
+	paused     bool // backpressure: the records that can make progress reached MaxInFlight
+	parkFull   bool // parked records reached MaxInFlight: partitions holding parked records are paused
+	stopping   bool
+	ran        bool
 
 	commitMu sync.Mutex
 	baseCtx  context.Context
@@ -88,11 +92,19 @@ type partState struct {
 	bytes       int64         // their key+value bytes
 	parked      int           // records held in failing lanes
 	parkedB     int64
-	fetchPaused bool         // this processor has paused fetching of the partition in the client
-	committed   int64        // last offset committed by this member (-1: none yet)
-	hwm         int64        // last seen high watermark / last stable offset
-	blocked     error        // non-nil while a retry-topic/DLQ write keeps failing
-	m           *partMetrics // nil without metrics
+	fetchPaused bool  // this processor has paused fetching of the partition in the client
+	committed   int64 // last offset committed by this member (-1: none yet)
+	// committedMeta is the completed-offsets map of that commit, and
+	// committedAt when it was accepted (see CommitRefreshInterval).
+	committedMeta string
+	committedAt   time.Time
+	// windowFull: the next pending record cannot be admitted without the
+	// completed-offsets map outgrowing CommitMetadataMaxBytes; fetching is
+	// paused and admission waits for the commit point to move.
+	windowFull bool
+	hwm        int64        // last seen high watermark / last stable offset
+	blocked    error        // non-nil while a retry-topic/DLQ write keeps failing
+	m          *partMetrics // nil without metrics
 	// Retry-topic/DLQ writes in progress, and since when (the client
 	// retries a retriable produce error itself, for up to 30s).
 	forwarding   int
@@ -291,7 +303,7 @@ func (p *Processor) Run(ctx context.Context) error {
 func (p *Processor) pollLoop(ctx context.Context) error {
 	for {
 		p.mu.Lock()
-		for ctx.Err() == nil && (p.paused || p.pendingRecs > 0) {
+		for ctx.Err() == nil && (p.paused || p.pendingRecs > p.windowRecs) {
 			if !p.paused {
 				p.moveLocked() // room again: admit pending records
 				continue

@@ -2,8 +2,10 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -11,6 +13,7 @@ import (
 // BlockRebalanceOnPoll it runs between polls, so no record of these
 // partitions was enqueued before their state exists.
 func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	maps := p.fetchOffsetMaps(cl, assigned)
 	p.mu.Lock()
 	for topic, parts := range assigned {
 		_, retry := p.retryIndex[topic]
@@ -26,6 +29,7 @@ func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, assigned map[s
 			p.parts[k] = &partState{tp: k, retry: retry, tracker: newOffsetTracker(), lanes: make(map[laneKey]*lane),
 				committed: -1, ctx: ctx, cancel: cancel}
 			p.parts[k].m = p.cfg.metrics.partition(p.cfg.group, topic)
+			p.parts[k].tracker.earlier = maps[k]
 		}
 	}
 	// cl, not p.cl: the group may assign before New has stored p.cl. A
@@ -37,6 +41,51 @@ func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, assigned map[s
 	p.mu.Unlock()
 	p.cfg.metrics.rebalance(p.cfg.group, "assigned")
 	p.cfg.logger.Info("partitions assigned", "partitions", assigned)
+}
+
+// fetchOffsetMaps reads the committed offsets of newly assigned partitions
+// and decodes the completed-offsets maps in their metadata (offsetmap.go),
+// so that records an earlier owner completed above its commit point are
+// skipped (SCENARIOS S17). It runs before the partitions' state exists, and
+// with BlockRebalanceOnPoll before any of their records can be polled; the
+// earlier owner's final commit was made before its revoke returned, so this
+// reads the commit franz-go starts fetching from. A partition whose metadata
+// cannot be read or decoded (another client's commit, an older format) gets
+// no map and is handled from its committed offset: at-least-once, as without
+// the map.
+func (p *Processor) fetchOffsetMaps(cl *kgo.Client, assigned map[string][]int32) map[tp][]offsetRange {
+	if p.cfg.metaMaxBytes == 0 || len(assigned) == 0 {
+		return nil
+	}
+	topics := make([]string, 0, len(assigned))
+	for t := range assigned {
+		topics = append(topics, t)
+	}
+	ctx, cancel := context.WithTimeout(p.baseCtx, 10*time.Second)
+	defer cancel()
+	resps, err := kadm.NewClient(cl).FetchOffsetsForTopics(ctx, p.cfg.group, topics...)
+	if err != nil {
+		p.cfg.logger.Warn("reading committed offset maps failed; records completed above the commit point by the previous owner will be handled again", "error", err)
+		return nil
+	}
+	out := make(map[tp][]offsetRange)
+	for topic, parts := range assigned {
+		for _, part := range parts {
+			r, ok := resps.Lookup(topic, part)
+			if !ok || r.Err != nil || r.At < 0 || r.Metadata == "" {
+				continue
+			}
+			ranges, err := decodeOffsetMap(r.Metadata, r.At)
+			if err != nil {
+				if !errors.Is(err, errNotOffsetMap) {
+					p.cfg.logger.Warn("ignoring the completed-offsets map of a commit", "topic", topic, "partition", part, "offset", r.At, "error", err)
+				}
+				continue
+			}
+			out[tp{topic, part}] = ranges
+		}
+	}
+	return out
 }
 
 // onRevoked stops dispatching the revoked partitions, drops their buffered
@@ -105,15 +154,21 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 		}
 		timer.Stop()
 	}
-	batch := make(map[*partState]int64)
+	batch := make(map[*partState]commitPos)
 	for _, s := range list {
 		s.state = partReleased // completions from now on are discarded
 		s.cancel()
 		if s.running > 0 && commit {
 			p.cfg.logger.Warn("in-flight records still running after drain timeout; they will be redelivered to the next owner", "topic", s.tp.topic, "partition", s.tp.partition, "running", s.running)
 		}
-		if commit && !s.lost && s.tracker.mark > s.committed {
-			batch[s] = s.tracker.mark
+		if !commit || s.lost {
+			continue
+		}
+		// The final commit goes out even when unchanged: it is the one
+		// the next owner starts from, and a stale commit may have landed
+		// since this member's last one (see CommitRefreshInterval).
+		if pos, ok := p.commitPosLocked(s); ok {
+			batch[s] = pos
 		}
 	}
 	p.mu.Unlock()

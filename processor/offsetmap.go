@@ -1,0 +1,157 @@
+package processor
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The completed-offsets map: records completed above the commit point travel
+// with the commit, in the OffsetCommit's metadata string, so the next owner of
+// the partition skips them instead of handling them again (SCENARIOS S17: in
+// OrderKey a slow key holds the commit point back while later records of
+// other keys complete; without the map a handover redoes those and a key's
+// state goes backwards).
+//
+// # Format
+//
+//	"oc1:" base64url-nopad( uvarint(C) uvarint(n1) uvarint(d1) uvarint(n2) uvarint(d2) ... )
+//
+// C is the committed offset the map is relative to (a map whose C is not the
+// offset it was committed with is ignored). From C on, the offsets are
+// covered by alternating runs: n1 offsets not completed (the first run is
+// never empty: offset C itself is the first record not done), then d1
+// offsets completed, then n2 not completed, and so on; the map ends with a
+// completed run, and every offset after it is not completed. Offsets that
+// hold no record (compaction, transaction markers) fall into whichever run
+// they are in: a consumer never sees them. Varints are encoding/binary's
+// unsigned LEB128, as in Protocol Buffers.
+//
+// This is the run-length encoding of Confluent's Parallel Consumer offset map
+// (which also offers a bitmap and compression, and stalls or replays when the
+// encoded map exceeds the broker's limit). Ours is bounded by construction:
+// the processor keeps an upper bound of the encoded size as records are
+// admitted (offsetTracker.mapBound) and stops admitting a partition's records
+// before the map could exceed the budget (CommitMetadataMaxBytes, the broker's
+// offset.metadata.max.bytes, 4096 by default): backpressure, never a failed
+// or truncated commit. The base64 keeps the metadata valid UTF-8 (Kafka's
+// metadata is a STRING; a Java broker would mangle raw bytes).
+//
+// Metadata that is not in this format (another client's, an empty string, an
+// older format) yields no map: the partition is handled from the committed
+// offset, as without the map.
+
+// offsetMapPrefix starts every metadata string this runtime writes.
+const offsetMapPrefix = "oc1:"
+
+// DefaultCommitMetadataMaxBytes is the default budget for the completed-offsets
+// map in a commit's metadata: Kafka's offset.metadata.max.bytes default.
+const DefaultCommitMetadataMaxBytes = 4096
+
+// mapRawBudget is the number of raw (pre-base64) bytes a map may take within
+// a metadata string of at most maxBytes.
+func mapRawBudget(maxBytes int) int {
+	if maxBytes <= len(offsetMapPrefix) {
+		return 0
+	}
+	return (maxBytes - len(offsetMapPrefix)) * 3 / 4
+}
+
+// uvarintLen is the length of v as a uvarint.
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+// offsetRange is a run of completed offsets, [lo, hi] inclusive.
+type offsetRange struct{ lo, hi int64 }
+
+// encodeOffsetMap encodes the completed entries of t above its commit point
+// base. It returns "" when there are none. p.mu held by the caller.
+func (t *offsetTracker) encodeOffsetMap(base int64) string {
+	pending := t.entries[t.head:]
+	last := -1 // index of the last done entry
+	for i := len(pending) - 1; i >= 0; i-- {
+		if pending[i].done {
+			last = i
+			break
+		}
+	}
+	if last < 0 || base < 0 {
+		return ""
+	}
+	buf := make([]byte, 0, 16+2*last)
+	buf = binary.AppendUvarint(buf, uint64(base))
+	prev := base - 1
+	done := false // the state of the run being built: the first is not done
+	var run int64
+	for _, e := range pending[:last+1] {
+		span := e.offset - prev
+		prev = e.offset
+		if e.done != done {
+			buf = binary.AppendUvarint(buf, uint64(run))
+			run, done = 0, e.done
+		}
+		run += span
+	}
+	buf = binary.AppendUvarint(buf, uint64(run)) // the last run: done
+	return offsetMapPrefix + base64.RawURLEncoding.EncodeToString(buf)
+}
+
+// errNotOffsetMap is returned by decodeOffsetMap for metadata this runtime did
+// not write.
+var errNotOffsetMap = errors.New("not an ordercast offset map")
+
+// decodeOffsetMap returns the completed ranges of a map committed with offset
+// committed, ascending. Metadata in another format returns errNotOffsetMap; a
+// map relative to another offset, or a malformed one, returns an error
+// describing it. The ranges it returns are all at or above committed.
+func decodeOffsetMap(meta string, committed int64) ([]offsetRange, error) {
+	if !strings.HasPrefix(meta, offsetMapPrefix) {
+		return nil, errNotOffsetMap
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(meta[len(offsetMapPrefix):])
+	if err != nil {
+		return nil, fmt.Errorf("offset map: %w", err)
+	}
+	next := func() (int64, error) {
+		v, n := binary.Uvarint(raw)
+		if n <= 0 || v > 1<<62 {
+			return 0, errors.New("offset map: bad varint")
+		}
+		raw = raw[n:]
+		return int64(v), nil
+	}
+	base, err := next()
+	if err != nil {
+		return nil, err
+	}
+	if base != committed {
+		return nil, fmt.Errorf("offset map relative to offset %d, committed offset is %d", base, committed)
+	}
+	var out []offsetRange
+	at := base
+	for i := 0; len(raw) > 0; i++ {
+		n, err := next()
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 || at > 1<<62-n {
+			return nil, fmt.Errorf("offset map: run %d of length %d", i, n)
+		}
+		if i%2 == 1 {
+			out = append(out, offsetRange{at, at + n - 1})
+		}
+		at += n
+	}
+	if len(out) == 0 {
+		return nil, errors.New("offset map: no completed run")
+	}
+	return out, nil
+}

@@ -1,0 +1,187 @@
+package processor
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// trackerWith builds a tracker holding offsets (ascending) with the done ones
+// completed, as the processor would.
+func trackerWith(offsets []int64, done map[int64]bool) (*offsetTracker, []*offsetEntry) {
+	tr := newOffsetTracker()
+	var es []*offsetEntry
+	for _, o := range offsets {
+		e := &offsetEntry{offset: o}
+		if !tr.add(e) {
+			panic("refused")
+		}
+		es = append(es, e)
+	}
+	for _, e := range es {
+		if done[e.offset] {
+			tr.complete(e)
+		}
+	}
+	return tr, es
+}
+
+// TestOffsetMapRoundTrip: for random holdings (gaps in the offsets, random
+// completions), the map decodes to exactly the completed offsets above the
+// commit point, and its size stays within the tracker's bound.
+func TestOffsetMapRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 2000 {
+		n := 1 + rng.IntN(400)
+		var offsets []int64
+		off := int64(rng.IntN(1 << 20))
+		for range n {
+			offsets = append(offsets, off)
+			off += 1 + int64(rng.IntN(3)) // gaps: compaction, markers
+			if rng.IntN(50) == 0 {
+				off += int64(rng.IntN(1 << 16)) // a large gap
+			}
+		}
+		done := map[int64]bool{}
+		p := rng.Float64()
+		for _, o := range offsets {
+			if rng.Float64() < p {
+				done[o] = true
+			}
+		}
+		tr, _ := trackerWith(offsets, done)
+		base := tr.base()
+		meta := tr.encodeOffsetMap(base)
+		var want []int64 // completed above the commit point
+		for _, e := range tr.entries[tr.head:] {
+			if e.done {
+				want = append(want, e.offset)
+			}
+		}
+		if len(want) == 0 {
+			if meta != "" {
+				t.Fatalf("round %d: nothing completed above %d, map %q", round, base, meta)
+			}
+			continue
+		}
+		if limit := len(offsetMapPrefix) + (10+tr.mapBound)*4/3 + 1; len(meta) > limit {
+			t.Fatalf("round %d: map of %d bytes over the bound %d", round, len(meta), limit)
+		}
+		ranges, err := decodeOffsetMap(meta, base)
+		if err != nil {
+			t.Fatalf("round %d: decode %q: %v", round, meta, err)
+		}
+		// Every held offset is in a range iff it is done; offsets in
+		// gaps may fall either way.
+		for _, e := range tr.entries[tr.head:] {
+			if got := inRanges(ranges, e.offset); got != e.done {
+				t.Fatalf("round %d: offset %d done=%v, map says %v", round, e.offset, e.done, got)
+			}
+		}
+		if ranges[0].lo < base {
+			t.Fatalf("round %d: range %v below the commit point %d", round, ranges[0], base)
+		}
+		// Skipping with doneEarlier agrees.
+		tr2 := newOffsetTracker()
+		tr2.earlier = ranges
+		var skipped []int64
+		for _, e := range tr.entries[tr.head:] {
+			if tr2.doneEarlier(e.offset) {
+				skipped = append(skipped, e.offset)
+			}
+		}
+		if !slices.Equal(skipped, want) {
+			t.Fatalf("round %d: skipped %v, want %v", round, skipped, want)
+		}
+	}
+}
+
+func inRanges(rs []offsetRange, off int64) bool {
+	for _, r := range rs {
+		if r.lo <= off && off <= r.hi {
+			return true
+		}
+	}
+	return false
+}
+
+// TestOffsetMapBoundAfterPassing: the bound stays an upper bound as the commit
+// point passes entries (each entry's share is its distance to the previous
+// entry, which is mark-1 once that one is passed).
+func TestOffsetMapBoundAfterPassing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var offsets []int64
+	for i := range 3000 {
+		offsets = append(offsets, int64(i*2+rng.IntN(2)))
+	}
+	tr, es := trackerWith(offsets, nil)
+	order := rng.Perm(len(es))
+	for i, k := range order {
+		tr.complete(es[k])
+		if i%97 != 0 {
+			continue
+		}
+		meta := tr.encodeOffsetMap(tr.base())
+		if limit := len(offsetMapPrefix) + (10+tr.mapBound)*4/3 + 1; len(meta) > limit {
+			t.Fatalf("after %d completions: map of %d bytes over the bound %d", i, len(meta), limit)
+		}
+		sum := 0
+		for _, e := range tr.entries[tr.head:] {
+			sum += int(e.mapLen)
+		}
+		if sum != tr.mapBound {
+			t.Fatalf("after %d completions: mapBound %d, entries' shares sum to %d", i, tr.mapBound, sum)
+		}
+	}
+	if tr.mapBound != 0 || tr.pending() != 0 {
+		t.Fatalf("all done: mapBound %d, pending %d", tr.mapBound, tr.pending())
+	}
+}
+
+// TestDecodeOffsetMapRefuses: metadata of other clients, maps relative to
+// another offset and malformed maps yield no ranges.
+func TestDecodeOffsetMapRefuses(t *testing.T) {
+	tr, _ := trackerWith([]int64{10, 11, 12}, map[int64]bool{11: true})
+	good := tr.encodeOffsetMap(10)
+	if _, err := decodeOffsetMap(good, 10); err != nil {
+		t.Fatalf("good map %q: %v", good, err)
+	}
+	for _, c := range []struct{ name, meta string }{
+		{"another client's metadata", "hello"},
+		{"empty", ""},
+		{"bad base64", offsetMapPrefix + "!!"},
+		{"truncated varint", offsetMapPrefix + "gA"},
+		{"no completed run", offsetMapPrefix + "CgE"}, // base 10, one not-done run
+		{"zero-length run", offsetMapPrefix + "CgAB"},
+	} {
+		if r, err := decodeOffsetMap(c.meta, 10); err == nil {
+			t.Errorf("%s (%q): decoded to %v, want an error", c.name, c.meta, r)
+		}
+	}
+	if r, err := decodeOffsetMap(good, 11); err == nil {
+		t.Errorf("map relative to 10 decoded against committed offset 11: %v", r)
+	}
+}
+
+// FuzzDecodeOffsetMap: commit metadata is outside input (any client may write
+// it): decoding never panics, and what it returns is ascending, disjoint and
+// at or above the committed offset.
+func FuzzDecodeOffsetMap(f *testing.F) {
+	tr, _ := trackerWith([]int64{10, 11, 12, 20}, map[int64]bool{11: true, 20: true})
+	f.Add(tr.encodeOffsetMap(10), int64(10))
+	f.Add("oc1:", int64(0))
+	f.Add("x", int64(5))
+	f.Fuzz(func(t *testing.T, meta string, committed int64) {
+		rs, err := decodeOffsetMap(meta, committed)
+		if err != nil {
+			return
+		}
+		last := committed - 1
+		for _, r := range rs {
+			if r.lo <= last || r.hi < r.lo {
+				t.Fatalf("ranges %v not ascending and disjoint above %d", rs, committed)
+			}
+			last = r.hi
+		}
+	})
+}
