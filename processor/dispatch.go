@@ -164,8 +164,9 @@ func (p *Processor) windowBlocksLocked(ps *partState, r *kgo.Record) bool {
 }
 
 // unblockWindowLocked puts ps back among the partitions with records to admit
-// once its next record fits the map again, and wakes the poll loop to admit
-// it. p.mu held.
+// once its next record fits the map again, and admits what fits (the poll
+// loop may be blocked in a poll that brings nothing for ps: its fetching is
+// paused). p.mu held.
 func (p *Processor) unblockWindowLocked(ps *partState) {
 	if !ps.windowFull || (len(ps.pending) > 0 && p.windowBlocksLocked(ps, ps.pending[0])) {
 		return
@@ -179,7 +180,9 @@ func (p *Processor) unblockWindowLocked(ps *partState) {
 	if ps.state == partActive {
 		p.syncPausesLocked(p.cl, ps)
 	}
-	p.cond.Broadcast() // the poll loop admits pending records
+	if !p.paused {
+		p.moveLocked()
+	}
 }
 
 // admitLocked puts a fetched record into its lane.
@@ -594,8 +597,9 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 // held.
 func (p *Processor) complete(l *lane, it *item) (more bool) {
 	ps := l.part
-	if ps.tracker.complete(&it.entry) && ps.windowFull {
-		p.unblockWindowLocked(ps)
+	ps.tracker.complete(&it.entry)
+	if ps.windowFull {
+		p.unblockWindowLocked(ps) // a completion merges runs: the map may have room again
 	}
 	if h := p.cfg.hooks.completed; h != nil {
 		target := ""

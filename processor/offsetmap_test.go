@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"encoding/base64"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -67,6 +68,9 @@ func TestOffsetMapRoundTrip(t *testing.T) {
 		if limit := len(offsetMapPrefix) + (10+tr.mapBound)*4/3 + 1; len(meta) > limit {
 			t.Fatalf("round %d: map of %d bytes over the bound %d", round, len(meta), limit)
 		}
+		if want := boundFromScratch(tr); want != tr.mapBound {
+			t.Fatalf("round %d: mapBound %d, computed from scratch %d", round, tr.mapBound, want)
+		}
 		ranges, err := decodeOffsetMap(meta, base)
 		if err != nil {
 			t.Fatalf("round %d: decode %q: %v", round, meta, err)
@@ -94,6 +98,29 @@ func TestOffsetMapRoundTrip(t *testing.T) {
 			t.Fatalf("round %d: skipped %v, want %v", round, skipped, want)
 		}
 	}
+}
+
+// boundFromScratch computes offsetTracker.mapBound by its definition: the
+// uvarint length of each maximal completed run, plus that of the span of
+// each entry not completed.
+func boundFromScratch(tr *offsetTracker) int {
+	sum := 0
+	var run int64
+	for _, e := range tr.entries[tr.head:] {
+		if e.done {
+			run += e.span
+			continue
+		}
+		if run > 0 {
+			sum += uvarintLen(uint64(run))
+			run = 0
+		}
+		sum += uvarintLen(uint64(e.span))
+	}
+	if run > 0 {
+		sum += uvarintLen(uint64(run))
+	}
+	return sum
 }
 
 func inRanges(rs []offsetRange, off int64) bool {
@@ -125,12 +152,8 @@ func TestOffsetMapBoundAfterPassing(t *testing.T) {
 		if limit := len(offsetMapPrefix) + (10+tr.mapBound)*4/3 + 1; len(meta) > limit {
 			t.Fatalf("after %d completions: map of %d bytes over the bound %d", i, len(meta), limit)
 		}
-		sum := 0
-		for _, e := range tr.entries[tr.head:] {
-			sum += int(e.mapLen)
-		}
-		if sum != tr.mapBound {
-			t.Fatalf("after %d completions: mapBound %d, entries' shares sum to %d", i, tr.mapBound, sum)
+		if want := boundFromScratch(tr); want != tr.mapBound {
+			t.Fatalf("after %d completions: mapBound %d, computed from scratch %d", i, tr.mapBound, want)
 		}
 	}
 	if tr.mapBound != 0 || tr.pending() != 0 {
@@ -184,4 +207,60 @@ func FuzzDecodeOffsetMap(f *testing.F) {
 			last = r.hi
 		}
 	})
+}
+
+// TestOffsetMapBoundHoldsForEveryFuture: a bound taken at admission holds
+// whatever completes afterwards: the worst map (every other entry done) of
+// the entries held never exceeds the bound taken before any completed.
+func TestOffsetMapBoundHoldsForEveryFuture(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for round := range 500 {
+		var offsets []int64
+		off := int64(rng.IntN(1000))
+		for range 1 + rng.IntN(300) {
+			offsets = append(offsets, off)
+			off += 1 + int64(rng.IntN(200))
+		}
+		done := map[int64]bool{}
+		for _, o := range offsets {
+			if rng.IntN(3) == 0 {
+				done[o] = true
+			}
+		}
+		tr, es := trackerWith(offsets, done)
+		bound := tr.mapBound
+		// Complete the rest in a random order; the map never exceeds the
+		// bound of the moment before.
+		rest := []*offsetEntry{}
+		for _, e := range es {
+			if !e.done {
+				rest = append(rest, e)
+			}
+		}
+		rng.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+		for _, e := range rest {
+			tr.complete(e)
+			if base := tr.base(); base >= 0 {
+				if raw := rawMapLen(t, tr.encodeOffsetMap(base)); raw > 10+bound {
+					t.Fatalf("round %d: map of %d raw bytes over the earlier bound %d", round, raw, 10+bound)
+				}
+			}
+			if tr.mapBound > bound {
+				t.Fatalf("round %d: bound grew from %d to %d on a completion", round, bound, tr.mapBound)
+			}
+			bound = tr.mapBound
+		}
+	}
+}
+
+func rawMapLen(t *testing.T, meta string) int {
+	t.Helper()
+	if meta == "" {
+		return 0
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(meta[len(offsetMapPrefix):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(raw)
 }

@@ -13,15 +13,18 @@ package processor
 type offsetTracker struct {
 	entries []*offsetEntry // fetched, not yet passed by the commit point, in offset order
 	head    int            // entries[:head] are passed and nil
+	shift   int64          // entries removed from the front of entries (offsetEntry.idx - shift is the position)
 	mark    int64          // commit point: the next offset to consume; -1 until the first record is passed
-	// mapBound is an upper bound of the raw bytes the run lengths of the
-	// completed-offsets map of entries[head:] can take (see offsetmap.go):
-	// the sum over those entries of the uvarint length of each one's
-	// distance to the entry before it. A run's length is the sum of its
-	// entries' distances, and the uvarint length of a sum is at most the
-	// sum of the lengths, so the encoded map never exceeds it. It does not
-	// change when the commit point passes an entry (the new first entry's
-	// distance is to the passed one, mark-1).
+	// mapBound is an upper bound of the raw bytes that the run lengths of
+	// the completed-offsets map of entries[head:] (see offsetmap.go) can
+	// take, now or after any further completions: the uvarint length of
+	// each maximal run of completed entries, plus, for each entry not
+	// completed, the uvarint length of its span (its distance to the entry
+	// before it, or to mark-1). Any later map is made of runs that each
+	// unite some of those completed runs and spans, and the uvarint length
+	// of a sum is at most the sum of the lengths; so admission that keeps
+	// mapBound within the budget keeps every map within it, whatever
+	// completes next. It is kept exact as entries complete (runs merge).
 	mapBound int
 	// earlier lists the offsets completed by an earlier owner of the
 	// partition above its commit point, from its commit's metadata
@@ -32,8 +35,12 @@ type offsetTracker struct {
 type offsetEntry struct {
 	offset  int64
 	fetched int64 // Unix nanoseconds
-	done    bool
-	mapLen  uint8 // this entry's share of offsetTracker.mapBound
+	idx     int64 // the entry's sequence number in its tracker
+	span    int64 // offset minus the offset of the entry before it (or mark-1)
+	// For a completed entry at either end of a maximal run of completed
+	// entries: the idx of the run's other end.
+	other int64
+	done  bool
 }
 
 func newOffsetTracker() *offsetTracker { return &offsetTracker{mark: -1} }
@@ -55,10 +62,22 @@ func (t *offsetTracker) add(e *offsetEntry) bool {
 		}
 		prev = t.mark - 1
 	}
-	e.mapLen = uint8(uvarintLen(uint64(e.offset - prev)))
-	t.mapBound += int(e.mapLen)
+	e.span = e.offset - prev
+	e.idx = t.shift + int64(len(t.entries))
+	e.done = false
+	t.mapBound += uvarintLen(uint64(e.span))
 	t.entries = append(t.entries, e)
 	return true
+}
+
+// at returns the entry with sequence number idx.
+func (t *offsetTracker) at(idx int64) *offsetEntry { return t.entries[idx-t.shift] }
+
+// runLen is the number of offsets covered by the entries first..last
+// (sequence numbers, inclusive): from the offset after the entry before
+// first to last's offset.
+func (t *offsetTracker) runLen(first, last int64) int64 {
+	return t.at(last).offset - t.at(first).offset + t.at(first).span
 }
 
 // mapCost is what admitting a record at off would add to mapBound.
@@ -99,22 +118,42 @@ func (t *offsetTracker) doneEarlier(off int64) bool {
 // complete marks e done and advances the commit point over the contiguous run
 // of done entries. It reports whether the commit point moved.
 func (t *offsetTracker) complete(e *offsetEntry) bool {
-	e.done = true
-	moved := false
-	for t.head < len(t.entries) && t.entries[t.head].done {
-		t.mark = t.entries[t.head].offset + 1
-		t.mapBound -= int(t.entries[t.head].mapLen)
-		t.entries[t.head] = nil
-		t.head++
-		moved = true
+	if e.done {
+		return false
 	}
+	// e leaves the not-done spans and joins the completed runs on either
+	// side of it (see mapBound).
+	t.mapBound -= uvarintLen(uint64(e.span))
+	first, last := e.idx, e.idx
+	pos := int(e.idx - t.shift)
+	if pos > t.head && t.entries[pos-1].done {
+		first = t.entries[pos-1].other
+		t.mapBound -= uvarintLen(uint64(t.runLen(first, e.idx-1)))
+	}
+	if pos+1 < len(t.entries) && t.entries[pos+1].done {
+		last = t.entries[pos+1].other
+		t.mapBound -= uvarintLen(uint64(t.runLen(e.idx+1, last)))
+	}
+	e.done = true
+	if pos != t.head {
+		t.at(first).other, t.at(last).other = last, first
+		t.mapBound += uvarintLen(uint64(t.runLen(first, last)))
+		return false
+	}
+	// e was the first entry not done: the commit point passes it and the
+	// completed run after it, and the entry after that is not done.
+	end := int(last-t.shift) + 1
+	t.mark = t.entries[end-1].offset + 1
+	clear(t.entries[t.head:end])
+	t.head = end
 	if t.head > 64 && t.head*2 >= len(t.entries) {
 		n := copy(t.entries, t.entries[t.head:])
 		clear(t.entries[n:])
 		t.entries = t.entries[:n]
+		t.shift += int64(t.head)
 		t.head = 0
 	}
-	return moved
+	return true
 }
 
 // oldest returns the fetch time of the first offset not yet done, the oldest
@@ -134,6 +173,7 @@ func (t *offsetTracker) pending() int { return len(t.entries) - t.head }
 // be fetched again by whoever owns the partition next.
 func (t *offsetTracker) truncate() {
 	clear(t.entries)
+	t.shift += int64(len(t.entries))
 	t.entries = t.entries[:0]
 	t.head = 0
 	t.mapBound = 0

@@ -1,0 +1,246 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Scenario tests for handovers and late commits: SCENARIOS.md S15, S17.
+
+// keyVersions is the history of a key-ordered run: per key, the highest
+// version completed on any member, and what went wrong.
+type keyVersions struct {
+	mu         sync.Mutex
+	done       map[string]int      // key -> highest version completed, any member
+	handled    map[string]int      // "member/key/version" -> handler calls that returned nil
+	regressed  []string            // a handler started a version below one completed
+	redone     map[string][]string // member -> "key/version" started again after it completed
+	completedN int
+}
+
+func newKeyVersions() *keyVersions {
+	return &keyVersions{done: map[string]int{}, handled: map[string]int{}, redone: map[string][]string{}}
+}
+
+// start is called when a handler begins key's version on member.
+func (k *keyVersions) start(member, key string, version int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if d := k.done[key]; version < d {
+		k.regressed = append(k.regressed, fmt.Sprintf("%s saw %s v%d after v%d completed", member, key, version, d))
+	} else if version == d {
+		k.redone[member] = append(k.redone[member], fmt.Sprintf("%s/v%d", key, version))
+	}
+}
+
+// finish is called when a handler returned nil.
+func (k *keyVersions) finish(member, key string, version int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.done[key] = max(k.done[key], version)
+	k.handled[fmt.Sprintf("%s/%s/%d", member, key, version)]++
+	k.completedN++
+}
+
+func (k *keyVersions) completed() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.completedN
+}
+
+func (k *keyVersions) allDone(keys, versions int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range keys {
+		if k.done[fmt.Sprintf("k%02d", i)] != versions {
+			return false
+		}
+	}
+	return true
+}
+
+// TestS17_KeyOrderAcrossHandover: key order, 1 partition, 20 keys with
+// versions 1..500 written in order. On member A the first record of key k00
+// blocks (until its context is cancelled), holding the commit point at 0
+// while every other key completes. B joins; A leaves and B takes the
+// partition (A's drain gives up on k00 after DrainTimeout, so A's final
+// commit is offset 0 with every other record completed above it); then a new
+// A joins, B leaves and A takes the partition back. (With one partition the
+// sticky assignor moves it only when its owner leaves; a revoke in a
+// rebalance releases it through the same path.) No handler, on any member, ever sees a key's version lower
+// than one already completed for that key; B handles none of the records A
+// completed (they are skipped through the commit's completed-offsets map);
+// in the end every version of every key is done and the group is committed
+// to the end of the partition. Without the map (CommitMetadataMaxBytes(0)) B
+// handles the 9,500 records again, starting from version 1 of every key:
+// key order goes backwards.
+func TestS17_KeyOrderAcrossHandover(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1})
+	const keys, versions = 20, 500
+	var recs []*kgo.Record
+	for v := 1; v <= versions; v++ {
+		for k := range keys {
+			recs = append(recs, &kgo.Record{Topic: "in", Key: []byte(fmt.Sprintf("k%02d", k)), Value: []byte(strconv.Itoa(v))})
+		}
+	}
+	produce(t, addrs, recs...)
+	kv := newKeyVersions()
+	var slowOnce sync.Once
+	slowStarted := make(chan struct{})
+	handler := func(member string) Handler {
+		return func(ctx context.Context, r *kgo.Record) error {
+			key := string(r.Key)
+			version, _ := strconv.Atoi(string(r.Value))
+			kv.start(member, key, version)
+			if member == "A1" && key == "k00" && version == 1 {
+				// The slow key: holds the commit point at 0 on A's
+				// first ownership, until the revoke's drain gives up.
+				slowOnce.Do(func() { close(slowStarted) })
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			kv.finish(member, key, version)
+			return nil
+		}
+	}
+	opts := func(member string, reg *prometheus.Registry, extra ...Opt) []Opt {
+		return rebalanceOpts(addrs, append([]Opt{WithOrdering(OrderKey), Concurrency(8), MaxInFlight(20000, 64<<20),
+			DrainTimeout(200 * time.Millisecond), WithHandler(handler(member)), WithMetrics(NewMetrics(reg))}, extra...)...)
+	}
+	regB := prometheus.NewRegistry()
+	a := startMember(t, opts("A1", prometheus.NewRegistry())...)
+	<-slowStarted
+	waitFor(t, 30*time.Second, "A completed every record but k00's", func() bool { return kv.completed() == keys*versions-versions })
+	// B joins; with one partition the sticky assignor leaves it on A
+	// until A leaves: A's revoke gives up on k00 after DrainTimeout and
+	// commits offset 0 with every other record completed above it.
+	b := startMember(t, opts("B", regB)...)
+	waitFor(t, 10*time.Second, "B joined", func() bool { return b.p.Health().Joined })
+	a.stop()
+	waitFor(t, 30*time.Second, "B completed k00", func() bool {
+		kv.mu.Lock()
+		defer kv.mu.Unlock()
+		return kv.done["k00"] == versions
+	})
+	if got := counterValue(t, regB, "ordercast_consumer_records_skipped_completed_total"); got != keys*versions-versions {
+		t.Errorf("B skipped %v records completed by A, want %d", got, keys*versions-versions)
+	}
+	// A second A takes the partition back when B leaves.
+	a2 := startMember(t, opts("A2", prometheus.NewRegistry())...)
+	waitFor(t, 10*time.Second, "A2 joined", func() bool { return a2.p.Health().Joined })
+	b.stop()
+	waitFor(t, 30*time.Second, "everything committed", func() bool {
+		return committedEquals(t, addrs, "g", endOffsets(t, addrs, "in"))
+	})
+	a2.stop()
+
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	if len(kv.regressed) > 0 {
+		t.Fatalf("key order went backwards %d times, first: %v", len(kv.regressed), kv.regressed[:min(5, len(kv.regressed))])
+	}
+	if r := kv.redone["B"]; len(r) > 0 {
+		t.Fatalf("B handled %d records A had completed, first: %v", len(r), r[:min(5, len(r))])
+	}
+	if !kvAllDone(kv, keys, versions) {
+		t.Fatalf("not every version done: %v", kv.done)
+	}
+}
+
+func kvAllDone(k *keyVersions, keys, versions int) bool {
+	for i := range keys {
+		if k.done[fmt.Sprintf("k%02d", i)] != versions {
+			return false
+		}
+	}
+	return true
+}
+
+// TestOffsetMapWindowBounded: with a tiny CommitMetadataMaxBytes, a stuck key
+// makes the partition stop admitting records before the completed-offsets
+// map could outgrow the budget (the window-full gauge says so), every commit's
+// metadata stays within the budget, and once the stuck key is released the
+// partition drains to its end.
+func TestOffsetMapWindowBounded(t *testing.T) {
+	const budget = 96
+	addrs := testCluster(t, map[string]int32{"in": 1})
+	const n = 3000
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Topic: "in", Key: []byte(fmt.Sprintf("k%02d", i%2)), Value: []byte(strconv.Itoa(i))})
+	}
+	produce(t, addrs, recs...)
+	release := make(chan struct{})
+	reg := prometheus.NewRegistry()
+	h := newHistory()
+	var metas []string
+	m := startMember(t, rebalanceOpts(addrs, WithOrdering(OrderKey), Concurrency(4), MaxInFlight(n, 64<<20),
+		CommitMetadataMaxBytes(budget), WithMetrics(NewMetrics(reg)),
+		WithHandler(func(ctx context.Context, r *kgo.Record) error {
+			if string(r.Value) == "0" { // k00's first: every k00 record waits behind it
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			h.add(string(r.Value))
+			return nil
+		}))...)
+	waitFor(t, 20*time.Second, "the window is full", func() bool {
+		return counterValue(t, reg, "ordercast_consumer_offset_map_window_full") == 1
+	})
+	// Admission stopped: far fewer than the 1,500 k01 records were handled,
+	// and the map in the broker is within the budget.
+	waitFor(t, 10*time.Second, "a commit with a map", func() bool {
+		md := committedMeta(t, addrs, "g", "in", 0)
+		if md != "" {
+			metas = append(metas, md)
+		}
+		return md != ""
+	})
+	if got := h.distinct(); got >= n/2 {
+		t.Fatalf("handled %d records with the first one stuck; admission did not stop", got)
+	}
+	for _, md := range metas {
+		if len(md) > budget {
+			t.Fatalf("metadata of %d bytes over the budget of %d: %q", len(md), budget, md)
+		}
+		if !strings.HasPrefix(md, offsetMapPrefix) {
+			t.Fatalf("metadata %q is not an offset map", md)
+		}
+	}
+	close(release)
+	waitFor(t, 30*time.Second, "everything handled and committed", func() bool {
+		return h.distinct() == n && committedEquals(t, addrs, "g", endOffsets(t, addrs, "in"))
+	})
+	if got := counterValue(t, reg, "ordercast_consumer_offset_map_window_full"); got != 0 {
+		t.Fatalf("window still full after the drain: %v", got)
+	}
+	m.stop()
+}
+
+// committedMeta returns the metadata of the group's commit for one partition.
+func committedMeta(t *testing.T, addrs []string, group, topic string, partition int32) string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resps, err := kadm.NewClient(cl).FetchOffsetsForTopics(context.Background(), group, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := resps.Lookup(topic, partition)
+	return r.Metadata
+}
