@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Scenario tests for handovers and late commits: SCENARIOS.md S15, S17.
@@ -243,4 +244,79 @@ func committedMeta(t *testing.T, addrs []string, group, topic string, partition 
 	}
 	r, _ := resps.Lookup(topic, partition)
 	return r.Metadata
+}
+
+// TestS15_StaleCommitAppliedLate: 2 partitions, steady input, commits every
+// 50ms. The broker holds one OffsetCommit past the client's request timeout
+// (1s here); franz-go re-sends it on a new connection, where it is applied,
+// and later commits succeed; input stops, every record is handled and
+// committed; only then does the broker apply the held request, moving the
+// group's offsets back to where they were when it was sent. The runtime
+// repairs that without new input: within CommitRefreshInterval the group's
+// offsets are back at the end of both partitions. Without the refresh
+// (CommitRefreshInterval(time.Hour)) they stay behind.
+func TestS15_StaleCommitAppliedLate(t *testing.T) {
+	c, addrs := testClusterC(t, map[string]int32{"in": 2})
+	var (
+		mu       sync.Mutex
+		commits  int
+		held     bool
+		heldOffs map[int32]int64
+	)
+	wake := make(chan struct{})
+	released := make(chan struct{})
+	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.OffsetCommitRequest)
+		if r.Group != "g" {
+			return nil, nil, false
+		}
+		mu.Lock()
+		commits++
+		hold := !held && commits == 5
+		if hold {
+			held = true
+			heldOffs = map[int32]int64{}
+			for _, rt := range r.Topics {
+				for _, rp := range rt.Partitions {
+					heldOffs[rp.Partition] = rp.Offset
+				}
+			}
+		}
+		mu.Unlock()
+		if hold {
+			c.SleepControl(func() { <-wake })
+			close(released)
+		}
+		return nil, nil, false // the cluster applies it now
+	})
+	const perPart = 300
+	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(50*time.Millisecond),
+		ClientOpts(kgo.RequestTimeoutOverhead(time.Second), kgo.RetryTimeout(30*time.Second)),
+		WithHandler(func(context.Context, *kgo.Record) error { return nil }))
+	for i := range perPart {
+		produce(t, addrs, &kgo.Record{Topic: "in", Partition: 0, Value: val(i)}, &kgo.Record{Topic: "in", Partition: 1, Value: val(i)})
+		time.Sleep(2 * time.Millisecond) // steady input, not a burst
+	}
+	end := endOffsets(t, addrs, "in")
+	waitFor(t, 30*time.Second, "every record committed while one commit is held", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return held && committedEquals(t, addrs, "g", end)
+	})
+	close(wake)
+	<-released
+	mu.Lock()
+	stale := heldOffs
+	mu.Unlock()
+	if stale[0] >= perPart && stale[1] >= perPart {
+		t.Fatalf("the held commit (%v) was not behind the end (%d): nothing to repair", stale, perPart)
+	}
+	waitFor(t, 20*time.Second, "the stale commit repaired without new input", func() bool {
+		return committedEquals(t, addrs, "g", end)
+	})
+	if lag := endOffsets(t, addrs, "in"); lag[tp{"in", 0}] != end[tp{"in", 0}] || lag[tp{"in", 1}] != end[tp{"in", 1}] {
+		t.Fatalf("new input arrived: %v, was %v", lag, end)
+	}
+	m.stop()
 }
