@@ -135,7 +135,7 @@ func New(opts ...Opt) (*Processor, error) {
 	p.workCond = sync.NewCond(&p.mu)
 	p.mm = c.metrics.member(c.group, c.clientID)
 	p.clock = newCoarseClock()
-	p.reach = newReach(c.sessionTimeout)
+	p.reach = newReach(c.sessionTimeout / 3)
 	p.baseCtx, p.cancel = context.WithCancel(context.Background())
 	p.retryTopics = RetryTopicNames(c.group, len(c.retryDelays))
 	for i, t := range p.retryTopics {
@@ -384,13 +384,15 @@ type Health struct {
 	Blocked []string `json:"blocked,omitempty"`
 	// Unreachable lists the brokers ("host:port" as the consumer's client
 	// dials them, seeds included) that have left this member waiting
-	// longer than the session timeout (at least twice the fetch max wait):
-	// a request to the broker unanswered, or its connection attempts
-	// failing, with no successful response in between, while the member
-	// still tries. JoinGroup and SyncGroup, which the coordinator holds
-	// during a rebalance by design, do not count. A broker leaves the list
-	// with its next answer. Only the consumer's client is tracked (through
-	// franz-go's broker hooks), not the retry/DLQ producer.
+	// longer than a third of the session timeout (the most Kafka's
+	// heartbeat.interval.ms should be; at least twice the fetch max wait,
+	// so a long poll is no wait): a request to the broker unanswered, or
+	// its connection attempts failing, with no successful response in
+	// between, while the member still tries. JoinGroup and SyncGroup, which
+	// the coordinator holds during a rebalance by design, do not count. A
+	// broker leaves the list with its next answer. Only the consumer's
+	// client is tracked (through franz-go's broker hooks), not the
+	// retry/DLQ producer; TxnProcessor leaves it empty.
 	Unreachable []string `json:"unreachable,omitempty"`
 }
 
