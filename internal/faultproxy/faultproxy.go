@@ -106,6 +106,7 @@ type Fault struct {
 	matched chan struct{}
 	done    chan struct{}
 	req     Request // set before matched is closed
+	left    bool    // set before done is closed
 
 	once sync.Once // done
 }
@@ -125,6 +126,18 @@ func (f *Fault) Request() Request {
 		return f.req
 	default:
 		return Request{}
+	}
+}
+
+// ClientLeft reports, once Done is closed, whether the client had closed the
+// held request's connection before the proxy delivered it (the late
+// delivery of a request the client gave up on). False for DropResponse.
+func (f *Fault) ClientLeft() bool {
+	select {
+	case <-f.done:
+		return f.left
+	default:
+		return false
 	}
 }
 
@@ -514,6 +527,7 @@ type conn struct {
 	resps    chan frame
 	sent     atomic.Int64 // requests written upstream
 	answered atomic.Int64 // responses read from upstream
+	left     atomic.Bool  // the client side has closed (EOF or error)
 	dead     chan struct{}
 	once     sync.Once
 
@@ -596,6 +610,7 @@ func (c *conn) waitUntil(t time.Time) bool {
 // still delivers what is queued (held requests included).
 func (c *conn) readClient() {
 	defer close(c.reqs)
+	defer c.left.Store(true)
 	for {
 		b, err := readFrame(c.client, 8)
 		if err != nil {
@@ -642,6 +657,7 @@ func (c *conn) writeUpstream() {
 		}
 		_, err := c.up.Write(f.b)
 		if f.fault != nil {
+			f.fault.left = c.left.Load()
 			f.fault.finish()
 		}
 		if err != nil {

@@ -14,12 +14,12 @@ import (
 	"github.com/ordercast/ordercast/internal/testkafka"
 )
 
-// The proxy's tests run on the embedded kfake broker: they are about the
-// proxy, not the broker.
+// The proxy's tests run on the embedded kfake broker, and on the real
+// cluster named by ORDERCAST_TEST_BROKERS (testkafka.Cluster).
 
 func setup(t *testing.T) (*faultproxy.Proxy, []string) {
 	t.Helper()
-	_, addrs := testkafka.Fake(t, map[string]int32{"t": 1})
+	addrs := testkafka.Cluster(t, map[string]int32{"t": 1})
 	p := faultproxy.New()
 	t.Cleanup(p.Close)
 	return p, addrs
@@ -116,6 +116,9 @@ func TestHoldRequestLandsAfterLaterCommit(t *testing.T) {
 		t.Fatalf("committed %d after the second commit, want 10", got)
 	}
 	wait(t, held.Done(), 10*time.Second, "the held commit to be delivered")
+	if !held.ClientLeft() {
+		t.Error("the client had not closed the held request's connection when it was delivered")
+	}
 	testkafka.WaitFor(t, 10*time.Second, "the held commit to be applied", func() bool { return committedAt(t, addrs) == 5 })
 	if r := held.Request(); r.APIKey != int16(kmsg.OffsetCommit) || r.Upstream != addrs[0] {
 		t.Errorf("held %+v", r)
