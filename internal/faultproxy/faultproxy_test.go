@@ -20,6 +20,18 @@ import (
 func setup(t *testing.T) (*faultproxy.Proxy, []string) {
 	t.Helper()
 	addrs := testkafka.Cluster(t, map[string]int32{"t": 1})
+	if testkafka.Real() {
+		// A topic just recreated under the same name is refused by the
+		// group coordinator (UNKNOWN_TOPIC_OR_PARTITION) for a moment.
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		testkafka.WaitFor(t, 20*time.Second, "the coordinator to accept commits for t", func() bool {
+			return commit(context.Background(), cl, 0) == nil
+		})
+	}
 	p := faultproxy.New()
 	t.Cleanup(p.Close)
 	return p, addrs
