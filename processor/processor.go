@@ -45,6 +45,7 @@ type Processor struct {
 	retryIndex  map[string]int
 	mm          *memberMetrics // nil without metrics
 	clock       *coarseClock   // attempt start times
+	reach       *reach         // brokers leaving the consumer waiting (Health.Unreachable)
 	idle        atomic.Bool    // no records held (the clock sleeps)
 
 	mu       sync.Mutex
@@ -146,6 +147,7 @@ func New(opts ...Opt) (*Processor, error) {
 	p.workCond = sync.NewCond(&p.mu)
 	p.mm = c.metrics.member(c.group, c.clientID)
 	p.clock = newCoarseClock()
+	p.reach = newReach(c.sessionTimeout / 3)
 	p.baseCtx, p.cancel = context.WithCancel(context.Background())
 	p.retryTopics = RetryTopicNames(c.group, len(c.retryDelays))
 	for i, t := range p.retryTopics {
@@ -198,6 +200,7 @@ func New(opts ...Opt) (*Processor, error) {
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),
+		kgo.WithHooks(p.reach),
 	)
 	if c.instanceID != "" {
 		kopts = append(kopts, kgo.InstanceID(c.instanceID))
@@ -214,6 +217,9 @@ func New(opts ...Opt) (*Processor, error) {
 		return nil, fmt.Errorf("processor: consumer client: %w", err)
 	}
 	p.cl = cl
+	if w, ok := cl.OptValue(kgo.FetchMaxWait).(time.Duration); ok {
+		p.reach.after = max(p.reach.after, 2*w) // a long poll is not a wait
+	}
 	if c.producer != nil {
 		p.prod = c.producer
 	} else {
@@ -388,6 +394,18 @@ type Health struct {
 	// progress for longer than the maximum Backoff (the client retries a
 	// retriable broker error by itself before it reports a failure).
 	Blocked []string `json:"blocked,omitempty"`
+	// Unreachable lists the brokers ("host:port" as the consumer's client
+	// dials them, seeds included) that have left this member waiting
+	// longer than a third of the session timeout (the most Kafka's
+	// heartbeat.interval.ms should be; at least twice the fetch max wait,
+	// so a long poll is no wait): a request to the broker unanswered, or
+	// its connection attempts failing, with no successful response in
+	// between, while the member still tries. JoinGroup and SyncGroup, which
+	// the coordinator holds during a rebalance by design, do not count. A
+	// broker leaves the list with its next answer. Only the consumer's
+	// client is tracked (through franz-go's broker hooks), not the
+	// retry/DLQ producer; TxnProcessor leaves it empty.
+	Unreachable []string `json:"unreachable,omitempty"`
 }
 
 // Health returns the processor's current state. Safe for concurrent use.
@@ -411,6 +429,7 @@ func (p *Processor) Health() Health {
 	h.InFlight = p.inRecs
 	h.Paused = p.paused
 	h.Parked = p.parked
+	h.Unreachable = p.reach.unreachable(time.Now())
 	return h
 }
 

@@ -32,6 +32,13 @@
 // MoveTopicPartition) exist only in kfake. Tests that need them call
 // SkipIfReal with the reason and then Fake; process kills, restarts and
 // group churn run on both.
+//
+// # Network faults on both
+//
+// Proxy routes a test's clients through a fault proxy (package
+// internal/faultproxy: latency, connection resets, withheld responses, one
+// request held past the client's timeout and delivered late, one response
+// swallowed), which works the same in front of kfake and a real cluster.
 package testkafka
 
 import (
