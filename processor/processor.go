@@ -22,7 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ordercast/ordercast/order"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -122,7 +121,7 @@ func New(opts ...Opt) (*Processor, error) {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if c.clientID == "" {
-		c.clientID = c.group + "-" + order.NewID("")[:8]
+		c.clientID = c.group + "-" + randomID()
 	}
 	c.logger = c.logger.With("group", c.group, "client_id", c.clientID)
 	p := &Processor{
@@ -168,12 +167,13 @@ func New(opts ...Opt) (*Processor, error) {
 		kgo.FetchMaxPartitionBytes(int32(partMax)),
 	}
 	kopts = append(kopts, c.clientOpts...)
+	start := newStarter(&c, p.retryTopics)
+	kopts = append(kopts, start.opts()...)
 	kopts = append(kopts,
 		kgo.SeedBrokers(c.brokers...),
 		kgo.ClientID(c.clientID),
 		kgo.ConsumerGroup(c.group),
 		kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),
 		// Transaction markers are returned so the commit point can pass
@@ -202,6 +202,7 @@ func New(opts ...Opt) (*Processor, error) {
 		return nil, fmt.Errorf("processor: consumer client: %w", err)
 	}
 	p.cl = cl
+	start.setClient(cl)
 	if c.producer != nil {
 		p.prod = c.producer
 	} else {
