@@ -13,7 +13,8 @@ import (
 	"github.com/ordercast/ordercast/internal/testkafka"
 )
 
-// s18Modes runs a start-position scenario with New and with NewTransactional:
+// s18Modes runs a start-position scenario with New (under the classic group
+// protocol and KIP-848's) and with NewTransactional:
 // start(opts, seen) starts a member of group "g" on "in" that adds the value
 // of every record it handles to seen, and returns its stop function.
 func s18Modes(t *testing.T, run func(t *testing.T, start func(seen *history, opts ...Opt) func())) {
@@ -21,6 +22,12 @@ func s18Modes(t *testing.T, run func(t *testing.T, start func(seen *history, opt
 		run(t, func(seen *history, opts ...Opt) func() {
 			h := func(_ context.Context, r *kgo.Record) error { seen.add(string(r.Value)); return nil }
 			return startMember(t, append([]Opt{WithHandler(h), CommitInterval(20 * time.Millisecond)}, opts...)...).stop
+		})
+	})
+	t.Run("New/KIP-848", func(t *testing.T) {
+		run(t, func(seen *history, opts ...Opt) func() {
+			h := func(_ context.Context, r *kgo.Record) error { seen.add(string(r.Value)); return nil }
+			return startMember(t, append([]Opt{WithHandler(h), CommitInterval(20 * time.Millisecond), GroupProtocol("consumer")}, opts...)...).stop
 		})
 	})
 	t.Run("NewTransactional", func(t *testing.T) {
