@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/internal/testkafka"
@@ -248,4 +249,39 @@ func TestParseStart(t *testing.T) {
 			t.Errorf("ParseStart(%q.String() = %q) = %v, %v", tc.in, got.String(), back, err)
 		}
 	}
+}
+
+// TestStartOutOfRangeResumesAtLogStart: a committed offset below the log
+// start (retention deleted the records it points to) is not a start: with
+// StartOffset(Latest) the group still resumes at the log start and handles
+// every record that is left, instead of Kafka's auto.offset.reset=latest,
+// which would skip them.
+func TestStartOutOfRangeResumesAtLogStart(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1, "g.dlq": 1})
+	for i := range 10 {
+		produce(t, addrs, rec(0, fmt.Sprintf("r%d", i), time.Time{}))
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: "in", Partition: 0, At: 2, LeaderEpoch: -1})
+	if err := adm.CommitAllOffsets(ctx, "g", offs); err != nil {
+		t.Fatal(err)
+	}
+	var del kadm.Offsets
+	del.Add(kadm.Offset{Topic: "in", Partition: 0, At: 5, LeaderEpoch: -1})
+	if res, err := adm.DeleteRecords(ctx, del); err != nil || res.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, res.Error())
+	}
+	seen := newHistory()
+	h := func(_ context.Context, r *kgo.Record) error { seen.add(string(r.Value)); return nil }
+	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), WithHandler(h), StartOffset(Latest))
+	waitFor(t, 20*time.Second, "the records left after the deletion handled", func() bool { return seen.distinct() == 5 })
+	m.stop()
+	checkSeen(t, seen, []string{"r5", "r6", "r7", "r8", "r9"})
 }
