@@ -2,6 +2,8 @@ package processor
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,6 +104,7 @@ type cfg struct {
 	logger         *slog.Logger
 	metrics        *Metrics
 	clientOpts     []kgo.Opt
+	start          Start
 	producer       *kgo.Client
 	errorMsgMax    int
 	hooks          hooks
@@ -206,6 +209,12 @@ func (c *cfg) validate() error {
 	}
 	if c.drainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("DrainTimeout: %v, want >= 0", c.drainTimeout))
+	}
+	if err := c.start.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("StartOffset: %w", err))
+	}
+	if err := refusedClientOpts(c.clientOpts); err != nil {
+		errs = append(errs, err)
 	}
 	if c.groupProtocol != "classic" && c.groupProtocol != "consumer" {
 		errs = append(errs, fmt.Errorf("GroupProtocol: %q, want classic or consumer (KIP-848)", c.groupProtocol))
@@ -389,8 +398,16 @@ func TransactionTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.txnTi
 func InstanceID(id string) Opt { return opt(func(c *cfg) { c.instanceID = id }) }
 
 // ClientID sets the Kafka client.id, used in logs and metric labels. Default
-// "<group>-<random>".
+// "<group>-<random>" (8 hex digits) for New, the transactional id for
+// NewTransactional.
 func ClientID(id string) Opt { return opt(func(c *cfg) { c.clientID = id }) }
+
+// randomID returns 8 random hex digits, for default client ids.
+func randomID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
 
 // GroupProtocol selects "classic" (default: JoinGroup/SyncGroup with the
 // cooperative-sticky assignor, KIP-429) or "consumer" (KIP-848 server-side
@@ -406,9 +423,21 @@ func Logger(l *slog.Logger) Opt { return opt(func(c *cfg) { c.logger = l }) }
 func WithMetrics(m *Metrics) Opt { return opt(func(c *cfg) { c.metrics = m }) }
 
 // ClientOpts adds franz-go options to the consumer client and to the producer
-// client the processor creates (TLS, SASL, dialer...). Options that the
-// processor relies on (group, topics, auto-commit off, rebalance blocking)
-// are set after these and win.
+// client the processor creates (TLS, SASL, dialer, hooks, timeouts, fetch
+// sizes...). The runtime's defaults for kgo.FetchMaxWait,
+// kgo.HeartbeatInterval, kgo.FetchMaxBytes and kgo.FetchMaxPartitionBytes
+// are set before these, so these win.
+//
+// An option the runtime sets itself (group, topics, start and reset offsets,
+// isolation level, auto-commit, rebalance callbacks and blocking, session and
+// rebalance timeouts, balancers, static and transactional ids, client id,
+// seed brokers, the DLQ producer's acks and linger: the list is runtimeOpts in
+// clientopts.go) is refused: New and NewTransactional return an error
+// wrapping ErrClientOpt that names it and the processor option to use
+// instead, rather than silently overriding it. To tell which options opts
+// set, New applies them to two franz-go clients that are never started (no
+// dial, no request) and closed at once; hooks in opts (kgo.WithHooks) see
+// those clients created and closed.
 func ClientOpts(opts ...kgo.Opt) Opt {
 	return opt(func(c *cfg) { c.clientOpts = append(c.clientOpts, opts...) })
 }

@@ -22,7 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ordercast/ordercast/order"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -135,7 +134,7 @@ func New(opts ...Opt) (*Processor, error) {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if c.clientID == "" {
-		c.clientID = c.group + "-" + order.NewID("")[:8]
+		c.clientID = c.group + "-" + randomID()
 	}
 	c.logger = c.logger.With("group", c.group, "client_id", c.clientID)
 	p := &Processor{
@@ -182,12 +181,13 @@ func New(opts ...Opt) (*Processor, error) {
 		kgo.FetchMaxPartitionBytes(int32(partMax)),
 	}
 	kopts = append(kopts, c.clientOpts...)
+	start := newStarter(&c, p.retryTopics)
+	kopts = append(kopts, start.opts()...)
 	kopts = append(kopts,
 		kgo.SeedBrokers(c.brokers...),
 		kgo.ClientID(c.clientID),
 		kgo.ConsumerGroup(c.group),
 		kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),
 		// Transaction markers are returned so the commit point can pass
@@ -220,6 +220,7 @@ func New(opts ...Opt) (*Processor, error) {
 	if w, ok := cl.OptValue(kgo.FetchMaxWait).(time.Duration); ok {
 		p.reach.after = max(p.reach.after, 2*w) // a long poll is not a wait
 	}
+	start.setClient(cl)
 	if c.producer != nil {
 		p.prod = c.producer
 	} else {

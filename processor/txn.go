@@ -88,6 +88,8 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	c := t.cfg
 	opts := append([]kgo.Opt{}, c.clientOpts...)
+	start := newStarter(&c, nil)
+	opts = append(opts, start.opts()...)
 	opts = append(opts,
 		kgo.SeedBrokers(c.brokers...),
 		kgo.ClientID(c.clientID),
@@ -95,7 +97,6 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 		kgo.TransactionTimeout(c.txnTimeout),
 		kgo.ConsumerGroup(c.group),
 		kgo.ConsumeTopics(c.topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
 		kgo.KeepControlRecords(), // see New: lets the committed offset pass a final transaction marker
@@ -118,7 +119,12 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	} else {
 		opts = append(opts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
 	}
-	return kgo.NewGroupTransactSession(opts...)
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return nil, err
+	}
+	start.setClient(sess.Client())
+	return sess, nil
 }
 
 // Stats returns how many transactions committed and aborted so far.

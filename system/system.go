@@ -123,6 +123,12 @@ type Config struct {
 	// Default: env ORDERCAST_SESSION_TIMEOUT, else the runtime's (45 s).
 	// Kafka settings: session.timeout.ms, max.poll.interval.ms.
 	SessionTimeout time.Duration
+	// StartOffset is where a consumer group without a committed offset
+	// starts reading a partition (processor.StartOffset, the --start-offset
+	// flag): processor.Earliest (the zero value and default),
+	// processor.Latest or processor.AtTime. Kafka setting:
+	// auto.offset.reset.
+	StartOffset processor.Start
 	// TransactionTimeout sets fulfillment's transaction.timeout.ms: how long
 	// a transaction of a member that died (and is not restarted under the
 	// same MemberID) holds back read_committed readers of
@@ -329,6 +335,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			processor.WithMetrics(metrics), processor.ClientOpts(cfg.ClientOpts...),
 			processor.Producer(s.Producer),
 			processor.ClientOpts(kafkaHooks(cfg.Registry)), // one kprom per member client
+			processor.StartOffset(cfg.StartOffset),
 		}
 		if cfg.SessionTimeout > 0 {
 			o = append(o, processor.SessionTimeout(cfg.SessionTimeout), processor.RebalanceTimeout(2*cfg.SessionTimeout),

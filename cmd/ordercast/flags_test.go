@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/ordercast/ordercast/processor"
 )
 
 // flagCase is a command line that must fail at once with an error naming
@@ -125,6 +127,9 @@ func TestCommonFlags(t *testing.T) {
 		{run("--session-timeout", "0"), []string{"--session-timeout", "positive duration"}},
 		{run("--session-timeout", "abc"), []string{`--session-timeout "abc"`, "positive duration"}},
 		{upQuick(t, "--session-timeout", "-5s"), []string{"--session-timeout", "positive duration"}},
+		{run("--start-offset", "newest"), []string{`--start-offset: start offset "newest"`, "earliest, latest or an RFC 3339 time"}},
+		{upQuick(t, "--start-offset", "2026-05-01"), []string{"--start-offset", "RFC 3339 time such as 2026-05-01T12:00:00Z"}},
+		{run("--start-offset", "1960-01-01T00:00:00Z"), []string{"--start-offset", "before 1970"}},
 		{run("--member-id", ""), []string{"--member-id", "empty"}},
 		{upQuick(t, "--member-id", " "), []string{"--member-id", "empty"}},
 		{run("--transaction-timeout", "-1s"), []string{"--transaction-timeout", "1s or more"}},
@@ -156,6 +161,38 @@ func TestDBFlag(t *testing.T) {
 	checkFlagErrors(t, []flagCase{{run, append([]string{`ORDERCAST_DB (--db) "garbage"`}, forms...)}})
 	if ents, _ := os.ReadDir("."); len(ents) > 0 {
 		t.Errorf("files created in the working directory: %v", ents)
+	}
+}
+
+// --start-offset fills system.Config.StartOffset: earliest by default.
+func TestStartOffsetFlag(t *testing.T) {
+	parse := func(args ...string) processor.Start {
+		t.Helper()
+		var c common
+		cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+		c.register(cmd, false)
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := c.config()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return cfg.StartOffset
+	}
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		args []string
+		want processor.Start
+	}{
+		{nil, processor.Earliest},
+		{[]string{"--start-offset", "earliest"}, processor.Earliest},
+		{[]string{"--start-offset", "latest"}, processor.Latest},
+		{[]string{"--start-offset", "2026-05-01T14:00:00+02:00"}, processor.AtTime(at)},
+	} {
+		if got := parse(tc.args...); got.String() != tc.want.String() {
+			t.Errorf("%v: start offset %v, want %v", tc.args, got, tc.want)
+		}
 	}
 }
 

@@ -56,6 +56,7 @@ type common struct {
 	maxAttempts   int
 	memberID      string
 	sessionTO     string
+	startOffset   string
 	txnTimeout    time.Duration
 	schemaVers    string
 	sec           security
@@ -94,6 +95,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.IntVar(&c.maxAttempts, "max-attempts", 3, "in-place attempts per record before a retry topic or the DLQ")
 	f.StringVar(&c.memberID, "member-id", os.Getenv(system.EnvMemberID), "name of this process in fulfillment's transactional ids (ordercast-fulfillment-<id>-<n>): every process running fulfillment against one cluster needs its own, kept across restarts (env "+system.EnvMemberID+"; empty: the host name)")
 	f.StringVar(&c.sessionTO, "session-timeout", os.Getenv(system.EnvSessionTimeout), "group session timeout of every member, e.g. 10s (session.timeout.ms; the rebalance timeout is twice it, the heartbeat interval a sixth); a member that stops heartbeating is out of its group after this long (env "+system.EnvSessionTimeout+"; empty: 45s)")
+	f.StringVar(&c.startOffset, "start-offset", "earliest", "where a consumer group without a committed offset starts reading a partition: earliest, latest or an RFC 3339 time such as 2026-05-01T12:00:00Z (auto.offset.reset; the time looks up the first record stamped at or after it). Applies once per partition, never to the groups' retry topics, nor to a committed offset out of range (that resumes at the log start)")
 	f.DurationVar(&c.txnTimeout, "transaction-timeout", 0, "fulfillment's transaction timeout (transaction.timeout.ms), e.g. 15s: how long a member that died without being restarted under its --member-id holds back read_committed readers of shipmentRequested; at most the broker's transaction.max.timeout.ms (0: Kafka's default, 60s)")
 	f.StringVar(&c.schemaVers, "schema-version", "", "pin what this process writes to released schema versions for a rolling upgrade, e.g. orderCreated=1: it writes that topic as the build of that version did (checkout refuses a new order with fields that version lacks) and still reads every version fully (empty: the newest of this build; see README, Checkout API and event contracts)")
 	c.sec.register(f, true)
@@ -204,6 +206,9 @@ func (c *common) config() (system.Config, error) {
 		cfg.SessionTimeout = d
 	} else if c.fs.Changed("session-timeout") {
 		return cfg, fmt.Errorf("--session-timeout \"\": want a positive duration such as 10s (leave the flag out for 45s)")
+	}
+	if cfg.StartOffset, err = processor.ParseStart(c.startOffset); err != nil {
+		return cfg, fmt.Errorf("--start-offset: %w", err)
 	}
 	if c.txnTimeout < 0 || (c.txnTimeout > 0 && c.txnTimeout < time.Second) {
 		return cfg, fmt.Errorf("--transaction-timeout %v: want a duration of 1s or more, such as 15s (0: Kafka's default, 60s)", c.txnTimeout)
