@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -320,21 +322,184 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 				}
 			}
 		}
-		t.statsMu.Lock()
-		if committed {
-			t.committed++
-		} else {
-			t.aborted++
-		}
-		t.statsMu.Unlock()
 		if fatal != nil {
+			t.count(false)
 			return fatal
 		}
 		if err != nil {
+			t.count(false)
 			return fmt.Errorf("end transaction (outcome unknown): %w", err)
 		}
-		if !committed {
-			t.cfg.logger.Info("transaction aborted; resuming from committed offsets", "records", n, "produce_error", prodErr)
+		if committed {
+			t.count(true)
+			continue
+		}
+		if ctx.Err() != nil {
+			t.count(false)
+			return nil // shutting down: where to resume is the next member's OffsetFetch
+		}
+		// Not committed, and no error: a clean abort, or an outcome
+		// franz-go could not confirm and retried as an abort (see
+		// settle). Either way, resume from what the broker holds.
+		landed, moved, serr := t.settle(sess, last)
+		if serr != nil {
+			t.count(false)
+			return fmt.Errorf("settle transaction (outcome unknown): %w", serr)
+		}
+		for k, off := range moved {
+			m.committed(t.cfg.group, k.topic, k.partition, off)
+			if end, ok := ends[k]; ok {
+				m.setLagValue(t.cfg.group, k, end-off)
+			}
+		}
+		t.count(landed)
+		if landed && !abort {
+			t.cfg.logger.Warn("transaction reported not committed, but the broker holds its offsets: it committed; resuming after it",
+				"records", n, "partitions_moved", len(moved))
+		} else {
+			// moved is not empty after an abort when an earlier
+			// not-committed End had in fact committed.
+			t.cfg.logger.Info("transaction aborted; resuming from the broker's committed offsets",
+				"records", n, "partitions_moved", len(moved), "produce_error", prodErr)
+		}
+	}
+}
+
+func (t *TxnProcessor) count(committed bool) {
+	t.statsMu.Lock()
+	defer t.statsMu.Unlock()
+	if committed {
+		t.committed++
+	} else {
+		t.aborted++
+	}
+}
+
+// settle runs after End returned committed=false with no error, and moves the
+// session's consume positions to the offsets the broker holds.
+//
+// Which End results are certain (franz-go v1.22.3, kgo/txn.go):
+//   - committed=true, err=nil: the EndTxn(commit) was answered without error
+//     (a retry of a commit whose first response was lost is answered as a
+//     success too: Kafka and kfake replay it). The offsets franz-go now
+//     caches are the broker's.
+//   - err != nil: uncertain; Run replaces the session (the new one's
+//     InitProducerID settles the transaction, its OffsetFetch waits for it).
+//   - committed=false, err=nil: NOT certain. It is a clean abort (a revoke
+//     or loss during the transaction, an abortable TxnOffsetCommit error, an
+//     abort we asked for), or an EndTxn(commit) whose outcome franz-go could
+//     not confirm: a lost response whose retry was answered with
+//     UNKNOWN_SERVER_ERROR or TRANSACTION_ABORTABLE (or OPERATION_NOT_ATTEMPTED)
+//     is retried as an abort, which a broker that already committed ignores.
+//     franz-go then rewinds to the offsets it cached before the
+//     transaction, and re-transforming from there writes the committed
+//     transaction's outputs twice (S16). End's result does not say which of
+//     the two happened.
+//
+// So settle treats every not-committed End alike, inside the session:
+//
+//  1. Settle the transaction's fate. After an unconfirmed EndTxn franz-go
+//     marks the producer ID for reloading (kgo.EndTransaction's
+//     failProducerID); ProducerID performs that reload now: InitProducerID
+//     at the old epoch bumps it, which completes a prepared commit or aborts
+//     what was ongoing, and fences any EndTxn or TxnOffsetCommit of the old
+//     epoch still in the network. After a clean abort nothing is pending and
+//     ProducerID returns the cached ID. (Begin would reload too, but only
+//     after the next poll, with our positions already chosen.)
+//  2. Read the group's committed offsets with RequireStable (KIP-447): the
+//     broker answers UNSTABLE_OFFSET_COMMIT while any transactional offsets
+//     of the group are pending, so a stable answer includes this
+//     transaction's offsets if and only if it committed.
+//  3. Move forward only: a partition the member consumes whose broker offset
+//     is past the one franz-go rewound to is set to the broker's (SetOffsets,
+//     which also makes the next transaction commit that offset, so
+//     franz-go's cache is corrected by the next commit). Moving forward to an
+//     offset the group committed is always safe: a transaction commits its
+//     inputs' offsets and outputs atomically, so every input below it has its
+//     output. Moving back is never done: an offset below the cached one
+//     cannot come from this transaction, and rewinding to it would re-write
+//     committed outputs.
+//
+// Why not replace the session instead (close it, start one with the same
+// transactional ID: also safe)? Leaving and rejoining is a rebalance for
+// every member of the group; most not-committed Ends are aborts caused by a
+// rebalance, and answering each with another rebalance would chain them
+// (each member's open transaction aborts on the next one). Settling in the
+// session costs an OffsetFetch per abort and no rebalance. A settle that
+// fails (a fenced producer, the offsets never stabilising within the
+// transaction timeout) falls back to replacing the session.
+//
+// It returns whether the transaction's offsets landed (every partition of
+// last is at or past its offset+1 on the broker) and the partitions moved,
+// with their new offsets.
+func (t *TxnProcessor) settle(sess *kgo.GroupTransactSession, last map[tp]int64) (landed bool, moved map[tp]int64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.txnTimeout+30*time.Second)
+	defer cancel()
+	cl := sess.Client()
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return false, nil, fmt.Errorf("reload producer id: %w", err)
+	}
+	held, err := t.stableOffsets(ctx, cl)
+	if err != nil {
+		return false, nil, err
+	}
+	landed = len(last) > 0
+	for k, off := range last {
+		if held[k] < off+1 {
+			landed = false
+		}
+	}
+	cached := cl.CommittedOffsets()
+	t.mu.Lock()
+	owned := t.owned
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for k, off := range held {
+		if !owned[k.topic][k.partition] {
+			continue
+		}
+		if c, ok := cached[k.topic][k.partition]; ok && c.Offset >= off {
+			continue
+		}
+		if set[k.topic] == nil {
+			set[k.topic] = map[int32]kgo.EpochOffset{}
+		}
+		set[k.topic][k.partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
+		if moved == nil {
+			moved = map[tp]int64{}
+		}
+		moved[k] = off
+	}
+	t.mu.Unlock()
+	cl.SetOffsets(set)
+	return landed, moved, nil
+}
+
+// stableOffsets returns the group's committed offsets for its topics, read
+// with RequireStable; it retries while they are unstable (a transaction of
+// the group is pending) until ctx ends.
+func (t *TxnProcessor) stableOffsets(ctx context.Context, cl *kgo.Client) (map[tp]int64, error) {
+	adm := kadm.NewClient(cl)
+	for attempt := 1; ; attempt++ {
+		resp, err := adm.FetchOffsets(kadm.RequireStable(ctx), t.cfg.group)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err == nil {
+			held := map[tp]int64{}
+			resp.Each(func(o kadm.OffsetResponse) {
+				if slices.Contains(t.cfg.topics, o.Topic) && o.At >= 0 {
+					held[tp{o.Topic, o.Partition}] = o.At
+				}
+			})
+			return held, nil
+		}
+		if !errors.Is(err, kerr.UnstableOffsetCommit) && !kerr.IsRetriable(err) {
+			return nil, fmt.Errorf("fetch committed offsets: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("fetch committed offsets: still unstable after %d attempts: %w", attempt, err)
+		case <-time.After(backoff(attempt, 10*time.Millisecond, 500*time.Millisecond)):
 		}
 	}
 }
