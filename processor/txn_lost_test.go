@@ -40,11 +40,6 @@ var errLost = errors.New("test: response lost in the network")
 // handler itself).
 func (l *lostResponse) install(t *testing.T, c *kfake.Cluster, addrs []string) {
 	t.Helper()
-	fwd, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RequestRetries(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fwd.Close)
 	c.ControlKey(int16(l.key), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		l.mu.Lock()
@@ -61,7 +56,16 @@ func (l *lostResponse) install(t *testing.T, c *kfake.Cluster, addrs []string) {
 			c.SleepControl(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				resp, err := fwd.Request(ctx, req)
+				// At the client's version: kgo would send its highest,
+				// with fields the client's request did not fill.
+				v := kversion.Stable()
+				v.SetMaxKeyVersion(req.Key(), req.GetVersion())
+				fwd, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RequestRetries(0), kgo.MaxVersions(v))
+				var resp kmsg.Response
+				if err == nil {
+					resp, err = fwd.Request(ctx, req)
+					fwd.Close()
+				}
 				if err == nil {
 					err = responseErr(resp)
 				}
@@ -220,11 +224,7 @@ func runLostResponse(t *testing.T, l *lostResponse, clientOpts ...kgo.Opt) *TxnP
 	t.Helper()
 	c, addrs := testClusterC(t, map[string]int32{"in": 4, "out": 4, "g.dlq": 1})
 	const n = 1000
-	var recs []*kgo.Record
-	for i := range n {
-		recs = append(recs, &kgo.Record{Topic: "in", Partition: int32(i % 4), Value: val(i)})
-	}
-	produce(t, addrs, recs...)
+	produceSpread(t, addrs, "in", 4, n)
 	ends := endOffsets(t, addrs, "in")
 	l.install(t, c, addrs)
 	h := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
@@ -232,7 +232,7 @@ func runLostResponse(t *testing.T, l *lostResponse, clientOpts ...kgo.Opt) *TxnP
 	}
 	tp, err := NewTransactional("txn-lost", h, Brokers(addrs...), Group("g"), Topics("in"),
 		CommitInterval(50*time.Millisecond), MaxInFlight(50, 1<<20), Backoff(20*time.Millisecond, 100*time.Millisecond),
-		TransactionTimeout(10*time.Second), ClientOpts(clientOpts...))
+		TransactionTimeout(10*time.Second), ClientOpts(append(clientOpts, kgo.FetchMaxPartitionBytes(200))...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,6 +257,28 @@ func runLostResponse(t *testing.T, l *lostResponse, clientOpts ...kgo.Opt) *TxnP
 		t.Fatalf("%d inputs without exactly one committed output (of %d outputs): %v", len(bad), len(out), head(bad, 20))
 	}
 	return tp
+}
+
+// produceSpread writes n inputs val(0..n-1) to topic, input i to partition
+// i%partitions, one small batch per partition per round: with a small
+// FetchMaxPartitionBytes each poll returns records of every partition, so
+// every transaction spans them all.
+func produceSpread(t *testing.T, addrs []string, topic string, partitions, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := 0; i < n; i += partitions {
+		var round []*kgo.Record
+		for j := i; j < min(n, i+partitions); j++ {
+			round = append(round, &kgo.Record{Topic: topic, Partition: int32(j % partitions), Value: val(j)})
+		}
+		if err := cl.ProduceSync(context.Background(), round...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func head(s []string, n int) []string { return s[:min(n, len(s))] }
@@ -313,6 +335,43 @@ func TestTxnUnknownOutcome(t *testing.T) {
 				opts = append(opts, tv1())
 			}
 			runLostResponse(t, &lostResponse{key: kmsg.EndTxn, match: nthCommit(3), retryErr: tc.retryErr}, opts...)
+		})
+	}
+}
+
+// TestTxnLostResponses: the response to one request of the transaction
+// protocol is lost after the broker applied it, and the client's retry is
+// answered normally (as a broker answers a duplicate) or with an error. Every
+// input still has exactly one committed output, and the group's offsets end
+// at the end of the input. tv1 runs below KIP-890 part 2, where the client
+// sends AddPartitionsToTxn and AddOffsetsToTxn and the epoch is not bumped per
+// transaction.
+func TestTxnLostResponses(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		key      kmsg.Key
+		retryErr *kerr.Error
+		tv1      bool
+	}{
+		{"txn-offset-commit", kmsg.TxnOffsetCommit, nil, false},
+		{"txn-offset-commit-retry-unknown-server-error", kmsg.TxnOffsetCommit, kerr.UnknownServerError, false},
+		{"txn-offset-commit-retry-illegal-generation", kmsg.TxnOffsetCommit, kerr.IllegalGeneration, false},
+		{"tv1-txn-offset-commit", kmsg.TxnOffsetCommit, nil, true},
+		{"produce", kmsg.Produce, nil, false},
+		{"tv1-produce", kmsg.Produce, nil, true},
+		{"tv1-add-partitions-to-txn", kmsg.AddPartitionsToTxn, nil, true},
+		{"tv1-add-partitions-to-txn-retry-unknown-server-error", kmsg.AddPartitionsToTxn, kerr.UnknownServerError, true},
+		{"tv1-add-offsets-to-txn", kmsg.AddOffsetsToTxn, nil, true},
+		{"tv1-add-offsets-to-txn-retry-unknown-server-error", kmsg.AddOffsetsToTxn, kerr.UnknownServerError, true},
+		{"tv1-end-txn-abort", kmsg.EndTxn, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []kgo.Opt
+			if tc.tv1 {
+				opts = append(opts, tv1())
+			}
+			match := nth(3)
+			runLostResponse(t, &lostResponse{key: tc.key, match: match, retryErr: tc.retryErr}, opts...)
 		})
 	}
 }
