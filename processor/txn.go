@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TxnHandler transforms one consumed record into the records to produce for
@@ -46,6 +48,11 @@ type TxnProcessor struct {
 	mu    sync.Mutex
 	sess  *kgo.GroupTransactSession
 	owned map[string]map[int32]bool // partitions held by sess, from its rebalance callbacks
+
+	// lateRisk is when (unix ns) a TxnOffsetCommit last failed on the wire
+	// (a copy may still be in the network and land late); see
+	// repairLateCommits.
+	lateRisk atomic.Int64
 
 	// Committed counts committed transactions; Aborted counts aborted ones.
 	statsMu   sync.Mutex
@@ -115,6 +122,7 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "revoked") }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "lost") }),
 	)
+	opts = append(opts, kgo.WithHooks(lateCommitHook{t}))
 	if c.groupProtocol == "consumer" {
 		opts = append(opts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
 	} else {
@@ -332,6 +340,11 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		}
 		if committed {
 			t.count(true)
+			if t.atLateRisk() {
+				if err := t.repairLateCommits(sess, nil); err != nil {
+					return fmt.Errorf("repair committed offsets: %w", err)
+				}
+			}
 			continue
 		}
 		if ctx.Err() != nil {
@@ -471,7 +484,148 @@ func (t *TxnProcessor) settle(sess *kgo.GroupTransactSession, last map[tp]int64)
 	}
 	t.mu.Unlock()
 	cl.SetOffsets(set)
+	if err := t.repairLateCommits(sess, held); err != nil {
+		return landed, moved, fmt.Errorf("repair committed offsets: %w", err)
+	}
 	return landed, moved, nil
+}
+
+// lateCommitHook notes a TxnOffsetCommit that failed on the wire (a write
+// error, or no response within the request timeout): the broker may still
+// receive and apply it later.
+type lateCommitHook struct{ t *TxnProcessor }
+
+func (h lateCommitHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if key == int16(kmsg.TxnOffsetCommit) && e2e.Err() != nil {
+		h.t.lateRisk.Store(time.Now().UnixNano())
+	}
+}
+
+// lateRiskWindow is how long after a TxnOffsetCommit failed on the wire the
+// runtime reads the group's offsets back after each commit. A copy held in
+// the network longer than this is not defended against; twice the
+// transaction timeout is far above a broker's request queue and the usual
+// network hold (the client's own request timeout, 10s plus the request's).
+func (t *TxnProcessor) lateRiskWindow() time.Duration { return max(2*t.cfg.txnTimeout, time.Minute) }
+
+func (t *TxnProcessor) atLateRisk() bool {
+	at := t.lateRisk.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < t.lateRiskWindow()
+}
+
+// repairLateCommits re-commits, in a transaction of its own, the offsets of
+// partitions this member consumes whose offset on the broker is below the
+// one the member committed (franz-go's cache, updated only by a commit
+// confirmed by EndTxn). held is the broker's offsets if the caller just read
+// them; nil reads them (RequireStable).
+//
+// Why a stale transactional commit can land (S15, exactly-once half): a
+// TxnOffsetCommit the client gave up on and re-sent can reach the broker
+// later. Under KIP-890 part 2 (Kafka 4.x with transaction.version 2, kfake)
+// every EndTxn bumps the producer epoch, so a copy from an ended transaction
+// is refused (PRODUCER_FENCED). Below it (transaction.version 1, Kafka
+// before 4.0) the epoch is the same for every transaction: a copy applied
+// inside a later transaction, after that transaction's own TxnOffsetCommit,
+// replaces its pending offsets and is committed with it; the group's offset
+// ends below what the member completed, and nothing else commits again
+// until new input arrives. Outside a transaction the broker refuses it
+// (INVALID_TXN_STATE). A late copy can therefore only take effect with a
+// commit of ours, so reading the offsets back after each commit, for a
+// while after a TxnOffsetCommit failed on the wire (lateRiskWindow), finds
+// every regression it causes; the repair needs no new input. The cost when
+// nothing failed on the wire is nil.
+func (t *TxnProcessor) repairLateCommits(sess *kgo.GroupTransactSession, held map[tp]int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.txnTimeout+30*time.Second)
+	defer cancel()
+	cl := sess.Client()
+	for round := 0; ; round++ {
+		if held == nil {
+			var err error
+			if held, err = t.stableOffsets(ctx, cl); err != nil {
+				return err
+			}
+		}
+		cached := cl.CommittedOffsets()
+		want := map[string]map[int32]kgo.EpochOffset{}
+		t.mu.Lock()
+		for topic, ps := range cached {
+			for p, eo := range ps {
+				k := tp{topic, p}
+				if b, ok := held[k]; t.owned[topic][p] && (!ok || b < eo.Offset) {
+					if want[topic] == nil {
+						want[topic] = map[int32]kgo.EpochOffset{}
+					}
+					want[topic][p] = eo
+					t.cfg.logger.Warn("the group's committed offset is behind this member's last commit (a stale commit landed late); re-committing it",
+						"topic", topic, "partition", p, "broker_offset", b, "committed", eo.Offset)
+				}
+			}
+		}
+		t.mu.Unlock()
+		if len(want) == 0 {
+			return nil
+		}
+		if round == 3 {
+			return fmt.Errorf("offsets still behind after %d re-commits: %v", round, want)
+		}
+		if err := t.recommit(ctx, sess, want); err != nil {
+			return err
+		}
+		held = nil // read back what the repair did
+	}
+}
+
+// recommit commits want (topic -> partition -> offset) in a transaction
+// without records. franz-go's End sends only the offsets that moved since
+// its last commit, so the repaired partitions are added to the
+// TxnOffsetCommit it builds (kgo.PreTxnCommitFnContext).
+func (t *TxnProcessor) recommit(ctx context.Context, sess *kgo.GroupTransactSession, want map[string]map[int32]kgo.EpochOffset) error {
+	ids := map[string][16]byte{} // TxnOffsetCommit v6 names topics by ID (KIP-1319)
+	topics := make([]string, 0, len(want))
+	for topic := range want {
+		topics = append(topics, topic)
+	}
+	details, err := kadm.NewClient(sess.Client()).ListTopics(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("topic ids: %w", err)
+	}
+	for topic, d := range details {
+		ids[topic] = d.ID
+	}
+	if err := sess.Begin(); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	fn := func(req *kmsg.TxnOffsetCommitRequest) error {
+		for topic, ps := range want {
+			i := slices.IndexFunc(req.Topics, func(rt kmsg.TxnOffsetCommitRequestTopic) bool { return rt.Topic == topic })
+			if i < 0 {
+				rt := kmsg.NewTxnOffsetCommitRequestTopic()
+				rt.Topic, rt.TopicID = topic, ids[topic]
+				req.Topics = append(req.Topics, rt)
+				i = len(req.Topics) - 1
+			}
+			rt := &req.Topics[i]
+			for p, eo := range ps {
+				if slices.ContainsFunc(rt.Partitions, func(rp kmsg.TxnOffsetCommitRequestTopicPartition) bool { return rp.Partition == p }) {
+					continue // franz-go commits a newer position for it
+				}
+				rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+				rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = p, eo.Offset, eo.Epoch, &req.MemberID
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+		}
+		return nil
+	}
+	committed, err := sess.End(kgo.PreTxnCommitFnContext(ctx, fn), kgo.TryCommit)
+	if err != nil {
+		return fmt.Errorf("end: %w", err)
+	}
+	if !committed {
+		// A rebalance aborted it; the caller reads back and retries,
+		// and partitions no longer ours are dropped then.
+		t.cfg.logger.Info("re-commit of offsets aborted")
+	}
+	return nil
 }
 
 // stableOffsets returns the group's committed offsets for its topics, read
