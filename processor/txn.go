@@ -36,7 +36,13 @@ type TxnHandler func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error)
 // poll is discarded and consumption resumes from the committed offsets
 // (SCENARIOS S12). An error from ending a transaction means the outcome is
 // unknown: the session is closed and a new one re-reads the committed offsets
-// instead of guessing (S13).
+// instead of guessing (S13). A transaction reported "not committed" may have
+// committed (a lost EndTxn response, S16): the member settles it (an epoch
+// bump) and resumes from the offsets the broker holds, read with
+// RequireStable, never from the ones franz-go cached. After a TxnOffsetCommit
+// failed on the wire, the offsets are read back after each commit and
+// re-committed if a stale copy landed late (S15). TXN_LOST_RESPONSES.md has
+// the case of each request.
 //
 // The ordering mode is OrderPartition (records are transformed in offset
 // order); Concurrency and retry topics do not apply.
@@ -331,7 +337,7 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 			}
 		}
 		if fatal != nil {
-			t.count(false)
+			t.count(committed && err == nil)
 			return fatal
 		}
 		if err != nil {
