@@ -41,8 +41,8 @@ type TxnHandler func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error)
 // bump) and resumes from the offsets the broker holds, read with
 // RequireStable, never from the ones franz-go cached. After a TxnOffsetCommit
 // failed on the wire, the offsets are read back after each commit and
-// re-committed if a stale copy landed late (S15). TXN_LOST_RESPONSES.md has
-// the case of each request.
+// re-committed if a stale copy landed late (S15). The README ("The runtime
+// when responses come late or never") has the case of each request.
 //
 // The ordering mode is OrderPartition (records are transformed in offset
 // order); Concurrency and retry topics do not apply.
@@ -647,16 +647,11 @@ func (t *TxnProcessor) stableOffsets(ctx context.Context, cl *kgo.Client) (map[t
 	adm := kadm.NewClient(cl)
 	for attempt := 1; ; attempt++ {
 		resp, err := adm.FetchOffsets(kadm.RequireStable(ctx), t.cfg.group)
+		var held map[tp]int64
 		if err == nil {
-			err = resp.Error()
+			held, err = t.ownStable(resp)
 		}
 		if err == nil {
-			held := map[tp]int64{}
-			resp.Each(func(o kadm.OffsetResponse) {
-				if slices.Contains(t.cfg.topics, o.Topic) && o.At >= 0 {
-					held[tp{o.Topic, o.Partition}] = o.At
-				}
-			})
 			return held, nil
 		}
 		if !errors.Is(err, kerr.UnstableOffsetCommit) && !kerr.IsRetriable(err) {
@@ -668,6 +663,33 @@ func (t *TxnProcessor) stableOffsets(ctx context.Context, cl *kgo.Client) (map[t
 		case <-time.After(backoff(attempt, 10*time.Millisecond, 500*time.Millisecond)):
 		}
 	}
+}
+
+// ownStable returns the committed offsets of the group's input topics in
+// resp, and the first error among the partitions this member holds. An error
+// on another member's partition (UNSTABLE_OFFSET_COMMIT while that member's
+// transaction is open: Kafka answers it per partition) is not waited for:
+// with several members, some transaction of the group is nearly always open.
+func (t *TxnProcessor) ownStable(resp kadm.OffsetResponses) (map[tp]int64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	held := map[tp]int64{}
+	var first error
+	resp.Each(func(o kadm.OffsetResponse) {
+		if !slices.Contains(t.cfg.topics, o.Topic) {
+			return
+		}
+		if o.Err != nil {
+			if t.owned[o.Topic][o.Partition] && first == nil {
+				first = fmt.Errorf("%s[%d]: %w", o.Topic, o.Partition, o.Err)
+			}
+			return
+		}
+		if o.At >= 0 {
+			held[tp{o.Topic, o.Partition}] = o.At
+		}
+	})
+	return held, first
 }
 
 // noteFetches logs and counts fetch errors and keeps each partition's last
