@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"time"
 
@@ -47,6 +48,7 @@ func (p *Processor) committer(ctx context.Context) {
 			if s.state != partActive || s.lost {
 				continue
 			}
+			p.publishWindowLocked(s)
 			if pos, ok := p.commitPosLocked(s); ok && (pos.offset > s.committed || pos.meta != s.committedMeta ||
 				(s.committed >= 0 && now.Sub(s.committedAt) >= p.cfg.commitRefresh)) {
 				batch[s] = pos
@@ -58,6 +60,18 @@ func (p *Processor) committer(ctx context.Context) {
 		}
 		p.commitMu.Unlock()
 	}
+}
+
+// publishWindowLocked sets the window-used gauge of s. p.mu held.
+func (p *Processor) publishWindowLocked(s *partState) {
+	if p.cfg.metrics == nil || p.cfg.metaMaxBytes == 0 || p.cfg.ordering == OrderPartition {
+		return
+	}
+	used := 0.0
+	if s.tracker.pending() > 0 {
+		used = float64(binary.MaxVarintLen64+s.tracker.mapBound) / float64(mapRawBudget(p.cfg.metaMaxBytes))
+	}
+	p.cfg.metrics.windowUsed(p.cfg.group, s.tp, used)
 }
 
 // commitPosLocked returns what a commit of s would send now, and false when

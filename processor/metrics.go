@@ -28,8 +28,11 @@ import (
 //   - handler_duration_seconds and commit_duration_seconds histograms;
 //   - the completed-offsets map (offsetmap.go, CommitMetadataMaxBytes) per
 //     partition: offset_map_bytes (its size in the last accepted commit's
-//     metadata), offset_map_window_full (1 while the partition admits no
-//     more records because the map is at its budget), and
+//     metadata), offset_map_window_used_ratio (the share of the budget that
+//     the records held could take in the worst case, updated every
+//     CommitInterval; OrderKey and OrderUnordered only),
+//     offset_map_window_full (1 while the partition admits no more records
+//     because that share would exceed 1), and
 //     records_skipped_completed_total (records an earlier owner completed
 //     above its commit point, skipped by this member).
 type Metrics struct {
@@ -54,6 +57,7 @@ type Metrics struct {
 	commitErrs    *prometheus.CounterVec
 	mapBytes      *prometheus.GaugeVec
 	windowFullG   *prometheus.GaugeVec
+	windowUsedG   *prometheus.GaugeVec
 	skippedC      *prometheus.CounterVec
 	oldestAge     *ageCollector
 }
@@ -141,6 +145,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"group", "topic", "partition"),
 		windowFullG: gv("offset_map_window_full", "1 while the partition admits no more records: its completed-offsets map is at CommitMetadataMaxBytes.",
 			"group", "topic", "partition"),
+		windowUsedG: gv("offset_map_window_used_ratio", "Share of CommitMetadataMaxBytes the completed-offsets map of the records held could take in the worst case; at 1 the partition admits no more.",
+			"group", "topic", "partition"),
 		skippedC: cv("records_skipped_completed_total", "Records skipped because an earlier owner of the partition completed them above its commit point.", "group", "topic"),
 		oldestAge: &ageCollector{
 			desc: prometheus.NewDesc(ns+"_oldest_in_flight_seconds",
@@ -151,7 +157,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.consumedRecs, m.consumedBytes, m.processed, m.failed, m.retriedC, m.deadLettered, m.retryTopic,
 		m.fwdFailed, m.droppedC, m.fetchErrors, m.rebalances, m.committedOff, m.lag, m.inFlightRecs, m.inFlightBytes,
-		m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.mapBytes, m.windowFullG, m.skippedC, m.oldestAge)
+		m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.mapBytes, m.windowFullG, m.windowUsedG, m.skippedC, m.oldestAge)
 	return m
 }
 
@@ -227,6 +233,13 @@ func (pm *partMetrics) windowFull(t tp, full bool) {
 		v = 1
 	}
 	pm.m.windowFullG.WithLabelValues(pm.group, t.topic, strconv.Itoa(int(t.partition))).Set(v)
+}
+
+// windowUsed sets offset_map_window_used_ratio of t.
+func (m *Metrics) windowUsed(group string, t tp, ratio float64) {
+	if m != nil {
+		m.windowUsedG.WithLabelValues(group, t.topic, strconv.Itoa(int(t.partition))).Set(ratio)
+	}
 }
 
 // offsetMap sets offset_map_bytes of t.
@@ -373,6 +386,7 @@ func (m *Metrics) forget(group string, t tp) {
 	m.committedOff.DeleteLabelValues(group, t.topic, part)
 	m.mapBytes.DeleteLabelValues(group, t.topic, part)
 	m.windowFullG.DeleteLabelValues(group, t.topic, part)
+	m.windowUsedG.DeleteLabelValues(group, t.topic, part)
 }
 
 func (m *Metrics) commitLatency(group string, d time.Duration, err error) {

@@ -203,6 +203,10 @@ func TestOffsetMapWindowBounded(t *testing.T) {
 	waitFor(t, 20*time.Second, "the window is full", func() bool {
 		return counterValue(t, reg, "ordercast_consumer_offset_map_window_full") == 1
 	})
+	waitFor(t, 5*time.Second, "the window-used ratio near 1", func() bool {
+		v := counterValue(t, reg, "ordercast_consumer_offset_map_window_used_ratio")
+		return v > 0.9 && v <= 1
+	})
 	// Admission stopped: far fewer than the 1,500 k01 records were handled,
 	// and the map in the broker is within the budget.
 	waitFor(t, 10*time.Second, "a commit with a map", func() bool {
