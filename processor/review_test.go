@@ -1,0 +1,90 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Review tests (issue 10): sibling cases of SCENARIOS S15-S19 that the
+// scenario tests do not cover.
+
+// TestReviewS17_MapSurvivesSecondHandover: key order, 1 partition, 10 keys
+// interleaved (offset i has key k<i%10>, version i/10+1). On A the first
+// record of k0 blocks, so A completes every k1..k9 record and commits offset
+// 0 with a map of 900 completed offsets. A leaves; B takes the partition.
+// B's k0 v1 blocks too, and B has MaxInFlight 5: it admits offsets 0, 10,
+// 20, 30, 40 (k0's, queued behind v1) and the records A completed between
+// them (skipped), then stops admitting: the rest of A's map is in B's pending
+// queue, not in its tracker. B leaves; C takes the partition. C must handle
+// none of the records A completed: B's commits must carry forward what A
+// completed, not only the part of A's map B admitted.
+func TestReviewS17_MapSurvivesSecondHandover(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1})
+	const keys, versions = 10, 100
+	var recs []*kgo.Record
+	for i := range keys * versions {
+		recs = append(recs, &kgo.Record{Topic: "in", Key: []byte(fmt.Sprintf("k%d", i%keys)), Value: []byte(strconv.Itoa(i/keys + 1))})
+	}
+	produce(t, addrs, recs...)
+	kv := newKeyVersions()
+	var startedA, startedB sync.Once
+	slowA, slowB := make(chan struct{}), make(chan struct{})
+	handler := func(member string) Handler {
+		return func(ctx context.Context, r *kgo.Record) error {
+			key := string(r.Key)
+			version, _ := strconv.Atoi(string(r.Value))
+			kv.start(member, key, version)
+			if member != "C" && key == "k0" && version == 1 {
+				if member == "A" {
+					startedA.Do(func() { close(slowA) })
+				} else {
+					startedB.Do(func() { close(slowB) })
+				}
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			kv.finish(member, key, version)
+			return nil
+		}
+	}
+	opts := func(member string, reg *prometheus.Registry, inFlight int) []Opt {
+		return rebalanceOpts(addrs, WithOrdering(OrderKey), Concurrency(8), MaxInFlight(inFlight, 64<<20),
+			DrainTimeout(200*time.Millisecond), WithHandler(handler(member)), WithMetrics(NewMetrics(reg)))
+	}
+	a := startMember(t, opts("A", prometheus.NewRegistry(), 20000)...)
+	<-slowA
+	waitFor(t, 30*time.Second, "A completed every record but k0's", func() bool { return kv.completed() == keys*versions-versions })
+	b := startMember(t, opts("B", prometheus.NewRegistry(), 5)...)
+	waitFor(t, 10*time.Second, "B joined", func() bool { return b.p.Health().Joined })
+	a.stop()
+	<-slowB
+	waitFor(t, 10*time.Second, "B holds 5 records", func() bool { return b.p.Health().InFlight == 5 })
+	c := startMember(t, opts("C", prometheus.NewRegistry(), 20000)...)
+	waitFor(t, 10*time.Second, "C joined", func() bool { return c.p.Health().Joined })
+	b.stop()
+	waitFor(t, 30*time.Second, "C completed k0", func() bool {
+		kv.mu.Lock()
+		defer kv.mu.Unlock()
+		return kv.done["k0"] == versions
+	})
+	waitFor(t, 30*time.Second, "everything committed", func() bool {
+		return committedEquals(t, addrs, "g", endOffsets(t, addrs, "in"))
+	})
+	c.stop()
+
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	if r := kv.redone["C"]; len(r) > 0 {
+		t.Errorf("C handled %d records A had completed, first: %v", len(r), r[:min(5, len(r))])
+	}
+	if len(kv.regressed) > 0 {
+		t.Fatalf("key order went backwards %d times, first: %v", len(kv.regressed), kv.regressed[:min(5, len(kv.regressed))])
+	}
+}
