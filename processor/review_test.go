@@ -88,3 +88,43 @@ func TestReviewS17_MapSurvivesSecondHandover(t *testing.T) {
 		t.Fatalf("key order went backwards %d times, first: %v", len(kv.regressed), kv.regressed[:min(5, len(kv.regressed))])
 	}
 }
+
+// TestReviewEncodeOffsetMapCarriesEarlier: the map a member commits holds
+// the offsets an earlier owner completed beyond what the member admitted,
+// and stays within the budget when they do not all fit (the last ones are
+// left out, never the member's own).
+func TestReviewEncodeOffsetMapCarriesEarlier(t *testing.T) {
+	// Admitted so far: 0 (running), 1..9 (skipped as done earlier; one
+	// done entry at 9 stands for them), 10 (queued); 11..39 not admitted.
+	earlier := []offsetRange{{1, 9}, {11, 19}, {21, 29}, {31, 39}}
+	tr2 := newOffsetTracker()
+	tr2.earlier = append([]offsetRange{}, earlier...)
+	for _, off := range []int64{0, 9, 10} {
+		e := &offsetEntry{offset: off}
+		tr2.add(e)
+		if off == 9 {
+			tr2.complete(e)
+		}
+	}
+	got, err := decodeOffsetMap(tr2.encodeOffsetMap(0, 0), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := earlier
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("map = %v, want %v", got, want)
+	}
+	// A budget that holds the member's own range and one more.
+	full := tr2.encodeOffsetMap(0, 0)
+	meta := tr2.encodeOffsetMap(0, len(full)-1)
+	if len(meta) > len(full)-1 {
+		t.Fatalf("map of %d bytes over its budget of %d", len(meta), len(full)-1)
+	}
+	got, err = decodeOffsetMap(meta, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[0] != (offsetRange{1, 9}) || len(got) >= len(want) {
+		t.Fatalf("trimmed map = %v: want the member's own range first and fewer earlier ones", got)
+	}
+}
