@@ -91,7 +91,7 @@ func (p *Processor) commitPosLocked(s *partState) (commitPos, bool) {
 	if base < 0 || base < s.committed {
 		return commitPos{}, false
 	}
-	meta := tr.encodeOffsetMap(base)
+	meta := tr.encodeOffsetMap(base, p.cfg.metaMaxBytes)
 	if tr.mark < 0 && meta == "" {
 		return commitPos{}, false // the first record is still running: nothing to say yet
 	}

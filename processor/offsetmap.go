@@ -72,36 +72,78 @@ func uvarintLen(v uint64) int {
 // offsetRange is a run of completed offsets, [lo, hi] inclusive.
 type offsetRange struct{ lo, hi int64 }
 
-// encodeOffsetMap encodes the completed entries of t above its commit point
-// base. It returns "" when there are none. p.mu held by the caller.
-func (t *offsetTracker) encodeOffsetMap(base int64) string {
-	pending := t.entries[t.head:]
-	last := -1 // index of the last done entry
-	for i := len(pending) - 1; i >= 0; i-- {
-		if pending[i].done {
-			last = i
-			break
-		}
-	}
-	if last < 0 || base < 0 {
+// encodeOffsetMap encodes the completed offsets above the commit point base:
+// the completed entries of t, and after the last entry t holds, the offsets
+// an earlier owner completed (t.earlier) that t has not admitted yet. Those
+// must travel on too: this member skips them once it admits them, but until
+// then only its commit can tell the next owner about them, and a commit of
+// the admitted entries alone would lose them on a second handover (the next
+// owner would handle them again, after newer records of their keys). The
+// entries' part fits the budget by admission (mapBound); earlier ranges
+// that would take the metadata past maxBytes (> 0) are left out, from the
+// last one back (those records are handled again: at-least-once). It
+// returns "" when nothing above base is completed. p.mu held by the caller.
+func (t *offsetTracker) encodeOffsetMap(base int64, maxBytes int) string {
+	if base < 0 {
 		return ""
 	}
-	buf := make([]byte, 0, 16+2*last)
-	buf = binary.AppendUvarint(buf, uint64(base))
-	prev := base - 1
-	done := false // the state of the run being built: the first is not done
-	var run int64
-	for _, e := range pending[:last+1] {
-		span := e.offset - prev
-		prev = e.offset
-		if e.done != done {
-			buf = binary.AppendUvarint(buf, uint64(run))
-			run, done = 0, e.done
+	var ranges []offsetRange
+	add := func(lo, hi int64) {
+		if n := len(ranges); n > 0 && ranges[n-1].hi+1 >= lo {
+			ranges[n-1].hi = max(ranges[n-1].hi, hi)
+			return
 		}
-		run += span
+		ranges = append(ranges, offsetRange{lo, hi})
 	}
-	buf = binary.AppendUvarint(buf, uint64(run)) // the last run: done
-	return offsetMapPrefix + base64.RawURLEncoding.EncodeToString(buf)
+	prev := base - 1
+	for _, e := range t.entries[t.head:] {
+		if e.done {
+			add(prev+1, e.offset)
+		}
+		prev = e.offset
+	}
+	own := len(ranges)
+	for _, r := range t.earlier {
+		// Offsets up to prev are the entries' (done or not, as this
+		// member has them); a range at base would leave the first run
+		// empty (base is the first offset not done): left out.
+		if lo := max(r.lo, prev+1); r.hi >= lo && lo > base {
+			add(lo, r.hi)
+		}
+	}
+	if len(ranges) == 0 {
+		return ""
+	}
+	encode := func(rs []offsetRange) string {
+		buf := make([]byte, 0, 16+4*len(rs))
+		buf = binary.AppendUvarint(buf, uint64(base))
+		at := base
+		for _, r := range rs {
+			buf = binary.AppendUvarint(buf, uint64(r.lo-at))
+			buf = binary.AppendUvarint(buf, uint64(r.hi-r.lo+1))
+			at = r.hi + 1
+		}
+		return offsetMapPrefix + base64.RawURLEncoding.EncodeToString(buf)
+	}
+	meta := encode(ranges)
+	if maxBytes <= 0 || len(meta) <= maxBytes || len(ranges) <= own {
+		return meta
+	}
+	// Too long with every earlier range: keep as many as fit (the
+	// length only grows with the ranges kept).
+	lo, hi := own, len(ranges) // ranges[:lo] fit; ranges[:hi] do not
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if len(encode(ranges[:mid])) <= maxBytes {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	if lo == 0 {
+		return ""
+	}
+	return encode(ranges[:lo])
 }
 
 // errNotOffsetMap is returned by decodeOffsetMap for metadata this runtime did

@@ -52,7 +52,7 @@ func TestOffsetMapRoundTrip(t *testing.T) {
 		}
 		tr, _ := trackerWith(offsets, done)
 		base := tr.base()
-		meta := tr.encodeOffsetMap(base)
+		meta := tr.encodeOffsetMap(base, 0)
 		var want []int64 // completed above the commit point
 		for _, e := range tr.entries[tr.head:] {
 			if e.done {
@@ -148,7 +148,7 @@ func TestOffsetMapBoundAfterPassing(t *testing.T) {
 		if i%97 != 0 {
 			continue
 		}
-		meta := tr.encodeOffsetMap(tr.base())
+		meta := tr.encodeOffsetMap(tr.base(), 0)
 		if limit := len(offsetMapPrefix) + (10+tr.mapBound)*4/3 + 1; len(meta) > limit {
 			t.Fatalf("after %d completions: map of %d bytes over the bound %d", i, len(meta), limit)
 		}
@@ -165,7 +165,7 @@ func TestOffsetMapBoundAfterPassing(t *testing.T) {
 // another offset and malformed maps yield no ranges.
 func TestDecodeOffsetMapRefuses(t *testing.T) {
 	tr, _ := trackerWith([]int64{10, 11, 12}, map[int64]bool{11: true})
-	good := tr.encodeOffsetMap(10)
+	good := tr.encodeOffsetMap(10, 0)
 	if _, err := decodeOffsetMap(good, 10); err != nil {
 		t.Fatalf("good map %q: %v", good, err)
 	}
@@ -191,7 +191,7 @@ func TestDecodeOffsetMapRefuses(t *testing.T) {
 // at or above the committed offset.
 func FuzzDecodeOffsetMap(f *testing.F) {
 	tr, _ := trackerWith([]int64{10, 11, 12, 20}, map[int64]bool{11: true, 20: true})
-	f.Add(tr.encodeOffsetMap(10), int64(10))
+	f.Add(tr.encodeOffsetMap(10, 0), int64(10))
 	f.Add("oc1:", int64(0))
 	f.Add("x", int64(5))
 	f.Fuzz(func(t *testing.T, meta string, committed int64) {
@@ -241,7 +241,7 @@ func TestOffsetMapBoundHoldsForEveryFuture(t *testing.T) {
 		for _, e := range rest {
 			tr.complete(e)
 			if base := tr.base(); base >= 0 {
-				if raw := rawMapLen(t, tr.encodeOffsetMap(base)); raw > 10+bound {
+				if raw := rawMapLen(t, tr.encodeOffsetMap(base, 0)); raw > 10+bound {
 					t.Fatalf("round %d: map of %d raw bytes over the earlier bound %d", round, raw, 10+bound)
 				}
 			}
