@@ -12,7 +12,7 @@ import (
 
 	"github.com/ordercast/ordercast/inbox"
 	"github.com/ordercast/ordercast/processor"
-	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // A group member applies each event's database effect through the inbox:
@@ -25,12 +25,13 @@ func ExampleProcess() {
 	}
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	db, err := store.Open(ctx, "sqlite:"+filepath.Join(dir, "example.db"))
+	db, err := sqldb.Open(ctx, "sqlite:"+filepath.Join(dir, "example.db"))
 	if err != nil {
 		panic(err)
 	}
 	defer db.Close()
-	if err := db.Migrate(ctx); err != nil { // creates the inbox table
+	// The inbox table, and nothing else: no other schema is needed.
+	if err := inbox.Migrate(ctx, db); err != nil {
 		panic(err)
 	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE balances (account TEXT PRIMARY KEY, amount INTEGER NOT NULL)`); err != nil {

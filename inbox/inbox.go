@@ -19,6 +19,10 @@
 // or neither (the re-delivery applies it). Effects outside this database are
 // not covered; publish follow-up events through package outbox in the same
 // transaction instead.
+//
+// The package needs only package sqldb and one table, inbox, which [Migrate]
+// creates on a database of your own; the order system's schema (package
+// store) includes it.
 package inbox
 
 import (
@@ -32,7 +36,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // Meta is where the event was consumed from, recorded in the inbox row for
@@ -106,7 +110,7 @@ const firstSQL = `SELECT topic, "partition", "offset", digest FROM inbox WHERE c
 
 // Process applies an event's effect exactly once per (group, eventID).
 //
-// In one transaction (store.DB.InTx) it first inserts the inbox row
+// In one transaction (sqldb.DB.InTx) it first inserts the inbox row
 // (group, eventID, meta, now) with ON CONFLICT DO NOTHING. If no row was
 // inserted, the event was already processed by this group: the transaction is
 // rolled back, fn is not called, and Process returns (false, nil), unless
@@ -117,7 +121,7 @@ const firstSQL = `SELECT topic, "partition", "offset", digest FROM inbox WHERE c
 // If fn returns an error (or panics), everything rolls back, the inbox row
 // included, so the event is not recorded and a later re-delivery will run fn
 // again; Process returns (false, fn's error) unchanged, so errors.Is works on
-// it. A retryable database error (see store.IsRetryable) makes InTx run the
+// it. A retryable database error (see sqldb.IsRetryable) makes InTx run the
 // whole transaction again, fn included, a bounded number of times, so fn must
 // do only database work through tx (no Kafka produce, no HTTP) and must not
 // keep state from a previous call. Other database errors are returned
@@ -141,7 +145,7 @@ const firstSQL = `SELECT topic, "partition", "offset", digest FROM inbox WHERE c
 // row commits an effect.
 //
 // Process is safe for concurrent use.
-func Process(ctx context.Context, db *store.DB, group, eventID string, meta Meta, fn func(ctx context.Context, tx *sql.Tx) error) (applied bool, err error) {
+func Process(ctx context.Context, db *sqldb.DB, group, eventID string, meta Meta, fn func(ctx context.Context, tx *sql.Tx) error) (applied bool, err error) {
 	if group == "" || eventID == "" {
 		return false, fmt.Errorf("inbox: group %q and event id %q must not be empty", group, eventID)
 	}
@@ -191,7 +195,7 @@ func Process(ctx context.Context, db *store.DB, group, eventID string, meta Meta
 // to apply an effect must go through Process, since the answer can change
 // right after Seen returns. It returns an error only if the query fails.
 // Safe for concurrent use.
-func Seen(ctx context.Context, db *store.DB, group, eventID string) (bool, error) {
+func Seen(ctx context.Context, db *sqldb.DB, group, eventID string) (bool, error) {
 	var one int
 	err := db.QueryRowContext(ctx, db.Rebind(`SELECT 1 FROM inbox WHERE consumer_group = ? AND event_id = ?`), group, eventID).Scan(&one)
 	switch {

@@ -39,7 +39,7 @@ func TestContractViolationsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if err := db.Migrate(ctx); err != nil {
+	if err := store.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	for group, h := range map[string]processor.Handler{

@@ -2,7 +2,7 @@
 // to publish, reliably and in order: the transactional outbox pattern.
 //
 // A service writes its effect and the records announcing it in one database
-// transaction ([Enqueue] inside store.DB.InTx, usually inside
+// transaction ([Enqueue] inside sqldb.DB.InTx, usually inside
 // inbox.Process), so a record exists if and only if its effect committed. A
 // [Relay] then reads unsent rows in id order, produces them with a Kafka
 // client, and marks them sent.
@@ -40,6 +40,10 @@
 // on one table would each publish every row, doubling the duplicates and
 // interleaving their order. Exactly once, several relays per database are
 // safe (one is active, the others are fenced and stand by).
+//
+// The package needs only package sqldb and one table, outbox, which [Migrate]
+// creates on a database of your own; the order system's schema (package
+// store) includes it.
 package outbox
 
 import (
@@ -50,7 +54,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // Header is one Kafka record header.
@@ -75,9 +79,9 @@ type Message struct {
 // Call [Relay.Notify] after the commit to publish it without waiting for the
 // next poll. It returns an error if m.Topic is empty, the headers cannot be
 // encoded, or the insert fails (wrapped; a retryable database error stays
-// recognisable to store.DB.InTx). Safe for concurrent use on different
+// recognisable to sqldb.DB.InTx). Safe for concurrent use on different
 // transactions.
-func Enqueue(ctx context.Context, tx *sql.Tx, db *store.DB, m Message) error {
+func Enqueue(ctx context.Context, tx *sql.Tx, db *sqldb.DB, m Message) error {
 	if m.Topic == "" {
 		return errors.New("outbox: enqueue: empty topic")
 	}
@@ -101,7 +105,7 @@ func Enqueue(ctx context.Context, tx *sql.Tx, db *store.DB, m Message) error {
 // Pending returns the number of outbox rows not yet marked sent: records
 // waiting for the relay (or failing to be produced). For health checks,
 // metrics and tests. Safe for concurrent use.
-func Pending(ctx context.Context, db *store.DB) (int, error) {
+func Pending(ctx context.Context, db *sqldb.DB) (int, error) {
 	var n int
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: pending: %w", err)
@@ -113,7 +117,7 @@ func Pending(ctx context.Context, db *store.DB) (int, error) {
 // many it deleted. Sent rows are kept for inspection until pruned; nothing
 // prunes them automatically. Safe for concurrent use, also while a relay
 // runs (it never touches unsent rows).
-func Prune(ctx context.Context, db *store.DB, sentBefore time.Time) (int64, error) {
+func Prune(ctx context.Context, db *sqldb.DB, sentBefore time.Time) (int64, error) {
 	var n int64
 	err := db.InTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, db.Rebind(`DELETE FROM outbox WHERE sent_at IS NOT NULL AND sent_at < ?`), sentBefore.UnixMilli())

@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // Relay defaults.
@@ -35,7 +35,7 @@ const (
 // [NewRelay] and start it with [Relay.Run]. Notify and Pending are safe for
 // concurrent use, also while Run runs; Run runs at most once at a time.
 type Relay struct {
-	db     *store.DB
+	db     *sqldb.DB
 	client *kgo.Client
 
 	batchSize              int
@@ -124,7 +124,7 @@ func WithOnError(fn func(error)) Opt {
 // default produce topic needed (each row names its topic). Idempotence keeps
 // the per-partition order across the producer's internal retries. The relay
 // does not close the client.
-func NewRelay(db *store.DB, client *kgo.Client, opts ...Opt) *Relay {
+func NewRelay(db *sqldb.DB, client *kgo.Client, opts ...Opt) *Relay {
 	r := &Relay{
 		db:           db,
 		client:       client,

@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // Exactly-once mode defaults and names.
@@ -153,7 +153,7 @@ func WithTransactionalIDSuffix(suffix string) Opt {
 // NewTransactionalRelay creates no client yet; Run does, and creates the
 // marker topic (one partition, cleanup.policy=compact) if it is missing. It
 // returns an error if name is empty or not a valid topic name suffix.
-func NewTransactionalRelay(db *store.DB, name string, clientOpts []kgo.Opt, opts ...Opt) (*Relay, error) {
+func NewTransactionalRelay(db *sqldb.DB, name string, clientOpts []kgo.Opt, opts ...Opt) (*Relay, error) {
 	if name == "" || strings.ContainsFunc(name, func(c rune) bool {
 		return !(c == '.' || c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9')
 	}) {

@@ -22,5 +22,5 @@ func MigrateAs(ctx context.Context, db *DB, known int, extra ...TestMigration) e
 	for _, e := range extra {
 		ms = append(ms, migration{version: e.Version, name: e.Name, expandOnly: e.ExpandOnly, stmts: e.Stmts})
 	}
-	return db.migrate(ctx, ms)
+	return migrate(ctx, db, ms)
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// SchemaVersion is the highest migration version [DB.Migrate] applies: the
+// SchemaVersion is the highest migration version [Migrate] applies: the
 // version of the schema this build of Ordercast expects.
 const SchemaVersion = 4
 
@@ -22,7 +22,7 @@ const SchemaVersion = 4
 // indexes, and drops, renames or tightens nothing those builds read or
 // write. Migrate records it in schema_migrations.expand_only, so that an
 // older build can tell whether it may run against the newer schema (see
-// [DB.Migrate]). A change that is not expand-only (a contract step: a
+// [Migrate]). A change that is not expand-only (a contract step: a
 // dropped column, a new NOT NULL without default, ...) makes older builds
 // refuse to start, so roll it out only once no older build runs.
 type migration struct {
@@ -170,25 +170,18 @@ var migrations = []migration{
 	}},
 }
 
-// migrationLockKey is the PostgreSQL advisory lock that serialises Migrate
-// between processes ("ordercast" in ASCII, truncated to fit an int64).
-const migrationLockKey = 0x6f72646572636173
-
 // schemaSQL returns stmt with the dialect placeholders filled in.
-func (db *DB) schemaSQL(stmt string) string {
-	id := "INTEGER PRIMARY KEY AUTOINCREMENT"
-	if db.Dialect == Postgres {
-		id = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
-	}
-	return strings.NewReplacer("{{ID}}", id, "{{BLOB}}", db.BlobType()).Replace(stmt)
+func schemaSQL(db *DB, stmt string) string {
+	return strings.NewReplacer("{{ID}}", db.IdentityType(), "{{BLOB}}", db.BlobType()).Replace(stmt)
 }
 
 // Migrate brings the schema up to SchemaVersion: it creates the
 // schema_migrations(version, applied_at, expand_only) table if missing and
 // applies, in order, each migration whose version is not recorded there,
 // recording it. Running it again, or from several processes at once, is
-// safe: it all happens in one transaction (on PostgreSQL under an advisory
-// lock, on SQLite under the write lock), so a failure leaves the schema as it
+// safe: it all happens in one transaction ([sqldb.DB.InSchemaTx]: on
+// PostgreSQL under the advisory lock sqldb.SchemaLockKey, on SQLite under the
+// write lock), so a failure leaves the schema as it
 // was and a concurrent Migrate waits and then finds nothing to do. It returns
 // the first failing statement's error, wrapped with its migration version.
 //
@@ -200,23 +193,23 @@ func (db *DB) schemaSQL(stmt string) string {
 // nothing and returns an error wrapping ErrSchemaTooNew that names the
 // versions that are not expand-only. (Builds before SchemaVersion 3 did not
 // check: they ignored newer versions.)
-func (db *DB) Migrate(ctx context.Context) error {
-	return db.migrate(ctx, migrations)
+//
+// It creates the inbox and outbox tables too (the same columns and index
+// inbox.Migrate and outbox.Migrate create), so a database it manages needs
+// neither of those. Do not run it on a database whose inbox table
+// inbox.Migrate created: migration 4 would fail adding inbox.digest again.
+func Migrate(ctx context.Context, db *DB) error {
+	return migrate(ctx, db, migrations)
 }
 
 // migrate is Migrate with the migrations a build knows, ms (sorted by
 // version); tests run it with a prefix of migrations to act as an older build.
-func (db *DB) migrate(ctx context.Context, ms []migration) error {
+func migrate(ctx context.Context, db *DB, ms []migration) error {
 	known := 0
 	if len(ms) > 0 {
 		known = ms[len(ms)-1].version
 	}
-	return db.InTx(ctx, func(tx *sql.Tx) error {
-		if db.Dialect == Postgres {
-			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLockKey)); err != nil {
-				return fmt.Errorf("store: migrate: lock: %w", err)
-			}
-		}
+	return db.InSchemaTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version    BIGINT PRIMARY KEY,
 			applied_at BIGINT NOT NULL
@@ -232,7 +225,7 @@ func (db *DB) migrate(ctx context.Context, ms []migration) error {
 				continue
 			}
 			for i, stmt := range m.stmts {
-				if _, err := tx.ExecContext(ctx, db.schemaSQL(stmt)); err != nil {
+				if _, err := tx.ExecContext(ctx, schemaSQL(db, stmt)); err != nil {
 					return fmt.Errorf("store: migrate: version %d (%s) statement %d: %w", m.version, m.name, i+1, err)
 				}
 			}

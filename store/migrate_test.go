@@ -35,7 +35,7 @@ func TestMigrateUpgradesV2Database(t *testing.T) {
 	if _, err := db.ExecContext(ctx, db.Rebind(insertOrderV2), "ord_old"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Migrate(ctx); err != nil {
+	if err := store.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	var ch sql.NullString
@@ -70,7 +70,7 @@ func TestMigrateNewerDatabase(t *testing.T) {
 		if err := store.MigrateAs(ctx, db, store.SchemaVersion, expand); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Migrate(ctx); err != nil {
+		if err := store.Migrate(ctx, db); err != nil {
 			t.Fatalf("build %d against expand-only version %d: %v", store.SchemaVersion, next, err)
 		}
 		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at, channel)
@@ -83,7 +83,7 @@ func TestMigrateNewerDatabase(t *testing.T) {
 		if err := store.MigrateAs(ctx, db, store.SchemaVersion, expand, contract); err != nil {
 			t.Fatal(err)
 		}
-		err := db.Migrate(ctx)
+		err := store.Migrate(ctx, db)
 		if !errors.Is(err, store.ErrSchemaTooNew) || !strings.Contains(err.Error(), fmt.Sprintf("version(s) %d are not expand-only", next+1)) ||
 			!strings.Contains(err.Error(), fmt.Sprintf("schema version %d, this build knows up to %d", next+1, store.SchemaVersion)) {
 			t.Fatalf("build %d against version %d: %v, want ErrSchemaTooNew naming version %d", store.SchemaVersion, next+1, err, next+1)

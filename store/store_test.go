@@ -122,7 +122,7 @@ func TestOpenSQLiteOverridesAndMemory(t *testing.T) {
 	if got := mem.Stats().MaxOpenConnections; got != 1 {
 		t.Fatalf("in-memory pool size %d, want 1", got)
 	}
-	if err := mem.Migrate(ctx); err != nil {
+	if err := store.Migrate(ctx, mem); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -138,8 +138,8 @@ func TestOpenErrors(t *testing.T) {
 		if db, err := store.Open(ctx, dsn); err == nil {
 			db.Close()
 			t.Errorf("Open(%q) succeeded, want an error", dsn)
-		} else if !strings.HasPrefix(err.Error(), "store: open") {
-			t.Errorf("Open(%q) error %q lacks the store: open prefix", dsn, err)
+		} else if !strings.HasPrefix(err.Error(), "sqldb: open") {
+			t.Errorf("Open(%q) error %q lacks the sqldb: open prefix", dsn, err)
 		}
 	}
 }
@@ -154,7 +154,7 @@ func TestMigrateIdempotent(t *testing.T) {
 		ctx := ctxT(t)
 		// storetest already migrated once; twice more must change nothing.
 		for range 2 {
-			if err := db.Migrate(ctx); err != nil {
+			if err := store.Migrate(ctx, db); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -251,7 +251,7 @@ func migrateConcurrently(t *testing.T, path string) {
 				return
 			}
 			defer db.Close()
-			errs <- db.Migrate(ctx)
+			errs <- store.Migrate(ctx, db)
 		})
 	}
 	wg.Wait()
@@ -379,7 +379,7 @@ func TestInTxRetriesOnBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Migrate(ctx); err != nil {
+	if err := store.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	other, err := store.Open(ctx, "sqlite:"+path)

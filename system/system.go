@@ -265,7 +265,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	if s.DB, err = store.Open(ctx, cfg.DSN); err != nil {
 		return nil, fmt.Errorf("database %q (--db): %w", RedactDSN(cfg.DSN), err)
 	}
-	if err := s.DB.Migrate(ctx); err != nil {
+	if err := store.Migrate(ctx, s.DB); err != nil {
 		s.DB.Close()
 		return nil, err
 	}

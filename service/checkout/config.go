@@ -48,7 +48,7 @@ const (
 type Config struct {
 	// DB is the database holding the catalog, checkout_requests and the
 	// tables GET /orders/{id} reads (orders, order_status, notifications).
-	// It must be migrated (store.DB.Migrate). Required.
+	// It must be migrated (store.Migrate). Required.
 	DB *store.DB
 
 	// Serde encodes the orderCreated event (Confluent wire-format Avro) and

@@ -1,4 +1,5 @@
-// Package storetest opens throw-away, migrated databases for tests: a SQLite
+// Package storetest opens throw-away databases for tests, migrated to the
+// order system's schema (or empty: EachEmpty): a SQLite
 // file in t.TempDir(), and, when the ORDERCAST_TEST_POSTGRES environment
 // variable holds a PostgreSQL DSN, a fresh schema in that database that is
 // dropped when the test ends.
@@ -49,6 +50,11 @@ func SQLitePath(t testing.TB, path string) *store.DB {
 // unset, and fails it on any other error.
 func Postgres(t testing.TB) *store.DB {
 	t.Helper()
+	return postgres(t, false)
+}
+
+func postgres(t testing.TB, empty bool) *store.DB {
+	t.Helper()
 	base := os.Getenv(PostgresEnv)
 	if base == "" {
 		t.Skipf("PostgreSQL tests skipped: set %s to a PostgreSQL DSN (postgres://user@host:port/db) to run them", PostgresEnv)
@@ -74,7 +80,11 @@ func Postgres(t testing.TB) *store.DB {
 		}
 		_ = admin.Close()
 	})
-	return open(t, withSearchPath(t, base, schema))
+	dsn := withSearchPath(t, base, schema)
+	if empty {
+		return openEmpty(t, dsn)
+	}
+	return open(t, dsn)
 }
 
 // withSearchPath adds search_path=schema to a postgres:// URL DSN; pgx passes
@@ -92,6 +102,18 @@ func withSearchPath(t testing.TB, dsn, schema string) string {
 
 func open(t testing.TB, dsn string) *store.DB {
 	t.Helper()
+	db := openEmpty(t, dsn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := store.Migrate(ctx, db); err != nil {
+		t.Fatalf("storetest: migrate: %v", err)
+	}
+	return db
+}
+
+// openEmpty opens dsn without creating any table, closed when the test ends.
+func openEmpty(t testing.TB, dsn string) *store.DB {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db, err := store.Open(ctx, dsn)
@@ -99,9 +121,6 @@ func open(t testing.TB, dsn string) *store.DB {
 		t.Fatalf("storetest: open: %v", err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatalf("storetest: migrate: %v", err)
-	}
 	return db
 }
 
@@ -112,4 +131,13 @@ func Each(t *testing.T, fn func(t *testing.T, db *store.DB)) {
 	t.Helper()
 	t.Run("sqlite", func(t *testing.T) { fn(t, SQLite(t)) })
 	t.Run("postgres", func(t *testing.T) { fn(t, Postgres(t)) })
+}
+
+// EachEmpty is Each with databases in which no table exists yet (store.Migrate
+// has not run), for tests of schemas other than the order system's, such as
+// inbox.Migrate's and outbox.Migrate's.
+func EachEmpty(t *testing.T, fn func(t *testing.T, db *store.DB)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) { fn(t, openEmpty(t, "sqlite:"+filepath.Join(t.TempDir(), "empty.db"))) })
+	t.Run("postgres", func(t *testing.T) { fn(t, postgres(t, true)) })
 }

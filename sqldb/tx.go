@@ -1,4 +1,4 @@
-package store
+package sqldb
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // returned as it is (errors.Is works on it), or retried first if it is
 // retryable (wrap driver errors with %w so that they are recognised). A panic
 // is re-raised after the rollback. Errors of BEGIN and COMMIT are wrapped
-// with "store: begin"/"store: commit". When every attempt failed with a
+// with "sqldb: begin"/"sqldb: commit". When every attempt failed with a
 // retryable error, the last one is returned wrapped with the attempt count.
 //
 // Isolation. SQLite: every InTx transaction is BEGIN IMMEDIATE, so it holds
@@ -62,7 +62,7 @@ func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 			if attempt == 1 {
 				return err
 			}
-			return fmt.Errorf("store: transaction failed %d times: %w", attempt, err)
+			return fmt.Errorf("sqldb: transaction failed %d times: %w", attempt, err)
 		}
 		if ctx.Err() != nil {
 			return err
@@ -88,7 +88,7 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("store: begin: %w", err)
+		return fmt.Errorf("sqldb: begin: %w", err)
 	}
 	done := false
 	defer func() {
@@ -102,7 +102,7 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 	}
 	done = true // Commit ends the transaction whether or not it succeeds.
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: commit: %w", err)
+		return fmt.Errorf("sqldb: commit: %w", err)
 	}
 	return nil
 }
