@@ -26,8 +26,8 @@ type logCounter struct {
 }
 
 func (l *logCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logCounter) WithAttrs([]slog.Attr) slog.Handler        { return l }
-func (l *logCounter) WithGroup(string) slog.Handler             { return l }
+func (l *logCounter) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logCounter) WithGroup(string) slog.Handler            { return l }
 func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -170,6 +170,9 @@ func runThroughProxy(t *testing.T, arm func(p *faultproxy.Proxy) *faultproxy.Fau
 	return proxyRun{tp, proxy, f, logs}
 }
 
+// endHeld is the EndTxn hold of TestTxnProxyLostResponses' in-txn cases.
+var endHeld atomic.Pointer[faultproxy.Fault]
+
 // armed passes a fault armed from inside a handler to runThroughProxy.
 var armed atomic.Pointer[faultproxy.Fault]
 
@@ -213,6 +216,7 @@ func TestTxnProxyLostResponses(t *testing.T) {
 		nth   int
 		hold  time.Duration // > 0: hold the request this long (past the 2s timeout) and deliver it late
 		abort bool          // the fault is on an EndTxn(abort): the 3rd transaction fails one output
+		inTxn bool          // deliver the held request inside a later transaction (see below)
 		tv1   bool
 	}{
 		{name: "txn-offset-commit", key: kmsg.TxnOffsetCommit, nth: 3},
@@ -226,9 +230,12 @@ func TestTxnProxyLostResponses(t *testing.T) {
 		{name: "tv1-add-offsets-to-txn", key: kmsg.AddOffsetsToTxn, nth: 3, tv1: true},
 		{name: "tv1-end-txn-abort", key: kmsg.EndTxn, abort: true, tv1: true},
 		{name: "tv1-txn-offset-commit-held", key: kmsg.TxnOffsetCommit, nth: 5, hold: 6 * time.Second, tv1: true},
+		{name: "txn-offset-commit-held-in-txn", key: kmsg.TxnOffsetCommit, nth: 5, hold: 6 * time.Second, inTxn: true},
+		{name: "tv1-txn-offset-commit-held-in-txn", key: kmsg.TxnOffsetCommit, nth: 5, hold: 6 * time.Second, inTxn: true, tv1: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			armed.Store(nil)
+			endHeld.Store(nil)
 			var opts []kgo.Opt
 			if tc.tv1 {
 				opts = append(opts, tv1())
@@ -253,6 +260,36 @@ func TestTxnProxyLostResponses(t *testing.T) {
 					}
 					return out, nil
 				}
+			} else if tc.inTxn {
+				// The held TxnOffsetCommit (A) lands inside a later
+				// transaction, after that transaction's own
+				// TxnOffsetCommit (B) and before its EndTxn: 1s
+				// before A is due, the next EndTxn is held for 2s
+				// (within the 3s request timeout, so the client
+				// waits for it). Below KIP-890 part 2 the broker
+				// may then take A's older offsets in place of B's
+				// and commit them. The handler takes 10ms a record,
+				// so the input lasts past A's delivery.
+				opts = append(opts, kgo.RequestTimeoutOverhead(3*time.Second))
+				h = func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+					if err := sleepOrCancel(ctx, 10*time.Millisecond); err != nil {
+						return nil, err
+					}
+					return []*kgo.Record{{Topic: "out", Partition: r.Partition, Key: r.Value, Value: r.Value}}, nil
+				}
+				arm = func(p *faultproxy.Proxy) *faultproxy.Fault {
+					held := p.HoldRequest(nthOf(tc.key, tc.nth), tc.hold)
+					go func() {
+						select {
+						case <-held.Matched():
+						case <-time.After(60 * time.Second):
+							return
+						}
+						time.Sleep(tc.hold - time.Second) // scheduling the second fault, not synchronising
+						endHeld.Store(p.HoldRequest(faultproxy.Keys(int16(kmsg.EndTxn)), 2*time.Second))
+					}()
+					return held
+				}
 			} else if tc.hold > 0 {
 				arm = func(p *faultproxy.Proxy) *faultproxy.Fault { return p.HoldRequest(nthOf(tc.key, tc.nth), tc.hold) }
 			} else {
@@ -261,6 +298,16 @@ func TestTxnProxyLostResponses(t *testing.T) {
 			r := runThroughProxy(t, arm, h, opts...)
 			if tc.hold > 0 && !r.fault.ClientLeft() {
 				t.Fatal("the client did not give up on the held request: it was not delivered late")
+			}
+			if e := endHeld.Load(); tc.inTxn && e != nil {
+				select {
+				case <-e.Done():
+				case <-time.After(10 * time.Second):
+					t.Fatal("the EndTxn after the late TxnOffsetCommit was never held")
+				}
+				t.Logf("EndTxn held %v", e.Request())
+			} else if tc.inTxn {
+				t.Fatal("the EndTxn hold was not armed before the input ended")
 			}
 			if _, aborted := r.tp.Stats(); tc.abort && aborted == 0 {
 				t.Fatal("no transaction aborted: the output without a topic did not fail its transaction")
