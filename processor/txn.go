@@ -262,12 +262,14 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		var fatal error // a fatal group error seen mid-transaction: abort, then return it
 		var prodErr error
 		var pmu sync.Mutex
+		var pending sync.WaitGroup // produce promises not run yet
 		promise := func(_ *kgo.Record, err error) {
 			if err != nil {
 				pmu.Lock()
 				prodErr = errors.Join(prodErr, err)
 				pmu.Unlock()
 			}
+			pending.Done()
 		}
 		n := 0
 		last := map[tp]int64{} // highest offset per partition in this transaction
@@ -286,6 +288,7 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 				for _, o := range outs {
 					// Not ctx: a shutdown must not fail records of a
 					// transaction that is about to commit.
+					pending.Add(1)
 					sess.Produce(context.WithoutCancel(ctx), o, promise)
 				}
 				n++
@@ -318,6 +321,16 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 			// commit the offsets without their output (found by the
 			// crash harness, fault term-in-txn).
 			_ = sess.Client().Flush(endCtx)
+			// Flush waits for buffered records only. A record
+			// franz-go fails before buffering it (no topic, larger
+			// than the producer's limits) has its promise run on
+			// another goroutine, possibly after Flush returned:
+			// without this wait a transaction whose only outputs
+			// failed so committed its inputs' offsets with no
+			// output at all (TestTxnOutputFailedBeforeBuffering).
+			if !waitGroupCtx(endCtx, &pending) {
+				abort = true // a promise did not run within 30s: a record's outcome is unknown
+			}
 		}
 		pmu.Lock()
 		if prodErr != nil {
@@ -387,6 +400,19 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 			t.cfg.logger.Info("transaction aborted; resuming from the broker's committed offsets",
 				"records", n, "partitions_moved", len(moved), "produce_error", prodErr)
 		}
+	}
+}
+
+// waitGroupCtx waits for wg until ctx ends; it reports whether wg was done.
+// On false, a goroutine stays blocked in wg.Wait until wg is done.
+func waitGroupCtx(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

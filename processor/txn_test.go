@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -194,5 +195,58 @@ func TestTxnPollDeadlineIsNotAFetchError(t *testing.T) {
 	stop()
 	if got := counterValue(t, reg, "ordercast_consumer_fetch_errors_total"); got != 0 {
 		t.Fatalf("fetch_errors_total = %v, want 0", got)
+	}
+}
+
+// TestTxnOutputFailedBeforeBuffering: an output that franz-go fails before
+// buffering it (no topic here; a record over the producer's size limits
+// fails the same way) has its promise run on another goroutine, and Flush
+// does not wait for it. The transaction must still abort: committing it
+// would commit the input's offset without that output. Each of the 20
+// inputs is its own transaction (MaxInFlight 1) and fails once, so 20
+// transactions must abort; without waiting for every promise the runtime
+// committed them (Flush had nothing buffered to wait for), and the inputs
+// had no output at all.
+func TestTxnOutputFailedBeforeBuffering(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1, "out": 1, "g.dlq": 1})
+	const n = 20
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Topic: "in", Value: val(i)})
+	}
+	produce(t, addrs, recs...)
+	var mu sync.Mutex
+	failed := map[string]bool{}
+	h := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !failed[string(r.Value)] {
+			failed[string(r.Value)] = true
+			return []*kgo.Record{{Value: r.Value}}, nil // no topic: failed before buffering
+		}
+		return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
+	}
+	tp, err := NewTransactional("txn-before-buf", h, Brokers(addrs...), Group("g"), Topics("in"),
+		CommitInterval(time.Second), MaxInFlight(1, 1<<20), Backoff(10*time.Millisecond, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runTxn(t, tp)
+	waitFor(t, 60*time.Second, "committed offsets at the end of in", func() bool {
+		return committedEquals(t, addrs, "g", endOffsets(t, addrs, "in"))
+	})
+	stop()
+	if committed, aborted := tp.Stats(); aborted < n {
+		t.Fatalf("transactions committed=%d aborted=%d: a transaction whose output failed committed", committed, aborted)
+	}
+	out := readCommitted(t, addrs, "out", n+1, 2*time.Second)
+	seen := map[string]int{}
+	for _, r := range out {
+		seen[string(r.Value)]++
+	}
+	for i := range n {
+		if seen[string(val(i))] != 1 {
+			t.Fatalf("input %s: %d committed outputs, want 1", val(i), seen[string(val(i))])
+		}
 	}
 }

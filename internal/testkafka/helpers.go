@@ -68,7 +68,19 @@ func Committed(t testing.TB, addrs []string, group, topic string) map[int32]int6
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	offs, err := kadm.NewClient(cl).FetchOffsets(context.Background(), group)
+	// On a fresh cluster the first group request creates
+	// __consumer_offsets, and the coordinator answers
+	// COORDINATOR_NOT_AVAILABLE (or LOAD_IN_PROGRESS) until it is loaded:
+	// retriable errors are retried for up to 15s.
+	var offs kadm.OffsetResponses
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		offs, err = kadm.NewClient(cl).FetchOffsets(context.Background(), group)
+		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // backoff between retries of a retriable broker error
+	}
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		return map[int32]int64{}
 	}
