@@ -3,6 +3,7 @@ package testkafka
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -71,12 +72,19 @@ func Committed(t testing.TB, addrs []string, group, topic string) map[int32]int6
 	// On a fresh cluster the first group request creates
 	// __consumer_offsets, and the coordinator answers
 	// COORDINATOR_NOT_AVAILABLE (or LOAD_IN_PROGRESS) until it is loaded:
-	// retriable errors are retried for up to 15s.
+	// retriable errors are retried for up to 15s. So is a request that
+	// timed out on the network (net.Error): the embedded broker sometimes
+	// answers a read late while a test's control function holds another
+	// request of the group (SleepControl), and the callers poll anyway.
 	var offs kadm.OffsetResponses
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		offs, err = kadm.NewClient(cl).FetchOffsets(context.Background(), group)
-		if err == nil || !kerr.IsRetriable(err) || time.Now().After(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		offs, err = kadm.NewClient(cl).FetchOffsets(ctx, group)
+		cancel()
+		var nerr net.Error
+		transient := kerr.IsRetriable(err) || errors.As(err, &nerr) || errors.Is(err, context.DeadlineExceeded)
+		if err == nil || !transient || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond) // backoff between retries of a retriable broker error
