@@ -16,10 +16,13 @@ import (
 var errNotOwned = errors.New("processor: commit skipped: partitions no longer held")
 
 // commitPos is what a commit sends for one partition: the commit point and
-// the completed-offsets map above it (offsetmap.go; "" for none).
+// its metadata (offsetmap.go; "" for none): the completed-offsets map above
+// it, mapLen bytes, followed with StartOffset(Latest) by the group's start
+// time.
 type commitPos struct {
 	offset int64
 	meta   string
+	mapLen int
 }
 
 // committer commits the commit points of held partitions every CommitInterval
@@ -69,7 +72,7 @@ func (p *Processor) publishWindowLocked(s *partState) {
 	}
 	used := 0.0
 	if s.tracker.pending() > 0 {
-		used = float64(binary.MaxVarintLen64+s.tracker.mapBound) / float64(mapRawBudget(p.cfg.metaMaxBytes))
+		used = float64(binary.MaxVarintLen64+s.tracker.mapBound) / float64(mapRawBudget(p.cfg.mapMaxBytes()))
 	}
 	p.cfg.metrics.windowUsed(p.cfg.group, s.tp, used)
 }
@@ -77,10 +80,24 @@ func (p *Processor) publishWindowLocked(s *partState) {
 // commitPosLocked returns what a commit of s would send now, and false when
 // there is nothing this member may commit for it: no record passed and none
 // completed above, or a position below what this member already committed
-// (commits never move backwards). p.mu held.
+// (commits never move backwards). An input partition's metadata ends with
+// the group's start time when the member knows it (StartOffset(Latest)),
+// so a member finds it in any commit of the group. p.mu held.
 func (p *Processor) commitPosLocked(s *partState) (commitPos, bool) {
+	pos, ok := p.mapPosLocked(s)
+	if ok && !s.retry {
+		pos.mapLen = len(pos.meta)
+		pos.meta = withGroupStart(pos.meta, p.groupStart.get())
+	}
+	return pos, ok
+}
+
+// mapPosLocked is commitPosLocked without the group's start time: the
+// commit point and the completed-offsets map above it. p.mu held.
+func (p *Processor) mapPosLocked(s *partState) (commitPos, bool) {
 	tr := s.tracker
-	if p.cfg.metaMaxBytes == 0 {
+	budget := p.cfg.mapMaxBytes()
+	if budget == 0 {
 		// No map: only the commit point.
 		if tr.mark < 0 || tr.mark < s.committed {
 			return commitPos{}, false
@@ -91,11 +108,11 @@ func (p *Processor) commitPosLocked(s *partState) (commitPos, bool) {
 	if base < 0 || base < s.committed {
 		return commitPos{}, false
 	}
-	meta := tr.encodeOffsetMap(base, p.cfg.metaMaxBytes)
+	meta := tr.encodeOffsetMap(base, budget)
 	if tr.mark < 0 && meta == "" {
 		return commitPos{}, false // the first record is still running: nothing to say yet
 	}
-	if len(meta) > p.cfg.metaMaxBytes {
+	if len(meta) > budget {
 		// Cannot happen (admission keeps mapBound within the budget);
 		// if it did, the commit point alone is still right.
 		p.cfg.logger.Error("completed-offsets map over budget; committed without it", "topic", s.tp.topic, "partition", s.tp.partition, "bytes", len(meta))
@@ -203,7 +220,7 @@ func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]commitPos) {
 				if off >= s.committed {
 					s.committed, s.committedMeta, s.committedAt = off, pos.meta, time.Now()
 					p.cfg.metrics.setLag(p.cfg.group, s)
-					p.cfg.metrics.offsetMap(p.cfg.group, s.tp, len(pos.meta))
+					p.cfg.metrics.offsetMap(p.cfg.group, s.tp, pos.mapLen)
 				}
 			}
 		}

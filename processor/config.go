@@ -352,7 +352,21 @@ func CommitRefreshInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.co
 // handles again every record above the commit point, as a consumer without
 // it does. Otherwise at least 64. Only OrderKey and OrderUnordered complete
 // records above the commit point; in OrderPartition the map is always empty.
+// With StartOffset(Latest) the metadata of input partitions also carries the
+// group's start time (";t=<ms>", at most 22 bytes, kept out of the map's
+// budget so the whole stays within n), even with 0: see StartOffset.
 func CommitMetadataMaxBytes(n int) Opt { return opt(func(c *cfg) { c.metaMaxBytes = n }) }
+
+// mapMaxBytes is the budget of the completed-offsets map itself: with
+// StartOffset(Latest), CommitMetadataMaxBytes less the room the group's
+// start time takes after the map (offsetmap.go), so the whole metadata
+// stays within CommitMetadataMaxBytes. 0: no map.
+func (c *cfg) mapMaxBytes() int {
+	if c.metaMaxBytes == 0 || c.start.kind != startLatest {
+		return c.metaMaxBytes
+	}
+	return c.metaMaxBytes - groupStartSuffixMaxLen
+}
 
 // DrainTimeout bounds how long a revoke or a shutdown waits for in-flight
 // handler calls of the released partitions before committing what completed.

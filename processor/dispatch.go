@@ -160,7 +160,7 @@ func (p *Processor) windowBlocksLocked(ps *partState, r *kgo.Record) bool {
 	if p.cfg.metaMaxBytes == 0 || p.cfg.ordering == OrderPartition || ps.tracker.pending() == 0 {
 		return false
 	}
-	return binary.MaxVarintLen64+ps.tracker.mapBound+ps.tracker.mapCost(r.Offset) > mapRawBudget(p.cfg.metaMaxBytes)
+	return binary.MaxVarintLen64+ps.tracker.mapBound+ps.tracker.mapCost(r.Offset) > mapRawBudget(p.cfg.mapMaxBytes())
 }
 
 // unblockWindowLocked puts ps back among the partitions with records to admit

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -42,6 +43,19 @@ import (
 // Metadata that is not in this format (another client's, an empty string, an
 // older format) yields no map: the partition is handled from the committed
 // offset, as without the map.
+//
+// # The group's start time
+//
+// With StartOffset(Latest) the metadata ends with an optional suffix:
+//
+//	"oc1:" [map] ";t=" decimal(T)
+//
+// T is the group's first start in Unix milliseconds (see StartOffset): a
+// partition without a commit that a member finds later (one added to the
+// topic) is resolved as AtTime(T). The base64url alphabet has no ';', so
+// the suffix is found by its first ';'. A suffix with no map before it
+// ("oc1:;t=1764590000000") is no map. decodeOffsetMap ignores everything
+// from the ';' on; decodeGroupStart reads T.
 
 // offsetMapPrefix starts every metadata string this runtime writes.
 const offsetMapPrefix = "oc1:"
@@ -153,12 +167,22 @@ var errNotOffsetMap = errors.New("not an ordercast offset map")
 // decodeOffsetMap returns the completed ranges of a map committed with offset
 // committed, ascending. Metadata in another format returns errNotOffsetMap; a
 // map relative to another offset, or a malformed one, returns an error
-// describing it. The ranges it returns are all at or above committed.
+// describing it. The ranges it returns are all at or above committed. A
+// suffix after the map (";t=...", the group's start time) is ignored;
+// metadata with a suffix and no map before it returns no ranges and no
+// error.
 func decodeOffsetMap(meta string, committed int64) ([]offsetRange, error) {
 	if !strings.HasPrefix(meta, offsetMapPrefix) {
 		return nil, errNotOffsetMap
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(meta[len(offsetMapPrefix):])
+	body := meta[len(offsetMapPrefix):]
+	if i := strings.IndexByte(body, ';'); i >= 0 {
+		// A suffix (the group's start time): not part of the map.
+		if body = body[:i]; body == "" {
+			return nil, nil
+		}
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(body)
 	if err != nil {
 		return nil, fmt.Errorf("offset map: %w", err)
 	}
@@ -196,4 +220,47 @@ func decodeOffsetMap(meta string, committed int64) ([]offsetRange, error) {
 		return nil, errors.New("offset map: no completed run")
 	}
 	return out, nil
+}
+
+// groupStartSep introduces the group's start time in the metadata.
+const groupStartSep = ";t="
+
+// groupStartSuffixMaxLen is the longest suffix withGroupStart appends
+// (";t=" and the 19 digits of the largest int64): the room a commit keeps
+// for it out of CommitMetadataMaxBytes.
+const groupStartSuffixMaxLen = len(groupStartSep) + 19
+
+// withGroupStart returns meta (a map from encodeOffsetMap, or "" for none)
+// with the group's start time t (Unix ms) appended: "oc1:;t=<t>" when meta
+// is "". t <= 0 (not known) returns meta unchanged.
+func withGroupStart(meta string, t int64) string {
+	if t <= 0 {
+		return meta
+	}
+	if meta == "" {
+		meta = offsetMapPrefix
+	}
+	return meta + groupStartSep + strconv.FormatInt(t, 10)
+}
+
+// decodeGroupStart returns the group's start time (Unix ms, > 0) that meta
+// carries, and false when it carries none: metadata in another format, no
+// suffix, or a suffix that is not ";t=" and 1 to 19 decimal digits.
+func decodeGroupStart(meta string) (int64, bool) {
+	if !strings.HasPrefix(meta, offsetMapPrefix) {
+		return 0, false
+	}
+	i := strings.IndexByte(meta, ';')
+	if i < 0 || !strings.HasPrefix(meta[i:], groupStartSep) {
+		return 0, false
+	}
+	digits := meta[i+len(groupStartSep):]
+	if len(digits) == 0 || len(digits) > 19 || strings.Trim(digits, "0123456789") != "" {
+		return 0, false
+	}
+	t, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || t <= 0 {
+		return 0, false
+	}
+	return t, true
 }

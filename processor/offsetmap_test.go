@@ -2,9 +2,13 @@ package processor
 
 import (
 	"encoding/base64"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // trackerWith builds a tracker holding offsets (ascending) with the done ones
@@ -263,4 +267,134 @@ func rawMapLen(t *testing.T, meta string) int {
 		t.Fatal(err)
 	}
 	return len(raw)
+}
+
+// TestGroupStartSuffix: the group's start time after the map (";t=<ms>") is
+// read back by decodeGroupStart and ignored by decodeOffsetMap; without a
+// map before it the metadata is no map, not an error; anything but ";t="
+// and 1 to 19 digits of a positive time carries no time.
+func TestGroupStartSuffix(t *testing.T) {
+	const ms = int64(1764590000000)
+	tr, _ := trackerWith([]int64{10, 11, 12, 20}, map[int64]bool{11: true, 20: true})
+	good := tr.encodeOffsetMap(10, 0)
+	want, err := decodeOffsetMap(good, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := withGroupStart("", ms); got != "oc1:;t=1764590000000" {
+		t.Errorf("withGroupStart(\"\") = %q", got)
+	}
+	if got := withGroupStart(good, 0); got != good {
+		t.Errorf("withGroupStart with no time = %q, want the map unchanged", got)
+	}
+	for _, meta := range []string{withGroupStart("", ms), withGroupStart(good, ms)} {
+		if got, ok := decodeGroupStart(meta); !ok || got != ms {
+			t.Errorf("decodeGroupStart(%q) = %d, %v; want %d", meta, got, ok, ms)
+		}
+	}
+	if r, err := decodeOffsetMap(withGroupStart(good, ms), 10); err != nil || fmt.Sprint(r) != fmt.Sprint(want) {
+		t.Errorf("map with the suffix decoded to %v, %v; want %v", r, err, want)
+	}
+	if r, err := decodeOffsetMap(withGroupStart("", ms), 10); err != nil || r != nil {
+		t.Errorf("suffix alone decoded to %v, %v; want no map and no error", r, err)
+	}
+	if _, err := decodeOffsetMap(offsetMapPrefix+"!!;t=5", 10); err == nil {
+		t.Error("a bad map before the suffix decoded")
+	}
+	for _, meta := range []string{
+		"", "hello", "t=5", ";t=5", "oc2:;t=5", offsetMapPrefix, good,
+		"oc1:;t=", "oc1:;t=0", "oc1:;t=000", "oc1:;t=-5", "oc1:;t=+5", "oc1:;t= 5", "oc1:;t=5 ", "oc1:;t=5x",
+		"oc1:;x=5", "oc1:;t=5;t=6", "oc1:;t=99999999999999999999", "oc1:;t=9223372036854775808",
+	} {
+		if got, ok := decodeGroupStart(meta); ok {
+			t.Errorf("decodeGroupStart(%q) = %d, want no time", meta, got)
+		}
+	}
+	if got, ok := decodeGroupStart("oc1:;t=9223372036854775807"); !ok || got != 1<<63-1 {
+		t.Errorf("the largest time: %d, %v", got, ok)
+	}
+	if l := len(withGroupStart("", 1<<63-1)) - len(offsetMapPrefix); l != groupStartSuffixMaxLen {
+		t.Errorf("longest suffix %d bytes, groupStartSuffixMaxLen %d", l, groupStartSuffixMaxLen)
+	}
+}
+
+// FuzzGroupStartSuffix: decodeGroupStart never panics and returns only
+// positive times; appending a time to metadata without a ';' (a map, valid
+// or not) leaves what decodeOffsetMap makes of it unchanged, and the time
+// reads back.
+func FuzzGroupStartSuffix(f *testing.F) {
+	tr, _ := trackerWith([]int64{10, 11, 12, 20}, map[int64]bool{11: true, 20: true})
+	f.Add(tr.encodeOffsetMap(10, 0), int64(10), int64(1764590000000))
+	f.Add("", int64(0), int64(1))
+	f.Add("oc1:;t=17", int64(0), int64(5))
+	f.Add("oc1:", int64(3), int64(1<<63-1))
+	f.Fuzz(func(t *testing.T, meta string, committed, ms int64) {
+		if got, ok := decodeGroupStart(meta); ok && got <= 0 {
+			t.Fatalf("decodeGroupStart(%q) = %d", meta, got)
+		}
+		if strings.Contains(meta, ";") || ms <= 0 || (meta != "" && !strings.HasPrefix(meta, offsetMapPrefix)) {
+			return
+		}
+		full := withGroupStart(meta, ms)
+		if got, ok := decodeGroupStart(full); !ok || got != ms {
+			t.Fatalf("decodeGroupStart(%q) = %d, %v; want %d", full, got, ok, ms)
+		}
+		r, err := decodeOffsetMap(full, committed)
+		if meta == "" || meta == offsetMapPrefix {
+			if err != nil || r != nil {
+				t.Fatalf("decodeOffsetMap(%q) = %v, %v; want no map and no error", full, r, err)
+			}
+			return
+		}
+		r0, err0 := decodeOffsetMap(meta, committed)
+		if (err == nil) != (err0 == nil) || fmt.Sprint(r) != fmt.Sprint(r0) {
+			t.Fatalf("decodeOffsetMap(%q) = %v, %v; without the suffix %v, %v", full, r, err, r0, err0)
+		}
+	})
+}
+
+// TestCommitMetadataWithinBudgetWithGroupStart: with StartOffset(Latest) a
+// partition whose completed-offsets map is as large as admission lets it
+// grow (every other record done above a running one) still commits
+// metadata within CommitMetadataMaxBytes, the group's start time included:
+// the map's budget keeps room for it. A commit over the broker's
+// offset.metadata.max.bytes would be refused (OFFSET_METADATA_TOO_LARGE)
+// at every interval.
+func TestCommitMetadataWithinBudgetWithGroupStart(t *testing.T) {
+	for _, max := range []int{64, 200, DefaultCommitMetadataMaxBytes} {
+		c := defaultCfg()
+		c.start, c.metaMaxBytes, c.ordering = Latest, max, OrderKey
+		p := &Processor{cfg: c, groupStart: newGroupStart(&c)}
+		p.groupStart.learn(1<<63 - 1) // the longest suffix
+		s := &partState{tracker: newOffsetTracker(), committed: -1}
+		for off := int64(100); ; off += 1 + off%3 {
+			if p.windowBlocksLocked(s, &kgo.Record{Offset: off}) {
+				break
+			}
+			if s.tracker.pending() > 100000 {
+				t.Fatalf("max %d: admission never stopped", max)
+			}
+			e := &offsetEntry{offset: off}
+			s.tracker.add(e)
+			if len(s.tracker.entries)%2 == 0 {
+				s.tracker.complete(e)
+			}
+		}
+		pos, ok := p.commitPosLocked(s)
+		if !ok {
+			t.Fatalf("max %d: nothing to commit", max)
+		}
+		if len(pos.meta) > max {
+			t.Errorf("max %d: metadata of %d bytes", max, len(pos.meta))
+		}
+		if ms, ok := decodeGroupStart(pos.meta); !ok || ms != 1<<63-1 {
+			t.Errorf("max %d: metadata %q carries no start time", max, pos.meta)
+		}
+		if r, err := decodeOffsetMap(pos.meta, pos.offset); err != nil || len(r) == 0 {
+			t.Errorf("max %d: map %v, %v", max, r, err)
+		}
+		if pos.mapLen+len(groupStartSep)+19 != len(pos.meta) {
+			t.Errorf("max %d: mapLen %d of %d bytes", max, pos.mapLen, len(pos.meta))
+		}
+	}
 }

@@ -46,6 +46,7 @@ type Processor struct {
 	clock       *coarseClock   // attempt start times
 	reach       *reach         // brokers leaving the consumer waiting (Health.Unreachable)
 	idle        atomic.Bool    // no records held (the clock sleeps)
+	groupStart  *groupStart    // the group's start time (StartOffset(Latest) only, else nil)
 
 	mu       sync.Mutex
 	cond     *sync.Cond // state changes: backpressure lifted, handlers done, releases done (Broadcast)
@@ -94,7 +95,8 @@ type partState struct {
 	parkedB     int64
 	fetchPaused bool  // this processor has paused fetching of the partition in the client
 	committed   int64 // last offset committed by this member (-1: none yet)
-	// committedMeta is the completed-offsets map of that commit, and
+	// committedMeta is the metadata of that commit (the completed-offsets
+	// map, and with StartOffset(Latest) the group's start time), and
 	// committedAt when it was accepted (see CommitRefreshInterval).
 	committedMeta string
 	committedAt   time.Time
@@ -141,6 +143,7 @@ func New(opts ...Opt) (*Processor, error) {
 		cfg:        c,
 		parts:      make(map[tp]*partState),
 		retryIndex: make(map[string]int),
+		groupStart: newGroupStart(&c),
 	}
 	p.cond = sync.NewCond(&p.mu)
 	p.workCond = sync.NewCond(&p.mu)
@@ -181,7 +184,7 @@ func New(opts ...Opt) (*Processor, error) {
 		kgo.FetchMaxPartitionBytes(int32(partMax)),
 	}
 	kopts = append(kopts, c.clientOpts...)
-	start := newStarter(&c, p.retryTopics)
+	start := newStarter(&c, p.retryTopics, p.groupStart)
 	kopts = append(kopts, start.opts()...)
 	kopts = append(kopts,
 		kgo.SeedBrokers(c.brokers...),

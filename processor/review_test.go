@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -156,48 +155,4 @@ func TestReviewEncodeOffsetMapCarriesEarlier(t *testing.T) {
 	if len(got) == 0 || got[0] != (offsetRange{1, 9}) || len(got) >= len(want) {
 		t.Fatalf("trimmed map = %v: want the member's own range first and fewer earlier ones", got)
 	}
-}
-
-// TestReviewS18_LatestPartitionAdded: a group told to start at the latest
-// offset runs on "in" (2 partitions); a third partition is added
-// (CreatePartitions) and records are written to it at once, before the
-// group has noticed it. S18's outcome: every record written after the
-// group's first start is consumed, so those must not be skipped. (Kafka's
-// own consumer loses them with auto.offset.reset=latest: KIP-842.)
-func TestReviewS18_LatestPartitionAdded(t *testing.T) {
-	s18Modes(t, func(t *testing.T, start func(*history, ...Opt) func()) {
-		addrs := testCluster(t, map[string]int32{"in": 2, "out": 1, "g.dlq": 1})
-		opts := []Opt{Brokers(addrs...), Group("g"), Topics("in"), StartOffset(Latest),
-			ClientOpts(kgo.MetadataMinAge(100*time.Millisecond), kgo.MetadataMaxAge(250*time.Millisecond))}
-		seen := newHistory()
-		stop := start(seen, opts...)
-		defer stop()
-		warmUp(t, addrs, seen)
-		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		if _, err := kadm.NewClient(cl).CreatePartitions(context.Background(), 1, "in"); err != nil {
-			t.Fatal(err)
-		}
-		var want []string
-		for i := range 10 {
-			v := fmt.Sprintf("new-%d", i)
-			produce(t, addrs, rec(2, v, time.Time{}))
-			want = append(want, v)
-		}
-		// The group handles partition 2 once it is assigned it: wait for
-		// that (markers written until one is handled), then check that
-		// what was written before is not skipped.
-		deadline := time.Now().Add(30 * time.Second)
-		for seen.count("end-2") == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("partition 2 never handled within 30s; seen %v", seen.log)
-			}
-			produce(t, addrs, rec(2, "end-2", time.Time{}))
-			time.Sleep(50 * time.Millisecond) // pace the writes; the loop polls seen
-		}
-		checkSeen(t, seen, want, "end-", "warmup-")
-	})
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -34,9 +36,12 @@ var (
 	// Earliest starts at the log start offset: every record still in the
 	// partition is handled. The default, auto.offset.reset=earliest.
 	Earliest = Start{kind: startEarliest}
-	// Latest starts at the end of the partition (its last stable offset,
-	// as a read_committed reader sees it): only records written after the
-	// partition was first assigned are handled. auto.offset.reset=latest.
+	// Latest handles the records written after the group's first start:
+	// at that start every partition begins at its end (its last stable
+	// offset, as a read_committed reader sees it), as
+	// auto.offset.reset=latest; a partition added to an input topic later
+	// begins at the first record stamped at or after the group's first
+	// start, as AtTime would (see StartOffset).
 	Latest = Start{kind: startLatest}
 )
 
@@ -120,9 +125,61 @@ func (s Start) validate() error {
 // those are handled again. Delete and recreate the retry topics before reusing a
 // group name.
 //
+// With Latest, a partition added to an input topic after the group first
+// started (CreatePartitions while the group runs, or while it is down) has
+// no commit either, yet its records were all written after that start:
+// resolving it to its end would skip those written before a member is
+// assigned it (the flaw of Kafka's consumer with auto.offset.reset=latest,
+// which KIP-842 proposes to fix by resetting new partitions to earliest).
+// So Latest means "the records written after the group's first start, time
+// T" (Unix milliseconds, the clock of the member that started first). T
+// travels in the metadata of the commits the runtime makes for input
+// partitions ("oc1:...;t=<T>", see CommitMetadataMaxBytes; about 21 bytes,
+// taken from that budget): the first time a member is assigned partitions,
+// it reads the group's committed offsets (one OffsetFetch) and keeps the
+// smallest T they carry. If none does and a partition needs resolving, the
+// group is at its first start: T is now and partitions start at their end.
+// Otherwise a partition without a commit is resolved as AtTime(T): the
+// first record whose timestamp is at or after T (ListOffsets by timestamp,
+// read_committed), or its end. Limits: a record of a new partition is
+// compared by its timestamp, so one stamped before T (a producer setting
+// old timestamps, a producer clock behind the member's) is skipped; commits
+// by other clients (or an admin offset reset, kafka-consumer-groups
+// --reset-offsets) carry no T, and once no commit of the group carries T
+// any more, a new partition is resolved to its end, as at a first start
+// (and that member's T, now, is carried from then on). Earliest and AtTime
+// need no T and read nothing more.
+//
 // NewTransactional: the same, the start offset being committed with an
-// OffsetCommit (outside any transaction) before the partition is fetched.
+// OffsetCommit (outside any transaction) before the partition is fetched,
+// and T set in the metadata of every partition of the TxnOffsetCommit of
+// each transaction.
 func StartOffset(s Start) Opt { return opt(func(c *cfg) { c.start = s }) }
+
+// groupStart is the group's first start as this member knows it (see
+// StartOffset): the time, in Unix milliseconds, from which Latest reads a
+// partition that has no commit. It belongs to the member, not to a client
+// or a session, and is only used with StartOffset(Latest) (nil otherwise:
+// its methods then do nothing). Safe for concurrent use.
+type groupStart struct {
+	ms   atomic.Int64 // 0: not known yet
+	read atomic.Bool  // the group's committed offsets were read once
+}
+
+// get returns the group's start time (Unix ms), 0 when not known.
+func (g *groupStart) get() int64 {
+	if g == nil {
+		return 0
+	}
+	return g.ms.Load()
+}
+
+// learn keeps t (Unix ms, > 0) if no time is known yet, and returns the
+// time known.
+func (g *groupStart) learn(t int64) int64 {
+	g.ms.CompareAndSwap(0, t)
+	return g.ms.Load()
+}
 
 // starter resolves and commits the start offsets of partitions without a
 // committed offset (see StartOffset), as franz-go's AdjustFetchOffsetsFn:
@@ -133,18 +190,31 @@ type starter struct {
 	group  string
 	retry  map[string]bool // the group's retry topics: always read from their start
 	logger *slog.Logger
+	gs     *groupStart // the member's; nil unless start is Latest
+	now    func() time.Time
 	// ready is closed once cl is set: the group may be joined before the
 	// constructor that created the client has returned.
 	cl    *kgo.Client
 	ready chan struct{}
 }
 
-func newStarter(c *cfg, retryTopics []string) *starter {
-	s := &starter{start: c.start, group: c.group, retry: make(map[string]bool), logger: c.logger, ready: make(chan struct{})}
+// newStarter returns the starter of a client of the member whose start time
+// is gs (nil unless c.start is Latest).
+func newStarter(c *cfg, retryTopics []string, gs *groupStart) *starter {
+	s := &starter{start: c.start, group: c.group, retry: make(map[string]bool), logger: c.logger, gs: gs, now: time.Now, ready: make(chan struct{})}
 	for _, t := range retryTopics {
 		s.retry[t] = true
 	}
 	return s
+}
+
+// newGroupStart returns the member's groupStart: nil unless c.start is
+// Latest.
+func newGroupStart(c *cfg) *groupStart {
+	if c.start.kind != startLatest {
+		return nil
+	}
+	return &groupStart{}
 }
 
 // setClient gives the starter its client; call it once, right after the
@@ -178,6 +248,14 @@ func (s *starter) opts() []kgo.Opt {
 // negative offset; committed offsets are >= 0). An error ends the group
 // session (franz-go rejoins), so no partition is read from a start position
 // that is not committed.
+//
+// With Latest it first learns the group's start time (see StartOffset), if
+// the member does not know it yet: from the group's committed offsets, read
+// the first time the member is assigned partitions, and again while it is
+// not known and some partition needs resolving. If no commit carries it and
+// some partition needs resolving, this is the group's first start: the time
+// is now, and the partitions are resolved to their end. Once the time is
+// known, a partition without a commit is resolved as AtTime(time).
 func (s *starter) adjust(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	need := make(map[string][]int32)
 	for topic, parts := range offsets {
@@ -190,7 +268,7 @@ func (s *starter) adjust(ctx context.Context, offsets map[string]map[int32]kgo.O
 			}
 		}
 	}
-	if len(need) == 0 {
+	if len(need) == 0 && (s.gs == nil || s.gs.get() > 0 || s.gs.read.Load()) {
 		return offsets, nil
 	}
 	select {
@@ -198,7 +276,22 @@ func (s *starter) adjust(ctx context.Context, offsets map[string]map[int32]kgo.O
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	resolved, err := s.resolve(ctx, need)
+	at := int64(-1) // ListOffsets: -1 is the latest offset
+	switch s.start.kind {
+	case startTime:
+		at = s.start.at.UnixMilli()
+	case startLatest:
+		t, err := s.groupStart(ctx, len(need) > 0)
+		if err != nil {
+			s.logger.Warn("start offset: cannot read the group's start time; rejoining", "start", s.start.String(), "error", err)
+			return nil, fmt.Errorf("processor: reading the group's start time: %w", err)
+		}
+		if len(need) == 0 {
+			return offsets, nil
+		}
+		at = t
+	}
+	resolved, err := s.resolve(ctx, need, at)
 	if err != nil {
 		s.logger.Warn("start offset: cannot resolve; rejoining", "start", s.start.String(), "error", err)
 		return nil, fmt.Errorf("processor: resolving start offset %s: %w", s.start, err)
@@ -216,16 +309,52 @@ func (s *starter) adjust(ctx context.Context, offsets map[string]map[int32]kgo.O
 	return offsets, nil
 }
 
-// resolve lists the start offset of each partition of need: the last stable
-// offset for Latest; for AtTime the first offset at or after the time, or the
-// last stable offset where there is none.
-func (s *starter) resolve(ctx context.Context, need map[string][]int32) (map[string]map[int32]int64, error) {
-	ts := int64(-1) // ListOffsets: -1 is the latest offset
-	if s.start.kind == startTime {
-		ts = s.start.at.UnixMilli()
+// groupStart returns where Latest resolves a partition without a commit:
+// -1 (its end) at the group's first start, else the group's start time
+// (Unix ms). Unless the member knows the time, it reads the group's
+// committed offsets and takes the smallest time their metadata carries for
+// an input partition; if none does and first (a partition needs
+// resolving), the group is starting for the first time: the time is now.
+func (s *starter) groupStart(ctx context.Context, first bool) (int64, error) {
+	if t := s.gs.get(); t > 0 {
+		return t, nil
 	}
-	out, err := listOffsets(ctx, s.cl, need, ts)
-	if err != nil || ts == -1 {
+	resps, err := kadm.NewClient(s.cl).FetchOffsets(ctx, s.group)
+	if err != nil {
+		return 0, err
+	}
+	if err := resps.Error(); err != nil {
+		return 0, err
+	}
+	s.gs.read.Store(true)
+	var found int64
+	resps.Each(func(r kadm.OffsetResponse) {
+		if s.retry[r.Topic] {
+			return
+		}
+		if t, ok := decodeGroupStart(r.Metadata); ok && (found == 0 || t < found) {
+			found = t
+		}
+	})
+	if found > 0 {
+		t := s.gs.learn(found)
+		s.logger.Info("group start time read from the group's commits", "start_time_ms", t)
+		return t, nil
+	}
+	if !first {
+		return -1, nil // nothing to resolve; no commit carries the time
+	}
+	t := s.gs.learn(s.now().UnixMilli())
+	s.logger.Info("group's first start: partitions without a commit start at their end", "start_time_ms", t)
+	return -1, nil
+}
+
+// resolve lists the start offset of each partition of need: with at < 0 the
+// last stable offset; else the first offset at or after the time at (Unix
+// ms), or the last stable offset where there is none.
+func (s *starter) resolve(ctx context.Context, need map[string][]int32, at int64) (map[string]map[int32]int64, error) {
+	out, err := listOffsets(ctx, s.cl, need, at)
+	if err != nil || at < 0 {
 		return out, err
 	}
 	none := make(map[string][]int32) // no record at or after the time
@@ -299,7 +428,9 @@ func listOffsets(ctx context.Context, cl *kgo.Client, need map[string][]int32, t
 }
 
 // commit commits offsets for the group as this member (its generation), and
-// fails if any partition is refused.
+// fails if any partition is refused. With Latest the commits carry the
+// group's start time in their metadata (offsetmap.go), so that every member
+// and every restart finds it.
 func (s *starter) commit(ctx context.Context, offsets map[string]map[int32]int64) error {
 	req := make(map[string]map[int32]kgo.EpochOffset)
 	for topic, parts := range offsets {
@@ -307,6 +438,16 @@ func (s *starter) commit(ctx context.Context, offsets map[string]map[int32]int64
 		for p, off := range parts {
 			req[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: off}
 		}
+	}
+	if meta := withGroupStart("", s.gs.get()); meta != "" {
+		ctx = kgo.PreCommitFnContext(ctx, func(r *kmsg.OffsetCommitRequest) error {
+			for i := range r.Topics {
+				for j := range r.Topics[i].Partitions {
+					r.Topics[i].Partitions[j].Metadata = &meta
+				}
+			}
+			return nil
+		})
 	}
 	var errs []error
 	s.cl.CommitOffsetsSync(ctx, req, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {

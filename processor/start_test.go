@@ -163,6 +163,144 @@ func TestS18StartAtTime(t *testing.T) {
 	})
 }
 
+// TestS18StartLatestPartitionAdded is S18 for a partition added while the
+// group runs: a group told to start at the latest offset runs on "in" (2
+// partitions, records written to both before its first start); a third
+// partition is added (CreatePartitions) and records are written to it at
+// once, before the group has noticed it. Every record written after the
+// group's first start is consumed, so those are not skipped, and the
+// records written before it still are never consumed. Kafka's own consumer
+// loses them with auto.offset.reset=latest (KIP-842). Without the group's
+// start time the member resolves the new partition to its end when it is
+// assigned it, and skips them.
+func TestS18StartLatestPartitionAdded(t *testing.T) {
+	s18Modes(t, func(t *testing.T, start func(*history, ...Opt) func()) {
+		addrs := testCluster(t, map[string]int32{"in": 2, "out": 1, "g.dlq": 1})
+		opts := []Opt{Brokers(addrs...), Group("g"), Topics("in"), StartOffset(Latest),
+			ClientOpts(kgo.MetadataMinAge(100*time.Millisecond), kgo.MetadataMaxAge(250*time.Millisecond))}
+		produce(t, addrs, rec(0, "before-0", time.Time{}), rec(1, "before-1", time.Time{}))
+		seen := newHistory()
+		stop := start(seen, opts...)
+		defer stop()
+		warmUp(t, addrs, seen)
+		addPartition(t, addrs)
+		var want []string
+		for i := range 10 {
+			v := fmt.Sprintf("new-%d", i)
+			produce(t, addrs, rec(2, v, time.Time{}))
+			want = append(want, v)
+		}
+		// The group handles partition 2 once it is assigned it: wait for
+		// that (markers written until one is handled), then check that
+		// what was written before is not skipped.
+		deadline := time.Now().Add(30 * time.Second)
+		for seen.count("end-2") == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("partition 2 never handled within 30s; seen %v", seen.log)
+			}
+			produce(t, addrs, rec(2, "end-2", time.Time{}))
+			time.Sleep(50 * time.Millisecond) // pace the writes; the loop polls seen
+		}
+		checkSeen(t, seen, want, "end-", "warmup-")
+	})
+}
+
+// TestS18StartLatestPartitionAddedWhileDown is S18 for a partition added
+// while the whole group is down: the group starts at the latest offset on
+// "in" (2 partitions, records written to both before its first start),
+// handles records, and stops; a third partition is added and records are
+// written to all three; after a restart every record written after the
+// first start is consumed, those of the new partition included, and none
+// written before it. Every commit the group left carries its start time,
+// taken between the member's start and its first handled record. Without
+// the start time in the commits the restarted member sees no commit for
+// partition 2, takes it for a first start, resolves it to its end and
+// skips its records.
+func TestS18StartLatestPartitionAddedWhileDown(t *testing.T) {
+	s18Modes(t, func(t *testing.T, start func(*history, ...Opt) func()) {
+		addrs := testCluster(t, map[string]int32{"in": 2, "out": 1, "g.dlq": 1})
+		opts := []Opt{Brokers(addrs...), Group("g"), Topics("in"), StartOffset(Latest)}
+		produce(t, addrs, rec(0, "before-0", time.Time{}), rec(1, "before-1", time.Time{}))
+		seen := newHistory()
+		started := time.Now().UnixMilli()
+		stop := start(seen, opts...)
+		warmUp(t, addrs, seen)
+		warm := time.Now().UnixMilli()
+		var want []string
+		for i := range 6 {
+			v := fmt.Sprintf("run-%d", i)
+			produce(t, addrs, rec(int32(i%2), v, time.Time{}))
+			want = append(want, v)
+		}
+		waitFor(t, 30*time.Second, "records of the first run handled", func() bool { return seen.distinct() == len(want)+2 })
+		stop()
+		metas := commitMetadata(t, addrs, "g", "in")
+		if len(metas) != 2 {
+			t.Errorf("commits on in: %v, want one per partition", metas)
+		}
+		for p, meta := range metas {
+			if ms, ok := decodeGroupStart(meta); !ok || ms < started || ms > warm {
+				t.Errorf("in[%d]: commit metadata %q: want the group's start time in [%d, %d]", p, meta, started, warm)
+			}
+		}
+		addPartition(t, addrs)
+		for i := range 9 {
+			v := fmt.Sprintf("down-%d", i)
+			produce(t, addrs, rec(int32(i%3), v, time.Time{}))
+			want = append(want, v)
+		}
+		stop = start(seen, opts...)
+		finish(t, addrs, seen, 3, "restart")
+		stop()
+		checkSeen(t, seen, want, "restart-marker-", "warmup-")
+	})
+}
+
+// addPartition adds a partition to "in" (CreatePartitions).
+func addPartition(t *testing.T, addrs []string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreatePartitions(context.Background(), 1, "in")
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// commitMetadata returns the metadata of the group's committed offsets for
+// topic, by partition.
+func commitMetadata(t *testing.T, addrs []string, group, topic string) map[int32]string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resps, err := kadm.NewClient(cl).FetchOffsetsForTopics(context.Background(), group, topic)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int32]string{}
+	resps.Each(func(r kadm.OffsetResponse) {
+		if r.Topic == topic && r.At >= 0 {
+			out[r.Partition] = r.Metadata
+		}
+	})
+	if len(out) == 0 {
+		t.Fatalf("no commit of group %s on %s", group, topic)
+	}
+	return out
+}
+
 // checkSeen fails unless seen holds every value of want, and nothing else
 // but values with one of the prefixes.
 func checkSeen(t *testing.T, seen *history, want []string, prefixes ...string) {

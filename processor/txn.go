@@ -60,6 +60,10 @@ type TxnProcessor struct {
 	// repairLateCommits.
 	lateRisk atomic.Int64
 
+	// groupStart is the group's start time (StartOffset(Latest) only, else
+	// nil), kept across sessions.
+	groupStart *groupStart
+
 	// Committed counts committed transactions; Aborted counts aborted ones.
 	statsMu   sync.Mutex
 	committed int
@@ -97,13 +101,13 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 	}
 	c.logger = c.logger.With("group", c.group, "transactional_id", transactionalID)
 	c.metrics.initGroup(c.group, c.topics, nil, true)
-	return &TxnProcessor{cfg: c, txnID: transactionalID, handler: h}, nil
+	return &TxnProcessor{cfg: c, txnID: transactionalID, handler: h, groupStart: newGroupStart(&c)}, nil
 }
 
 func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	c := t.cfg
 	opts := append([]kgo.Opt{}, c.clientOpts...)
-	start := newStarter(&c, nil)
+	start := newStarter(&c, nil, t.groupStart)
 	opts = append(opts, start.opts()...)
 	opts = append(opts,
 		kgo.SeedBrokers(c.brokers...),
@@ -342,7 +346,7 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 			try = kgo.TryAbort
 		}
 		endStart := time.Now()
-		committed, err := sess.End(endCtx, try)
+		committed, err := sess.End(t.txnCommitCtx(endCtx, nil), try)
 		cancel()
 		if !abort {
 			m.commitLatency(t.cfg.group, time.Since(endStart), err)
@@ -654,7 +658,7 @@ func (t *TxnProcessor) recommit(ctx context.Context, sess *kgo.GroupTransactSess
 		}
 		return nil
 	}
-	committed, err := sess.End(kgo.PreTxnCommitFnContext(ctx, fn), kgo.TryCommit)
+	committed, err := sess.End(t.txnCommitCtx(ctx, fn), kgo.TryCommit)
 	if err != nil {
 		return fmt.Errorf("end: %w", err)
 	}
@@ -664,6 +668,34 @@ func (t *TxnProcessor) recommit(ctx context.Context, sess *kgo.GroupTransactSess
 		t.cfg.logger.Info("re-commit of offsets aborted")
 	}
 	return nil
+}
+
+// txnCommitCtx returns ctx for GroupTransactSession.End: the
+// TxnOffsetCommit franz-go builds goes through fn (nil: none), then, when
+// the member knows the group's start time (StartOffset(Latest)), every
+// partition's metadata is set to carry it ("oc1:;t=<ms>", offsetmap.go;
+// franz-go's default is the member ID), so that every member and every
+// restart finds it. fn runs under franz-go's transaction lock: it must not
+// block.
+func (t *TxnProcessor) txnCommitCtx(ctx context.Context, fn func(*kmsg.TxnOffsetCommitRequest) error) context.Context {
+	if fn == nil && t.groupStart == nil {
+		return ctx
+	}
+	return kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+		if fn != nil {
+			if err := fn(req); err != nil {
+				return err
+			}
+		}
+		if meta := withGroupStart("", t.groupStart.get()); meta != "" {
+			for i := range req.Topics {
+				for j := range req.Topics[i].Partitions {
+					req.Topics[i].Partitions[j].Metadata = &meta
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // stableOffsets returns the group's committed offsets for its topics, read
