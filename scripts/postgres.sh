@@ -8,12 +8,14 @@
 #   scripts/postgres.sh status    exit 0 if it runs, 3 otherwise
 #   scripts/postgres.sh dsn       print the DSN
 #
-# Durability is off (fsync, synchronous_commit, full_page_writes): tests only.
+# Durability is off (fsync, synchronous_commit, full_page_writes): tests only. For benchmark figures
+# set ORDERCAST_PG_DURABLE=1: PostgreSQL's defaults then (fsync, synchronous_commit, full_page_writes on).
 # As root, the server runs as the user postgres (initdb refuses root).
 #
 # Environment:
 #   ORDERCAST_PG_PORT    port (default 15432)
 #   ORDERCAST_PG_STATE   data, socket and log (default ${TMPDIR:-/tmp}/ordercast-pg)
+#   ORDERCAST_PG_DURABLE 1: keep PostgreSQL's default durability (for benchmarks); default: off (tests)
 #   ORDERCAST_PG_BIN     directory of initdb/pg_ctl (default: the newest /usr/lib/postgresql/*/bin,
 #                        else pg_config --bindir, else PATH)
 set -euo pipefail
@@ -62,13 +64,15 @@ cmd_start() {
     as_owner "$BIN/initdb" -D "$DATA" -U postgres -A trust -E UTF8 --locale=C --no-sync >"$STATE/initdb.log" 2>&1 ||
       { cat "$STATE/initdb.log" >&2; die "initdb failed"; }
   fi
+  local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off" what="durability off (tests)"
+  if [[ "${ORDERCAST_PG_DURABLE:-}" == 1 ]]; then durability="" what="default durability (fsync, synchronous_commit on)"; fi
   if ! as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start \
-      -o "-p $PORT -k $STATE -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+      -o "-p $PORT -k $STATE -c listen_addresses=127.0.0.1 $durability -c max_connections=200" \
       >/dev/null; then
     tail -n 30 "$LOG" >&2 || true
     die "the server did not start (log $LOG)"
   fi
-  log "PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT in $((SECONDS - t0)) s (state $STATE)"
+  log "PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT in $((SECONDS - t0)) s (state $STATE), $what"
   echo "ORDERCAST_TEST_POSTGRES=$DSN"
 }
 

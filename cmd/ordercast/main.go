@@ -15,20 +15,44 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 )
 
-func main() {
+// EnvCPUProfile names a file to write a CPU profile (pprof) of the whole
+// process to, from start to exit: how the load benchmarks in BENCHMARKS.md
+// find the bottleneck of `ordercast up` or `run` (stop it with SIGTERM so it
+// exits through main and the profile is written).
+const EnvCPUProfile = "ORDERCAST_CPUPROFILE"
+
+func main() { os.Exit(mainCode()) }
+
+// mainCode runs the command and returns the exit status, after its deferred
+// calls (the CPU profile) have run.
+func mainCode() int {
+	if path := os.Getenv(EnvCPUProfile); path != "" {
+		f, err := os.Create(path)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ordercast: %s=%s: %v\n", EnvCPUProfile, path, err)
+			return 2
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	if err := newRoot().Execute(); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {
 			if ee.msg != "" {
 				fmt.Fprintln(os.Stderr, "ordercast:", ee.msg)
 			}
-			os.Exit(ee.code)
+			return ee.code
 		}
 		fmt.Fprintln(os.Stderr, "ordercast:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // exitError ends the process with a specific code.

@@ -28,7 +28,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUp(), newRun(), newReplay())
+	root.AddCommand(newUp(), newRun(), newReplay(), newLoad())
 	root.AddCommand(newTopics(), newGroups(), newDLQ())
 	root.AddCommand(newDevstack(), newChaos())
 	return root

@@ -1,0 +1,186 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/order"
+)
+
+func validOptions(url string) Options {
+	return Options{BaseURL: url, Rate: 100, Orders: 10, Customers: []string{"17850", "13047"}, StockCodes: []string{"85123A", "71053"}}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Options)
+		want string // in the error; "" for valid
+	}{
+		{"valid", func(*Options) {}, ""},
+		{"no scheme", func(o *Options) { o.BaseURL = "127.0.0.1:8080" }, "BaseURL"},
+		{"zero rate", func(o *Options) { o.Rate = 0 }, "Rate"},
+		{"tiny rate", func(o *Options) { o.Rate = 0.0001 }, "Rate"},
+		{"no orders", func(o *Options) { o.Orders = 0 }, "Orders"},
+		{"no customers", func(o *Options) { o.Customers = nil }, "Customers"},
+		{"no stock codes", func(o *Options) { o.StockCodes = nil }, "StockCodes"},
+		{"negative lines", func(o *Options) { o.MaxLines = -1 }, "MaxLines"},
+		{"negative timeout", func(o *Options) { o.Timeout = -time.Second }, "Timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := validOptions("http://127.0.0.1:1")
+			tc.edit(&o)
+			err := o.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate: %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Validate: %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// holdingServer answers no request until it has received want of them,
+// then answers each with 202 and an order id. A client that waits for
+// answers before sending more (closed loop) never gets there.
+type holdingServer struct {
+	want    int
+	release chan struct{}
+	once    sync.Once
+
+	mu       sync.Mutex
+	received int
+	answered int
+	keys     map[string]bool
+	bad      []string
+}
+
+func (s *holdingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req order.PlaceOrderRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req)
+	key := r.Header.Get("Idempotency-Key")
+	s.mu.Lock()
+	s.received++
+	n := s.received
+	switch {
+	case err != nil:
+		s.bad = append(s.bad, "body: "+err.Error())
+	case r.Method != http.MethodPost || r.URL.Path != "/orders":
+		s.bad = append(s.bad, r.Method+" "+r.URL.Path)
+	case key == "" || s.keys[key]:
+		s.bad = append(s.bad, fmt.Sprintf("Idempotency-Key %q empty or repeated", key))
+	case req.CustomerID == "" || len(req.Lines) == 0 || len(req.Lines) > 3:
+		s.bad = append(s.bad, fmt.Sprintf("request %+v", req))
+	}
+	s.keys[key] = true
+	s.mu.Unlock()
+	if n >= s.want {
+		s.once.Do(func() { close(s.release) })
+	}
+	<-s.release
+	s.mu.Lock()
+	s.answered++
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusAccepted)
+	fmt.Fprintf(w, `{"orderId":"ord_%d","status":"accepted","total":"1.000"}`, n)
+}
+
+// TestOpenLoopRateHoldsWhenServerIsSlow: the server holds every answer
+// until all the run's orders have arrived, so the client's schedule cannot
+// depend on answers. A closed-loop client (one waiting for answers) would
+// stall at its concurrency and the wait would time out.
+func TestOpenLoopRateHoldsWhenServerIsSlow(t *testing.T) {
+	const orders = 150
+	srv := &holdingServer{want: orders, release: make(chan struct{}), keys: map[string]bool{}}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() { srv.once.Do(func() { close(srv.release) }) }) // let the handlers end if the test fails first
+
+	o := validOptions(ts.URL)
+	o.Rate, o.Orders = 300, orders
+	type out struct {
+		res *Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := Run(context.Background(), o)
+		done <- out{res, err}
+	}()
+	testkafka.WaitFor(t, 30*time.Second, fmt.Sprintf("all %d orders to arrive with none answered", orders), func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.received >= orders
+	})
+	got := <-done
+	if got.err != nil {
+		t.Fatalf("Run: %v", got.err)
+	}
+	res := got.res
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.received != orders || srv.answered != orders {
+		t.Errorf("server received %d and answered %d requests, want %d each (exactly Orders)", srv.received, srv.answered, orders)
+	}
+	if len(srv.bad) > 0 {
+		t.Errorf("%d bad requests, first: %s", len(srv.bad), srv.bad[0])
+	}
+	if res.Sent != orders || res.Accepted != orders || len(res.Errors) != 0 || len(res.AcceptedAt) != orders {
+		t.Errorf("result: sent %d, accepted %d, errors %v, order ids %d; want %d sent and accepted, no errors", res.Sent, res.Accepted, res.Errors, len(res.AcceptedAt), orders)
+	}
+	if n := res.Checkout.TotalCount(); n != orders {
+		t.Errorf("checkout histogram has %d values, want %d", n, orders)
+	}
+	sent := 0
+	for _, s := range res.Seconds {
+		sent += s.Sent
+	}
+	if sent != orders {
+		t.Errorf("per-second sent counts add up to %d, want %d", sent, orders)
+	}
+}
+
+// TestErrorsByStatus: answers other than 202 are counted by status and
+// checkout's error code, and a 202 without an order id is an error.
+func TestErrorsByStatus(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		i := n
+		mu.Unlock()
+		switch i % 3 {
+		case 0:
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			fmt.Fprint(w, `{"code":"unknown_customer","error":"no such customer"}`)
+		case 1:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprintf(w, `{"orderId":"ord_%d","status":"accepted"}`, i)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	o := validOptions(ts.URL)
+	o.Rate, o.Orders = 200, 30
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"422 unknown_customer": 10, "503": 10}
+	if res.Accepted != 10 || len(res.Errors) != 2 || res.Errors["422 unknown_customer"] != 10 || res.Errors["503"] != 10 {
+		t.Errorf("accepted %d, errors %v; want 10 accepted and %v", res.Accepted, res.Errors, want)
+	}
+}
