@@ -17,7 +17,7 @@ import (
 // be overridden (or would break what the runtime relies on), so it is refused
 // instead of being silently ignored. The error names the franz-go option and
 // the processor option to use instead.
-var ErrClientOpt = errors.New("processor: ClientOpts: option set by the runtime")
+var ErrClientOpt = errors.New("ClientOpts: option set by the runtime")
 
 // runtimeOpt is a franz-go option that the runtime sets itself.
 type runtimeOpt struct {
@@ -119,7 +119,7 @@ func refusedClientOpts(opts []kgo.Opt) error {
 			if refused := groupOnly(opts); len(refused) > 0 {
 				return fmt.Errorf("%w: %s", ErrClientOpt, strings.Join(refused, "; "))
 			}
-			return fmt.Errorf("processor: ClientOpts: %w", err)
+			return fmt.Errorf("ClientOpts: %w", err)
 		}
 		probes[i] = cl
 	}

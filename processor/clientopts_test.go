@@ -133,7 +133,7 @@ func (connectHook) OnBrokerConnect(kgo.BrokerMetadata, time.Duration, net.Conn, 
 // error from New, not as a panic or a probe that hangs.
 func TestClientOptsInvalid(t *testing.T) {
 	err := refusedClientOpts([]kgo.Opt{kgo.RequiredAcks(kgo.LeaderAck())}) // idempotency needs acks=all
-	if err == nil || errors.Is(err, ErrClientOpt) || !strings.Contains(err.Error(), "processor: ClientOpts") {
+	if err == nil || errors.Is(err, ErrClientOpt) || !strings.Contains(err.Error(), "ClientOpts: ") {
 		t.Fatalf("error %v, want franz-go's validation error", err)
 	}
 }

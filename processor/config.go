@@ -95,6 +95,7 @@ type cfg struct {
 	commitRefresh  time.Duration
 	metaMaxBytes   int
 	drainTimeout   time.Duration
+	drainSet       bool // DrainTimeout was given (otherwise it follows RebalanceTimeout)
 	sessionTimeout time.Duration
 	rebalanceTO    time.Duration
 	instanceID     string
@@ -207,8 +208,14 @@ func (c *cfg) validate() error {
 	if c.txnTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("TransactionTimeout: %v, want > 0", c.txnTimeout))
 	}
-	if c.drainTimeout < 0 {
+	if !c.drainSet && c.rebalanceTO > 0 {
+		c.drainTimeout = min(c.drainTimeout, c.rebalanceTO/2)
+	}
+	switch {
+	case c.drainTimeout < 0:
 		errs = append(errs, fmt.Errorf("DrainTimeout: %v, want >= 0", c.drainTimeout))
+	case c.rebalanceTO > 0 && c.drainTimeout >= c.rebalanceTO:
+		errs = append(errs, fmt.Errorf("DrainTimeout: %v, want less than RebalanceTimeout (%v): the revoke's commit must land before the group gives up on the member", c.drainTimeout, c.rebalanceTO))
 	}
 	if err := c.start.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("StartOffset: %w", err))
@@ -321,7 +328,10 @@ func CommitInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitInt
 // CommitRefreshInterval sets how often the commit point of every held
 // partition is committed again although it has not moved. Default 5s
 // (Kafka's auto.commit.interval.ms default; the Java consumer's auto-commit
-// re-commits unchanged positions the same way); it must be > 0.
+// re-commits unchanged positions the same way); it must be > 0. Commits are
+// made on CommitInterval ticks, so an interval shorter than CommitInterval
+// acts as CommitInterval. NewTransactional does not use it (see its
+// read-back of offsets instead).
 //
 // Why: an OffsetCommit is not safe to send only once. When the network holds
 // a commit past the client's request timeout, franz-go re-sends it on a new
@@ -353,8 +363,10 @@ func CommitRefreshInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.co
 // it does. Otherwise at least 64. Only OrderKey and OrderUnordered complete
 // records above the commit point; in OrderPartition the map is always empty.
 // With StartOffset(Latest) the metadata of input partitions also carries the
-// group's start time (";t=<ms>", at most 22 bytes, kept out of the map's
-// budget so the whole stays within n), even with 0: see StartOffset.
+// group's start time after the map (";t=<unix ms>", at most 22 bytes, kept
+// out of the map's budget so the whole stays within n; with 0 the metadata
+// is the start time alone, "oc1:;t=<unix ms>", at most 26 bytes): see
+// StartOffset.
 func CommitMetadataMaxBytes(n int) Opt { return opt(func(c *cfg) { c.metaMaxBytes = n }) }
 
 // mapMaxBytes is the budget of the completed-offsets map itself: with
@@ -370,10 +382,16 @@ func (c *cfg) mapMaxBytes() int {
 
 // DrainTimeout bounds how long a revoke or a shutdown waits for in-flight
 // handler calls of the released partitions before committing what completed.
-// Default 10s; it must stay well under RebalanceTimeout. Handlers still running
-// after it are cancelled and their records are not committed (the next owner
-// handles them again: at-least-once).
-func DrainTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.drainTimeout = d }) }
+// Default 10s, or half the RebalanceTimeout when that is shorter; a value at
+// or above RebalanceTimeout is refused (the revoke's commit must land before
+// the group gives up on the member). Handlers still running after it are
+// cancelled and their records are not committed (the next owner handles them
+// again: at-least-once). A handler that ignores its context keeps running,
+// though: Run returns only once every handler call has returned, so that no
+// handler of this process overlaps the next owner's work after Run.
+func DrainTimeout(d time.Duration) Opt {
+	return opt(func(c *cfg) { c.drainTimeout, c.drainSet = d, true })
+}
 
 // DefaultSessionTimeout is the group session timeout (session.timeout.ms)
 // when SessionTimeout is not given: 45s, the default of Kafka's consumer

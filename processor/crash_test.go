@@ -88,7 +88,7 @@ func consumerChild() int {
 	fmt.Println("READY") // SIGTERM is handled from here on
 	p, err := New(Brokers(strings.Split(env("OC_BROKERS", ""), ",")...), Group(env("OC_GROUP", "g")), Topics(env("OC_TOPIC", "in")),
 		WithOrdering(ordering), Concurrency(atoi("OC_CONCURRENCY", 8)), MaxInFlight(atoi("OC_MAX_IN_FLIGHT", 1000), 64<<20),
-		CommitInterval(dur("OC_COMMIT_INTERVAL", time.Second)), DrainTimeout(10*time.Second),
+		CommitInterval(dur("OC_COMMIT_INTERVAL", time.Second)), DrainTimeout(4*time.Second),
 		SessionTimeout(2*time.Second), RebalanceTimeout(5*time.Second), h.hooks(member),
 		WithHandler(func(ctx context.Context, r *kgo.Record) error {
 			if err := sleepOrCancel(ctx, sleep); err != nil {

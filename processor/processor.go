@@ -253,8 +253,10 @@ func (p *Processor) Group() string { return p.cfg.group }
 
 // Run joins the group and processes records until ctx is cancelled or a fatal
 // client error occurs. On return it has stopped fetching, let in-flight
-// records finish (up to DrainTimeout), committed what completed, left the
-// group and closed its clients. It returns nil after a cancellation-triggered
+// records finish (up to DrainTimeout, then cancelled their contexts),
+// committed what completed, left the group and closed its clients. It waits
+// for every handler call to return, so a handler that ignores its context
+// delays Run's return past DrainTimeout. It returns nil after a cancellation-triggered
 // shutdown, ErrClosed if called twice, and otherwise the fatal error.
 func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()

@@ -134,8 +134,8 @@ func (s Start) validate() error {
 // So Latest means "the records written after the group's first start, time
 // T" (Unix milliseconds, the clock of the member that started first). T
 // travels in the metadata of the commits the runtime makes for input
-// partitions ("oc1:...;t=<T>", see CommitMetadataMaxBytes; about 21 bytes,
-// taken from that budget): the first time a member is assigned partitions,
+// partitions ("oc1:<map>;t=<T>", see CommitMetadataMaxBytes; at most 22
+// bytes after the map, taken from that budget): the first time a member is assigned partitions,
 // it reads the group's committed offsets (one OffsetFetch) and keeps the
 // smallest T they carry. If none does and a partition needs resolving, the
 // group is at its first start: T is now and partitions start at their end.
@@ -154,6 +154,12 @@ func (s Start) validate() error {
 // OffsetCommit (outside any transaction) before the partition is fetched,
 // and T set in the metadata of every partition of the TxnOffsetCommit of
 // each transaction.
+//
+// A partition added to an input topic while the group runs is seen at the
+// client's next metadata refresh (franz-go's MetadataMaxAge, 5 minutes by
+// default like Kafka's metadata.max.age.ms; kgo.MetadataMaxAge with
+// kgo.MetadataMinAge in ClientOpts to see it sooner). The zero Start is
+// Earliest.
 func StartOffset(s Start) Opt { return opt(func(c *cfg) { c.start = s }) }
 
 // groupStart is the group's first start as this member knows it (see
