@@ -345,7 +345,90 @@ func TestRunNamesAllMissingFlags(t *testing.T) {
 		t.Setenv(env, "")
 	}
 	checkFlagErrors(t, []flagCase{
-		{[]string{"run", "orders"}, []string{"required flags missing", "--brokers (or KAFKA_BROKERS)", "--registry (or SCHEMA_REGISTRY_URL)", "--db (or ORDERCAST_DB)"}},
+		{[]string{"run", "orders", "--brokers", "", "--registry", ""}, []string{"required flags missing", "--brokers (or KAFKA_BROKERS)", "--registry (or SCHEMA_REGISTRY_URL)", "--db (or ORDERCAST_DB)"}},
+		// Like the operator commands, run defaults to the embedded stack
+		// of `ordercast up`: only the database is left to name.
+		{[]string{"run", "orders"}, []string{"--db (or ORDERCAST_DB) is required"}},
 		{[]string{"run", "orders", "--brokers", "127.0.0.1:1", "--registry", "http://127.0.0.1:1"}, []string{"--db (or ORDERCAST_DB) is required", "sqlite:PATH"}},
 	})
+}
+
+// TestRunDefaultsAgreeWithOperatorCommands: run, topics, groups, dlq and
+// load all default --brokers (and --registry where they have one) to the
+// embedded stack of `ordercast up`.
+func TestRunDefaultsAgreeWithOperatorCommands(t *testing.T) {
+	t.Setenv("KAFKA_BROKERS", "")
+	t.Setenv("SCHEMA_REGISTRY_URL", "")
+	root := newRoot()
+	for _, path := range [][]string{{"run"}, {"topics", "list"}, {"groups"}, {"dlq", "list"}, {"dlq", "show"}, {"load"}} {
+		cmd, _, err := root.Find(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lookup := func(name string) *pflag.Flag {
+			if fl := cmd.Flags().Lookup(name); fl != nil {
+				return fl
+			}
+			if fl := cmd.PersistentFlags().Lookup(name); fl != nil {
+				return fl
+			}
+			return cmd.InheritedFlags().Lookup(name)
+		}
+		if fl := lookup("brokers"); fl == nil || fl.DefValue != defaultBrokers {
+			t.Errorf("%v --brokers default %v, want %s", path, fl, defaultBrokers)
+		}
+		if fl := lookup("registry"); fl != nil && fl.DefValue != defaultRegistry {
+			t.Errorf("%v --registry default %q, want %s", path, fl.DefValue, defaultRegistry)
+		}
+	}
+	if fl, _, _ := root.Find([]string{"run"}); fl.Flags().Lookup("registry").DefValue != defaultRegistry {
+		t.Errorf("run --registry default %q", fl.Flags().Lookup("registry").DefValue)
+	}
+}
+
+// TestNumericFlagErrors: every numeric, duration and boolean flag of every
+// command names itself and what it expects on a value of the wrong type,
+// not pflag's strconv error.
+func TestNumericFlagErrors(t *testing.T) {
+	n := 0
+	var walk func(cmd *cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		fs := pflag.NewFlagSet("", pflag.ContinueOnError)
+		fs.AddFlagSet(cmd.Flags())
+		fs.AddFlagSet(cmd.PersistentFlags())
+		fs.VisitAll(func(fl *pflag.Flag) {
+			switch fl.Value.Type() {
+			case "int", "int16", "int32", "int64", "uint", "float64", "duration", "bool":
+			default:
+				return
+			}
+			n++
+			args := append(strings.Fields(cmd.CommandPath())[1:], "--"+fl.Name+"=abc")
+			_, err := ordercast(t, args...)
+			if err == nil {
+				t.Errorf("ordercast %q: no error", args)
+				return
+			}
+			want := "--" + fl.Name + ` "abc": want `
+			if !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "strconv") || strings.Contains(err.Error(), "time:") {
+				t.Errorf("ordercast %q: error %q, want it to start %q and name what is expected", args, err, want)
+			}
+		})
+		for _, sub := range cmd.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot())
+	if n < 30 {
+		t.Errorf("only %d typed flags checked", n)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out := mustRun(t, "version")
+	for _, w := range []string{"ordercast ", "commit ", "go go1."} {
+		if !strings.Contains(out, w) {
+			t.Errorf("version output lacks %q:\n%s", w, out)
+		}
+	}
 }
