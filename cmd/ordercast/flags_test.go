@@ -3,7 +3,9 @@ package main
 import (
 	"maps"
 	"net"
+	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -430,5 +432,65 @@ func TestVersion(t *testing.T) {
 		if !strings.Contains(out, w) {
 			t.Errorf("version output lacks %q:\n%s", w, out)
 		}
+	}
+}
+
+// TestReplayThatSendsNothingFails: a file with only a header, or whose rows
+// are malformed, fails `replay` and `up --replay` before anything is sent
+// or started, naming why; with --exit-when-done the report says failed.
+func TestReplayThatSendsNothingFails(t *testing.T) {
+	dir := t.TempDir()
+	const header = "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country\n"
+	hdr := filepath.Join(dir, "header.csv")
+	bad := filepath.Join(dir, "malformed.csv")
+	if err := os.WriteFile(hdr, []byte(header), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(header+strings.Repeat("536366,22633,HAND WARMER,six,2010-12-01 08:28:00,1.85,17850,United Kingdom\n", 12)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + closedAddr(t) // never reached: nothing is sent
+	checkFlagErrors(t, []flagCase{
+		{[]string{"replay", hdr, "--url", url}, []string{"no order to send", "nothing was sent"}},
+		{[]string{"replay", bad, "--url", url}, []string{"12 of 12 data rows are malformed", "--max-row-errors"}},
+		{[]string{"replay", bad, "--url", url, "--max-row-errors", "-1"}, []string{"--max-row-errors -1", "fraction"}},
+		{[]string{"up", "--replay", bad, "--data-dir", filepath.Join(dir, "data")}, []string{"12 of 12 data rows are malformed"}},
+	})
+	report := filepath.Join(dir, "report.json")
+	data := filepath.Join(dir, "data")
+	_, err := ordercast(t, "up", "--replay", hdr, "--exit-when-done", "--report", report, "--data-dir", data)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 1 || !strings.Contains(ee.msg, "no order to send") {
+		t.Fatalf("up --replay header-only: %v, want exit 1 naming why", err)
+	}
+	r := readReport(t, report)
+	if r.Status != StatusFailed || !strings.Contains(r.Reason, "no order to send") {
+		t.Errorf("report: status %q, reason %q", r.Status, r.Reason)
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("--data-dir %s was created (%v) by a run that failed on its arguments", data, err)
+	}
+}
+
+// TestOutputFilesCheckedAtStart: --report (up) and --summary (replay) to a
+// path that cannot be written fail at once, before anything runs.
+func TestOutputFilesCheckedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	nowhere := filepath.Join(dir, "no", "such", "dir", "out.json")
+	url := "http://" + closedAddr(t)
+	checkFlagErrors(t, []flagCase{
+		{[]string{"up", "--replay", oneDay, "--exit-when-done", "--report", nowhere, "--data-dir", filepath.Join(dir, "data")}, []string{"--report " + nowhere, "cannot be written"}},
+		{[]string{"replay", oneDay, "--url", url, "--summary", nowhere}, []string{"--summary " + nowhere, "cannot be written"}},
+	})
+	if _, err := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(err) {
+		t.Errorf("--data-dir created before the arguments were checked: %v", err)
+	}
+	// A writable path is left as it was.
+	ok := filepath.Join(dir, "ok.json")
+	if err := checkWritable("report", ok); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ok); !os.IsNotExist(err) {
+		t.Errorf("checkWritable left %s behind", ok)
 	}
 }

@@ -32,6 +32,7 @@ type upFlags struct {
 	exitWhenDone bool
 	report       string
 	timeout      time.Duration
+	maxRowErrors float64
 }
 
 func newUp() *cobra.Command {
@@ -74,6 +75,7 @@ far it got; running up again on the same --data-dir resumes it.`,
 	fl.IntVar(&f.replayConc, "replay-concurrency", 16, "with --replay: requests in flight")
 	fl.BoolVar(&f.exitWhenDone, "exit-when-done", false, "with --replay: wait until every accepted order went through every service, write --report and exit (0 only if every invariant held)")
 	fl.StringVar(&f.report, "report", "", "with --exit-when-done: write the JSON report to this file (- for stdout), whatever the outcome; its \"status\" is passed, failed, timed_out or interrupted")
+	fl.Float64Var(&f.maxRowErrors, "max-row-errors", replay.DefaultMaxRowErrorRate, "with --replay: fraction of the file's data rows that may be malformed (0.01: 1%; 0: none) before up fails without starting; a file with no sale invoice fails too (with --exit-when-done the report says failed and why)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "with --exit-when-done: how long to wait, once the replay is sent, for every order to be processed; then the report says timed_out and what was outstanding, and the exit status is 1")
 	return cmd
 }
@@ -104,6 +106,15 @@ func (f *upFlags) check(fs *pflag.FlagSet) error {
 		return fmt.Errorf("--timeout %v: want a positive duration such as 10m", f.timeout)
 	case fs.Changed("report") && f.report == "":
 		return fmt.Errorf("--report \"\": want a file name, or - for stdout")
+	case fs.Changed("max-row-errors") && f.replayFile == "":
+		return fmt.Errorf("--max-row-errors needs --replay FILE: it bounds the malformed rows of the replayed file")
+	case !(f.maxRowErrors >= 0):
+		return fmt.Errorf("--max-row-errors %v: want a fraction of the data rows >= 0, such as 0.01 (1%%; 0: any malformed row fails the run)", f.maxRowErrors)
+	}
+	if f.report != "" {
+		if err := checkWritable("report", f.report); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -176,6 +187,20 @@ func runUp(parent context.Context, f *upFlags) error {
 	if f.replayFile != "" {
 		if invoices, err = readInvoices(f.replayFile); err != nil {
 			return fmt.Errorf("--replay %s: %w", f.replayFile, err)
+		}
+		// A file that gives nothing to send fails before anything is
+		// started or created; with --exit-when-done the report says so.
+		if tally := replay.Tally(invoices); tally.CheckInput(f.maxRowErrors) != nil {
+			msg := inputErrorMsg(f.replayFile, tally.CheckInput(f.maxRowErrors))
+			fmt.Fprint(os.Stderr, tally.String())
+			if f.exitWhenDone {
+				rep := newReport(tally, audit.Progress{}, start)
+				rep.Status, rep.Reason = StatusFailed, msg
+				if err := writeReport(f.report, rep); err != nil {
+					return err
+				}
+			}
+			return &exitError{code: 1, msg: "up: " + msg}
 		}
 	}
 	var stack *devstack.Stack
