@@ -1,9 +1,9 @@
 package main
 
 import (
+	"errors"
 	"maps"
 	"net"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"

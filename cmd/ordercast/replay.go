@@ -19,11 +19,11 @@ import (
 
 func newReplay() *cobra.Command {
 	var (
-		baseURL     string
-		rate        float64
-		concurrency int
-		timeout     time.Duration
-		maxAttempts int
+		baseURL      string
+		rate         float64
+		concurrency  int
+		timeout      time.Duration
+		maxAttempts  int
 		summaryFile  string
 		maxRowErrors float64
 	)
