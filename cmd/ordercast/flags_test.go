@@ -109,7 +109,7 @@ func TestDLQFlags(t *testing.T) {
 // from touching the default ports or the working directory.
 func upQuick(t *testing.T, extra ...string) []string {
 	return append([]string{"up", "--data-dir", t.TempDir(), "--broker-addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0",
-		"--http", "127.0.0.1:0", "--seed-data", "/nonexistent/seed.csv"}, extra...)
+		"--http", "127.0.0.1:0", "--seed-data", oneDay}, extra...)
 }
 
 func TestCommonFlags(t *testing.T) {
@@ -492,5 +492,22 @@ func TestOutputFilesCheckedAtStart(t *testing.T) {
 	}
 	if _, err := os.Stat(ok); !os.IsNotExist(err) {
 		t.Errorf("checkWritable left %s behind", ok)
+	}
+}
+
+// TestUpOutsideRepository: from a directory without a checkout, a missing
+// --seed-data is named at start and nothing is created; without the flag the
+// embedded catalog is used (system.TestSeedWithoutFile).
+func TestUpOutsideRepository(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if fl := newUp().Flags().Lookup("seed-data"); fl.DefValue != "" {
+		t.Errorf("--seed-data defaults to %q, a path in the repository; want the embedded catalog", fl.DefValue)
+	}
+	checkFlagErrors(t, []flagCase{
+		{[]string{"up", "--seed-data", "data/online-retail/online_retail.csv.gz"}, []string{"--seed-data data/online-retail/online_retail.csv.gz", "no such file", "embedded"}},
+	})
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("up created %v before failing on its arguments", entries)
 	}
 }

@@ -145,7 +145,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.ordering, "ordering", "key", "ordering mode of the consumer services: partition, key or unordered")
 	f.IntVar(&c.concurrency, "concurrency", 16, "handler calls in parallel per group member")
 	f.StringVar(&c.openingCredit, "opening-credit", system.DefaultOpeningCredit.String(), "opening wallet balance of each known customer, in GBP")
-	f.StringVar(&c.seedData, "seed-data", "data/online-retail/online_retail.csv.gz", "Online Retail CSV (plain or .gz) the catalog and wallets are seeded from on first start")
+	f.StringVar(&c.seedData, "seed-data", "", "Online Retail CSV (plain or .gz) the catalog and wallets are seeded from on first start (empty: the catalog and wallets of the full data set, "+system.DefaultSeedFile+", embedded in the binary, so no checkout is needed)")
 	f.StringVar(&c.retryDelays, "retry-delays", "1s,10s", "delays of the retry topics, comma separated durations (empty: no retry topics, straight to the DLQ)")
 	f.IntVar(&c.maxAttempts, "max-attempts", 3, "in-place attempts per record before a retry topic or the DLQ")
 	f.StringVar(&c.memberID, "member-id", os.Getenv(system.EnvMemberID), "name of this process in fulfillment's transactional ids (ordercast-fulfillment-<id>-<n>): every process running fulfillment against one cluster needs its own, kept across restarts (env "+system.EnvMemberID+"; empty: the host name)")
@@ -238,6 +238,16 @@ func (c *common) config() (system.Config, error) {
 		return cfg, fmt.Errorf("--opening-credit %q: want a non-negative amount in GBP such as 2000 or 150.50", c.openingCredit)
 	}
 	cfg.OpeningCredit = credit
+	if c.seedData != "" {
+		// Found missing now, before anything (the data directory) is
+		// created, not by the seeding after the start.
+		if fi, err := os.Stat(c.seedData); err != nil || fi.IsDir() {
+			if err == nil {
+				err = fmt.Errorf("is a directory")
+			}
+			return cfg, fmt.Errorf("--seed-data %s: %w (want the Online Retail CSV, plain or .gz; leave the flag out for the catalog embedded in the binary)", c.seedData, err)
+		}
+	}
 	cfg.SeedFile = c.seedData
 	if c.fs.Changed("member-id") && strings.TrimSpace(c.memberID) == "" {
 		return cfg, fmt.Errorf("--member-id %q: want a non-empty name for this process, such as f1 (leave the flag out for the host name)", c.memberID)
