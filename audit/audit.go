@@ -15,6 +15,7 @@ import (
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/sqldb"
 	"github.com/ordercast/ordercast/store"
 )
 
@@ -47,27 +48,45 @@ func (p Progress) Missing() string {
 		p.Accepted, p.Stored, p.Payments, p.Paid, p.Notifications, p.Accepted+p.Payments, p.ShipmentsRecorded, p.Paid, p.OutboxPending)
 }
 
-// ReadProgress reads the counts. Accepted orders are the published rows of
-// checkout_requests.
+// ReadProgress reads the counts from one consistent reading of the
+// database: every query runs in one read transaction (REPEATABLE READ on
+// PostgreSQL, a deferred transaction on SQLite, whose WAL snapshot is
+// taken at its first read), so no count is from a later moment than
+// another. Accepted orders are the published rows of checkout_requests,
+// and every other count is of those orders only: checkout marks a row
+// published when the broker acknowledges the orderCreated record, so the
+// services may already have processed an order whose row is not yet
+// marked; counting such payments would give more payments than accepted
+// orders.
 func ReadProgress(ctx context.Context, db *store.DB) (Progress, error) {
 	var p Progress
+	const acc = `(SELECT order_id FROM checkout_requests WHERE status = 'published')`
 	q := []struct {
 		dst *int
 		sql string
 	}{
 		{&p.Accepted, `SELECT COUNT(*) FROM checkout_requests WHERE status = 'published'`},
-		{&p.Stored, `SELECT COUNT(*) FROM orders o JOIN checkout_requests c ON c.order_id = o.order_id AND c.status = 'published'`},
-		{&p.Payments, `SELECT COUNT(*) FROM payments`},
-		{&p.Paid, `SELECT COUNT(*) FROM payments WHERE status = 'PAID'`},
-		{&p.Debited, `SELECT COUNT(*) FROM payments WHERE status = 'PAID' AND method = 'WALLET'`},
-		{&p.PaidByCard, `SELECT COUNT(*) FROM payments WHERE status = 'PAID' AND method = 'CARD'`},
-		{&p.Refused, `SELECT COUNT(*) FROM payments WHERE status = 'REFUSED'`},
-		{&p.Notifications, `SELECT COUNT(*) FROM notifications`},
-		{&p.ShipmentsRecorded, `SELECT COUNT(*) FROM order_status WHERE kind = 'shipment_requested'`},
+		{&p.Stored, `SELECT COUNT(*) FROM orders WHERE order_id IN ` + acc},
+		{&p.Payments, `SELECT COUNT(*) FROM payments WHERE order_id IN ` + acc},
+		{&p.Paid, `SELECT COUNT(*) FROM payments WHERE status = 'PAID' AND order_id IN ` + acc},
+		{&p.Debited, `SELECT COUNT(*) FROM payments WHERE status = 'PAID' AND method = 'WALLET' AND order_id IN ` + acc},
+		{&p.PaidByCard, `SELECT COUNT(*) FROM payments WHERE status = 'PAID' AND method = 'CARD' AND order_id IN ` + acc},
+		{&p.Refused, `SELECT COUNT(*) FROM payments WHERE status = 'REFUSED' AND order_id IN ` + acc},
+		{&p.Notifications, `SELECT COUNT(*) FROM notifications WHERE order_id IN ` + acc},
+		{&p.ShipmentsRecorded, `SELECT COUNT(*) FROM order_status WHERE kind = 'shipment_requested' AND order_id IN ` + acc},
 		{&p.OutboxPending, `SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL`},
 	}
+	opts := &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead}
+	if db.Dialect != sqldb.Postgres {
+		opts = nil // SQLite: a transaction is a snapshot already
+	}
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return p, fmt.Errorf("audit: begin the progress reading: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read only: nothing to undo
 	for _, x := range q {
-		if err := db.QueryRowContext(ctx, x.sql).Scan(x.dst); err != nil {
+		if err := tx.QueryRowContext(ctx, x.sql).Scan(x.dst); err != nil {
 			return p, fmt.Errorf("audit: %s: %w", x.sql, err)
 		}
 	}
@@ -220,8 +239,7 @@ func Check(ctx context.Context, db *store.DB, cl *kgo.Client, serde *schema.Serd
 	}
 	validInDLQ := 0
 	for _, g := range order.Groups {
-		dlq := processor.DLQTopic(g)
-		recs, err := ReadTopic(ctx, cl, dlq)
+		recs, err := ReadTopic(ctx, cl, processor.DLQTopic(g))
 		if err != nil {
 			return nil, err
 		}
@@ -234,6 +252,23 @@ func Check(ctx context.Context, db *store.DB, cl *kgo.Client, serde *schema.Serd
 	}
 	add("no_dlq_record_for_valid_input", validInDLQ, fmt.Sprintf("%d DLQ records carry an accepted order's event", validInDLQ))
 	return res, nil
+}
+
+// CountDLQ counts the records of each service group's DLQ topic
+// (processor.DLQTopic) as a read_committed reader sees them, keyed by group:
+// the dlqRecords of Result without the rest of Check, for a report of a run
+// that ended early. It blocks until each topic is read to its last stable
+// offset or ctx ends.
+func CountDLQ(ctx context.Context, cl *kgo.Client) (map[string]int, error) {
+	out := map[string]int{}
+	for _, g := range order.Groups {
+		recs, err := ReadTopic(ctx, cl, processor.DLQTopic(g))
+		if err != nil {
+			return out, err
+		}
+		out[g] = len(recs)
+	}
+	return out, nil
 }
 
 // orderIDOf decodes a DLQ record's payload with its original topic's schema

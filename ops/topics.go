@@ -288,9 +288,13 @@ type TopicInfo struct {
 	UnderReplicated int  `json:"underReplicated"`
 	Offline         int  `json:"offline"`
 	Internal        bool `json:"internal,omitempty"` // __consumer_offsets and the like
-	// Messages is the sum over partitions of end offset minus start offset
-	// (records and transaction markers now stored).
-	Messages int64 `json:"messages"`
+	// Offsets is the sum over partitions of the high watermark minus the
+	// log start offset: the offsets now in the log, which count every
+	// transaction marker (one per partition per committed or aborted
+	// transaction) and the records of aborted transactions, so it is more
+	// than the records a read_committed consumer reads (the number of
+	// orders, payments...). Not a record count, hence the name.
+	Offsets int64 `json:"offsets"`
 }
 
 // ListTopics describes every topic (internal ones too when internal is
@@ -335,7 +339,7 @@ func ListTopics(ctx context.Context, adm *kadm.Client, internal bool) ([]TopicIn
 				s, sok := starts.Lookup(n, p)
 				e, eok := ends.Lookup(n, p)
 				if sok && eok && s.Err == nil && e.Err == nil {
-					ti.Messages += e.Offset - s.Offset
+					ti.Offsets += e.Offset - s.Offset
 				}
 			}
 		}

@@ -67,3 +67,22 @@ func (e *NotCheckoutError) Error() string {
 	}
 	return msg
 }
+
+// DefaultMaxRowErrorRate is the default of the fraction of malformed data
+// rows above which [Summary.CheckInput] fails a replay: 0.01 (1%). The
+// Online Retail data set has none; a file with more is most likely not
+// in its shape.
+const DefaultMaxRowErrorRate = 0.01
+
+// InputError is returned by [Summary.CheckInput] for a file that a replay
+// should fail on whatever checkout answers: one that gives no order to
+// send, or with too many malformed rows.
+type InputError struct {
+	// Reason says which, with the counts, for people.
+	Reason string
+	// RowErrors and Lines are the malformed and all data rows; Sales the
+	// sale invoices (the orders to send).
+	RowErrors, Lines, Sales int
+}
+
+func (e *InputError) Error() string { return "replay: " + e.Reason }

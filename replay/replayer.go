@@ -241,6 +241,70 @@ func newSummary() Summary {
 	}
 }
 
+// Tally classifies the invoices as Run does before it sends anything and
+// returns the Summary of a replay that has not sent any: InvoicesRead,
+// Lines, RowErrors, Sales and NotOrders filled, the outcomes zero. With
+// [Summary.CheckInput] it tells, before a replay starts, whether it would
+// be one that sends nothing.
+func Tally(invoices []*Invoice) Summary {
+	sum, _ := tallyInvoices(invoices)
+	return sum
+}
+
+func tallyInvoices(invoices []*Invoice) (Summary, []*Invoice) {
+	sum := newSummary()
+	var sales []*Invoice
+	for _, inv := range invoices {
+		sum.InvoicesRead++
+		sum.Lines += inv.Rows()
+		for _, e := range inv.RowErrors {
+			sum.RowErrors[e.Reason]++
+		}
+		if kind := Classify(inv); kind == KindSale {
+			sales = append(sales, inv)
+		} else {
+			sum.NotOrders[kind]++
+		}
+	}
+	sum.Sales = len(sales)
+	return sum, sales
+}
+
+// RowErrorsTotal returns the number of malformed rows, the sum of RowErrors.
+func (s Summary) RowErrorsTotal() int {
+	n := 0
+	for _, v := range s.RowErrors {
+		n += v
+	}
+	return n
+}
+
+// CheckInput says whether the replayed file is one a replay should fail
+// on, whatever checkout answers: it returns an [*InputError] when the file
+// has no sale invoice to send (only a header, or only cancellations,
+// adjustments, write-offs and malformed invoices), or when more than
+// maxRowErrorRate of its data rows are malformed (0.01: 1%; 0: any
+// malformed row fails; >= 1: never, for row errors), and nil otherwise.
+// The Online Retail data set has no malformed row, so
+// [DefaultMaxRowErrorRate] passes it and fails a file of another shape
+// (a CSV whose columns are not Online Retail's). It looks only at what
+// [Tally] counts: call it on a Summary of Run or of Tally alike.
+func (s Summary) CheckInput(maxRowErrorRate float64) error {
+	rowErrs := s.RowErrorsTotal()
+	if s.Lines > 0 && float64(rowErrs) > maxRowErrorRate*float64(s.Lines) {
+		return &InputError{Reason: fmt.Sprintf("%d of %d data rows are malformed (by reason: %s), more than the %g%% allowed",
+			rowErrs, s.Lines, fmtCounts(s.RowErrors), 100*maxRowErrorRate), RowErrors: rowErrs, Lines: s.Lines, Sales: s.Sales}
+	}
+	if s.Sales == 0 {
+		why := "the file has no data row"
+		if s.InvoicesRead > 0 {
+			why = fmt.Sprintf("none of its %d invoices is a sale (%s)", s.InvoicesRead, fmtCounts(s.NotOrders))
+		}
+		return &InputError{Reason: "no order to send: " + why, RowErrors: rowErrs, Lines: s.Lines}
+	}
+	return nil
+}
+
 // RejectedTotal returns the number of rejected sales, the sum of Rejected.
 func (s Summary) RejectedTotal() int {
 	n := 0
@@ -290,21 +354,7 @@ func (s Summary) RejectedTotal() int {
 // rejections and failures are outcomes reported in the Summary, not errors.
 func (r *Replayer) Run(ctx context.Context, invoices []*Invoice) (Summary, error) {
 	start := time.Now()
-	sum := newSummary()
-	var sales []*Invoice
-	for _, inv := range invoices {
-		sum.InvoicesRead++
-		sum.Lines += inv.Rows()
-		for _, e := range inv.RowErrors {
-			sum.RowErrors[e.Reason]++
-		}
-		if kind := Classify(inv); kind == KindSale {
-			sales = append(sales, inv)
-		} else {
-			sum.NotOrders[kind]++
-		}
-	}
-	sum.Sales = len(sales)
+	sum, sales := tallyInvoices(invoices)
 
 	// runCtx ends with ctx, or with an *UnreachableError or a
 	// *NotCheckoutError as its cause.

@@ -506,3 +506,37 @@ func TestFormatting(t *testing.T) {
 		t.Errorf("fmtDuration = %q", got)
 	}
 }
+
+// TestCheckInput: a file that gives no order to send, or with more
+// malformed rows than allowed, is refused before anything is sent.
+func TestCheckInput(t *testing.T) {
+	const header = "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country\n"
+	good := "536365,85123A,WHITE HANGING HEART T-LIGHT HOLDER,6,2010-12-01 08:26:00,2.55,17850,United Kingdom\n"
+	bad := "536366,22633,HAND WARMER,six,2010-12-01 08:28:00,1.85,17850,United Kingdom\n"
+	cancel := "C536379,D,Discount,-1,2010-12-01 09:41:00,27.5,14527,United Kingdom\n"
+	for _, c := range []struct {
+		name, csv string
+		rate      float64
+		want      string // substring of the error; "" for none
+	}{
+		{"header only", header, DefaultMaxRowErrorRate, "no order to send: the file has no data row"},
+		{"all malformed", header + strings.Repeat(bad, 12), DefaultMaxRowErrorRate, "12 of 12 data rows are malformed"},
+		{"only a cancellation", header + cancel, DefaultMaxRowErrorRate, "none of its 1 invoices is a sale"},
+		{"one bad row in two, 50% allowed", header + good + bad, 0.5, ""},
+		{"one bad row in two, 1% allowed", header + good + bad, 0.01, "1 of 2 data rows are malformed"},
+		{"clean", header + good, 0, ""},
+	} {
+		invs, err := ReadInvoices(strings.NewReader(c.csv))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		err = Tally(invs).CheckInput(c.rate)
+		var ie *InputError
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v, want nil", c.name, err)
+		case c.want != "" && (!errors.As(err, &ie) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want an *InputError with %q", c.name, err, c.want)
+		}
+	}
+}

@@ -292,7 +292,7 @@ topic's contract as this build reads it.`,
 	fl := cmd.Flags()
 	fl.Int32VarP(&partition, "partition", "p", -1, "DLQ partition")
 	fl.Int64Var(&offset, "offset", -1, "offset in the DLQ partition")
-	fl.StringVar(&registry, "registry", envOr("SCHEMA_REGISTRY_URL", "http://127.0.0.1:8081"), "schema registry URL to decode Avro payloads (env SCHEMA_REGISTRY_URL; default: the embedded registry of 'ordercast up'; empty: do not decode)")
+	fl.StringVar(&registry, "registry", envOr("SCHEMA_REGISTRY_URL", defaultRegistry), "schema registry URL to decode Avro payloads (env SCHEMA_REGISTRY_URL; default: the embedded registry of 'ordercast up'; empty: do not decode)")
 	fl.StringVar(&regUser, "registry-user", envOr("SCHEMA_REGISTRY_USER", ""), "schema registry basic-auth user (env SCHEMA_REGISTRY_USER)")
 	fl.StringVar(&regPass, "registry-password", envOr("SCHEMA_REGISTRY_PASSWORD", ""), "schema registry basic-auth password (env SCHEMA_REGISTRY_PASSWORD)")
 	return cmd

@@ -112,8 +112,25 @@ func checkReport(t *testing.T, r Report) {
 	if got := r.PaymentsDebited + r.PaymentsByCard; got != r.ShipmentsRequested {
 		t.Errorf("%d paid orders but %d shipments", got, r.ShipmentsRequested)
 	}
-	if r.PaymentsDebited+r.PaymentsByCard+r.PaymentsRefused != r.OrdersAccepted {
-		t.Errorf("payments %d+%d+%d != accepted %d", r.PaymentsDebited, r.PaymentsByCard, r.PaymentsRefused, r.OrdersAccepted)
+	if r.PaymentsDebited+r.PaymentsByCard+r.PaymentsRefused != r.OrdersAccepted || r.PaymentsDecided != r.OrdersAccepted {
+		t.Errorf("payments %d+%d+%d (decided %d) != accepted %d", r.PaymentsDebited, r.PaymentsByCard, r.PaymentsRefused, r.PaymentsDecided, r.OrdersAccepted)
+	}
+	if r.ShipmentRecordsRead == nil || *r.ShipmentRecordsRead != r.ShipmentsRequested || r.DLQRecords == nil || r.CountsCover == "" {
+		t.Errorf("shipment records read %v (recorded %d), dlqRecords %v, countsCover %q", r.ShipmentRecordsRead, r.ShipmentsRequested, r.DLQRecords, r.CountsCover)
+	}
+}
+
+// checkConsistent: the counts of a report are from one reading, each of
+// the orders accepted in it, so none exceeds what it is a part of.
+func checkConsistent(t *testing.T, r Report) {
+	t.Helper()
+	paid := r.PaymentsDebited + r.PaymentsByCard
+	if r.OrdersStored > r.OrdersAccepted || r.PaymentsDecided > r.OrdersAccepted || paid+r.PaymentsRefused != r.PaymentsDecided ||
+		r.ShipmentsRequested > paid || r.NotificationsSent > r.OrdersAccepted+r.PaymentsDecided || r.DLQRecords == nil {
+		t.Errorf("inconsistent report counts: %+v", r)
+	}
+	if o := r.Outstanding; o != nil && (o.PaymentsNotDecided != r.OrdersAccepted-r.PaymentsDecided || o.ShipmentsNotSeen != paid-r.ShipmentsRequested) {
+		t.Errorf("outstanding %+v disagrees with the counts %+v", o, r)
 	}
 }
 
@@ -266,7 +283,14 @@ func TestUpResumesAfterSIGTERM(t *testing.T) {
 	if strings.Contains(string(out), "not stopped cleanly") {
 		t.Errorf("after a SIGTERM, the second run warns of an unclean stop:\n%s", out)
 	}
-	checkReport(t, readReport(t, report))
+	r := readReport(t, report)
+	checkReport(t, r)
+	// The second run's report counts the database, the first run's orders
+	// included, and says so.
+	if r.OrdersBeforeRun == 0 || r.OrdersBeforeRun > r.OrdersAccepted || !strings.Contains(r.CountsCover, "before this run") ||
+		!strings.Contains(string(out), "already holds") {
+		t.Errorf("second run on the same --data-dir: ordersBeforeRun %d of %d, countsCover %q\n%s", r.OrdersBeforeRun, r.OrdersAccepted, r.CountsCover, out)
+	}
 }
 
 // TestUpResumesAfterSIGKILL: up is killed mid-replay (with the embedded
@@ -348,6 +372,7 @@ func TestUpInterruptedWithExitWhenDone(t *testing.T) {
 	if r.InvoicesRead != 143 || r.OrdersAccepted == 0 || r.Outstanding.SalesNotSent+r.OrdersAccepted > 136+16 {
 		t.Errorf("report counts: %+v", r)
 	}
+	checkConsistent(t, r)
 }
 
 // TestUpReportOnTimeout: when --timeout passes before every order is
@@ -379,6 +404,7 @@ func TestUpReportOnTimeout(t *testing.T) {
 	if r.InvoicesRead != 143 || r.OrdersAccepted == 0 || len(r.Invariants) < 5 || r.DLQRecords == nil {
 		t.Errorf("report lacks what was measured: %+v", r)
 	}
+	checkConsistent(t, r)
 }
 
 // processed reads ordercast_consumer_records_processed_total for a group.

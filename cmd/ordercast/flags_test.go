@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -107,7 +109,7 @@ func TestDLQFlags(t *testing.T) {
 // from touching the default ports or the working directory.
 func upQuick(t *testing.T, extra ...string) []string {
 	return append([]string{"up", "--data-dir", t.TempDir(), "--broker-addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0",
-		"--http", "127.0.0.1:0", "--seed-data", "/nonexistent/seed.csv"}, extra...)
+		"--http", "127.0.0.1:0", "--seed-data", oneDay}, extra...)
 }
 
 func TestCommonFlags(t *testing.T) {
@@ -345,7 +347,167 @@ func TestRunNamesAllMissingFlags(t *testing.T) {
 		t.Setenv(env, "")
 	}
 	checkFlagErrors(t, []flagCase{
-		{[]string{"run", "orders"}, []string{"required flags missing", "--brokers (or KAFKA_BROKERS)", "--registry (or SCHEMA_REGISTRY_URL)", "--db (or ORDERCAST_DB)"}},
+		{[]string{"run", "orders", "--brokers", "", "--registry", ""}, []string{"required flags missing", "--brokers (or KAFKA_BROKERS)", "--registry (or SCHEMA_REGISTRY_URL)", "--db (or ORDERCAST_DB)"}},
+		// Like the operator commands, run defaults to the embedded stack
+		// of `ordercast up`: only the database is left to name.
+		{[]string{"run", "orders"}, []string{"--db (or ORDERCAST_DB) is required"}},
 		{[]string{"run", "orders", "--brokers", "127.0.0.1:1", "--registry", "http://127.0.0.1:1"}, []string{"--db (or ORDERCAST_DB) is required", "sqlite:PATH"}},
 	})
+}
+
+// TestRunDefaultsAgreeWithOperatorCommands: run, topics, groups, dlq and
+// load all default --brokers (and --registry where they have one) to the
+// embedded stack of `ordercast up`.
+func TestRunDefaultsAgreeWithOperatorCommands(t *testing.T) {
+	t.Setenv("KAFKA_BROKERS", "")
+	t.Setenv("SCHEMA_REGISTRY_URL", "")
+	root := newRoot()
+	for _, path := range [][]string{{"run"}, {"topics", "list"}, {"groups"}, {"dlq", "list"}, {"dlq", "show"}, {"load"}} {
+		cmd, _, err := root.Find(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lookup := func(name string) *pflag.Flag {
+			if fl := cmd.Flags().Lookup(name); fl != nil {
+				return fl
+			}
+			if fl := cmd.PersistentFlags().Lookup(name); fl != nil {
+				return fl
+			}
+			return cmd.InheritedFlags().Lookup(name)
+		}
+		if fl := lookup("brokers"); fl == nil || fl.DefValue != defaultBrokers {
+			t.Errorf("%v --brokers default %v, want %s", path, fl, defaultBrokers)
+		}
+		if fl := lookup("registry"); fl != nil && fl.DefValue != defaultRegistry {
+			t.Errorf("%v --registry default %q, want %s", path, fl.DefValue, defaultRegistry)
+		}
+	}
+	if fl, _, _ := root.Find([]string{"run"}); fl.Flags().Lookup("registry").DefValue != defaultRegistry {
+		t.Errorf("run --registry default %q", fl.Flags().Lookup("registry").DefValue)
+	}
+}
+
+// TestNumericFlagErrors: every numeric, duration and boolean flag of every
+// command names itself and what it expects on a value of the wrong type,
+// not pflag's strconv error.
+func TestNumericFlagErrors(t *testing.T) {
+	n := 0
+	var walk func(cmd *cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		fs := pflag.NewFlagSet("", pflag.ContinueOnError)
+		fs.AddFlagSet(cmd.Flags())
+		fs.AddFlagSet(cmd.PersistentFlags())
+		fs.VisitAll(func(fl *pflag.Flag) {
+			switch fl.Value.Type() {
+			case "int", "int16", "int32", "int64", "uint", "float64", "duration", "bool":
+			default:
+				return
+			}
+			n++
+			args := append(strings.Fields(cmd.CommandPath())[1:], "--"+fl.Name+"=abc")
+			_, err := ordercast(t, args...)
+			if err == nil {
+				t.Errorf("ordercast %q: no error", args)
+				return
+			}
+			want := "--" + fl.Name + ` "abc": want `
+			if !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "strconv") || strings.Contains(err.Error(), "time:") {
+				t.Errorf("ordercast %q: error %q, want it to start %q and name what is expected", args, err, want)
+			}
+		})
+		for _, sub := range cmd.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot())
+	if n < 30 {
+		t.Errorf("only %d typed flags checked", n)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out := mustRun(t, "version")
+	for _, w := range []string{"ordercast ", "commit ", "go go1."} {
+		if !strings.Contains(out, w) {
+			t.Errorf("version output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// TestReplayThatSendsNothingFails: a file with only a header, or whose rows
+// are malformed, fails `replay` and `up --replay` before anything is sent
+// or started, naming why; with --exit-when-done the report says failed.
+func TestReplayThatSendsNothingFails(t *testing.T) {
+	dir := t.TempDir()
+	const header = "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country\n"
+	hdr := filepath.Join(dir, "header.csv")
+	bad := filepath.Join(dir, "malformed.csv")
+	if err := os.WriteFile(hdr, []byte(header), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(header+strings.Repeat("536366,22633,HAND WARMER,six,2010-12-01 08:28:00,1.85,17850,United Kingdom\n", 12)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + closedAddr(t) // never reached: nothing is sent
+	checkFlagErrors(t, []flagCase{
+		{[]string{"replay", hdr, "--url", url}, []string{"no order to send", "nothing was sent"}},
+		{[]string{"replay", bad, "--url", url}, []string{"12 of 12 data rows are malformed", "--max-row-errors"}},
+		{[]string{"replay", bad, "--url", url, "--max-row-errors", "-1"}, []string{"--max-row-errors -1", "fraction"}},
+		{[]string{"up", "--replay", bad, "--data-dir", filepath.Join(dir, "data")}, []string{"12 of 12 data rows are malformed"}},
+	})
+	report := filepath.Join(dir, "report.json")
+	data := filepath.Join(dir, "data")
+	_, err := ordercast(t, "up", "--replay", hdr, "--exit-when-done", "--report", report, "--data-dir", data)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 1 || !strings.Contains(ee.msg, "no order to send") {
+		t.Fatalf("up --replay header-only: %v, want exit 1 naming why", err)
+	}
+	r := readReport(t, report)
+	if r.Status != StatusFailed || !strings.Contains(r.Reason, "no order to send") {
+		t.Errorf("report: status %q, reason %q", r.Status, r.Reason)
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("--data-dir %s was created (%v) by a run that failed on its arguments", data, err)
+	}
+}
+
+// TestOutputFilesCheckedAtStart: --report (up) and --summary (replay) to a
+// path that cannot be written fail at once, before anything runs.
+func TestOutputFilesCheckedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	nowhere := filepath.Join(dir, "no", "such", "dir", "out.json")
+	url := "http://" + closedAddr(t)
+	checkFlagErrors(t, []flagCase{
+		{[]string{"up", "--replay", oneDay, "--exit-when-done", "--report", nowhere, "--data-dir", filepath.Join(dir, "data")}, []string{"--report " + nowhere, "cannot be written"}},
+		{[]string{"replay", oneDay, "--url", url, "--summary", nowhere}, []string{"--summary " + nowhere, "cannot be written"}},
+	})
+	if _, err := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(err) {
+		t.Errorf("--data-dir created before the arguments were checked: %v", err)
+	}
+	// A writable path is left as it was.
+	ok := filepath.Join(dir, "ok.json")
+	if err := checkWritable("report", ok); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ok); !os.IsNotExist(err) {
+		t.Errorf("checkWritable left %s behind", ok)
+	}
+}
+
+// TestUpOutsideRepository: from a directory without a checkout, a missing
+// --seed-data is named at start and nothing is created; without the flag the
+// embedded catalog is used (system.TestSeedWithoutFile).
+func TestUpOutsideRepository(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if fl := newUp().Flags().Lookup("seed-data"); fl.DefValue != "" {
+		t.Errorf("--seed-data defaults to %q, a path in the repository; want the embedded catalog", fl.DefValue)
+	}
+	checkFlagErrors(t, []flagCase{
+		{[]string{"up", "--seed-data", "data/online-retail/online_retail.csv.gz"}, []string{"--seed-data data/online-retail/online_retail.csv.gz", "no such file", "embedded"}},
+	})
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("up created %v before failing on its arguments", entries)
+	}
 }

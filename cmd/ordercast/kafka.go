@@ -19,6 +19,9 @@ import (
 // defaultBrokers is the embedded broker of `ordercast up`.
 const defaultBrokers = "127.0.0.1:9092"
 
+// defaultRegistry is the embedded schema registry of `ordercast up`.
+const defaultRegistry = "http://127.0.0.1:8081"
+
 // opsFlags are the flags of the operator commands (topics, groups, dlq).
 type opsFlags struct {
 	brokers string

@@ -76,7 +76,7 @@ func TestOperatorCommands(t *testing.T) {
 	if !found {
 		t.Errorf("topics list lacks payments.dlq with 2 partitions and min ISR %d: %+v", minISR, topics)
 	}
-	if out := mustRun(t, "topics", "list", brokers); !strings.Contains(out, "MIN.ISR") || !strings.Contains(out, "orderCreated") {
+	if out := mustRun(t, "topics", "list", brokers); !strings.Contains(out, "MIN.ISR") || !strings.Contains(out, "OFFSETS") || !strings.Contains(out, "orderCreated") {
 		t.Errorf("topics list table:\n%s", out)
 	}
 

@@ -19,12 +19,13 @@ import (
 
 func newReplay() *cobra.Command {
 	var (
-		baseURL     string
-		rate        float64
-		concurrency int
-		timeout     time.Duration
-		maxAttempts int
-		summaryFile string
+		baseURL      string
+		rate         float64
+		concurrency  int
+		timeout      time.Duration
+		maxAttempts  int
+		summaryFile  string
+		maxRowErrors float64
 	)
 	cmd := &cobra.Command{
 		Use:   "replay FILE",
@@ -56,6 +57,14 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 			if maxAttempts < 1 {
 				return fmt.Errorf("--max-attempts %d: want >= 1 (1: no retries)", maxAttempts)
 			}
+			if !(maxRowErrors >= 0) {
+				return fmt.Errorf("--max-row-errors %v: want a fraction of the data rows >= 0, such as 0.01 (1%%; 0: any malformed row fails the replay)", maxRowErrors)
+			}
+			if summaryFile != "" {
+				if err := checkWritable("summary", summaryFile); err != nil {
+					return err
+				}
+			}
 			rc, err := replay.Open(args[0])
 			if err != nil {
 				return err
@@ -64,6 +73,12 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 			rc.Close()
 			if err != nil {
 				return err
+			}
+			// A file that gives nothing to send fails before anything is
+			// sent, not after a replay that "passed".
+			if err := replay.Tally(invoices).CheckInput(maxRowErrors); err != nil {
+				fmt.Fprint(cmd.ErrOrStderr(), replay.Tally(invoices).String())
+				return &exitError{code: 1, msg: inputErrorMsg(args[0], err)}
 			}
 			parent := cmd.Context()
 			if parent == nil {
@@ -108,7 +123,8 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 	fl.IntVar(&concurrency, "concurrency", 8, "requests in flight")
 	fl.DurationVar(&timeout, "timeout", replay.DefaultAttemptTimeout, "bound of one request (connect, send, answer); a request without an answer by then is retried")
 	fl.IntVar(&maxAttempts, "max-attempts", replay.DefaultMaxAttempts, "attempts per invoice, the first included, before it counts as failed")
-	fl.StringVar(&summaryFile, "summary", "", "also write the JSON summary to this file")
+	fl.StringVar(&summaryFile, "summary", "", "also write the JSON summary to this file (checked for writing at start)")
+	fl.Float64Var(&maxRowErrors, "max-row-errors", replay.DefaultMaxRowErrorRate, "fraction of the file's data rows that may be malformed (0.01: 1%; 0: none) before the replay fails without sending anything; a file with no sale invoice fails too")
 	return cmd
 }
 
@@ -118,4 +134,34 @@ func interrupted(ctx context.Context, sum replay.Summary) string {
 	done := sum.OrdersAccepted + sum.RejectedTotal() + sum.Failed
 	return fmt.Sprintf("%s after %d of %d sales (%d accepted, %d rejected, %d failed, %d not sent); the same command again resumes: re-sent invoices get their first answer (same Idempotency-Key)",
 		why, done, sum.Sales, sum.OrdersAccepted, sum.RejectedTotal(), sum.Failed, sum.Unfinished)
+}
+
+// inputErrorMsg is the exit message of a replay refused by
+// replay.Summary.CheckInput.
+func inputErrorMsg(file string, err error) string {
+	msg := fmt.Sprintf("replay %s failed: %s; nothing was sent", file, strings.TrimPrefix(err.Error(), "replay: "))
+	var ie *replay.InputError
+	if errors.As(err, &ie) && ie.RowErrors > 0 {
+		msg += " (is it the Online Retail CSV, with its header InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country? --max-row-errors sets the fraction allowed)"
+	}
+	return msg
+}
+
+// checkWritable fails, naming --flag, if path cannot be created or written,
+// so that an output file is found wrong at start, not after the run. It
+// leaves an existing file as it was and removes the one it created.
+func checkWritable(flag, path string) error {
+	if path == "-" {
+		return nil
+	}
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("--%s %s: cannot be written: %w", flag, path, err)
+	}
+	f.Close()
+	if os.IsNotExist(statErr) {
+		os.Remove(path)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -30,8 +31,52 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newUp(), newRun(), newReplay(), newLoad())
 	root.AddCommand(newTopics(), newGroups(), newDLQ())
-	root.AddCommand(newDevstack(), newChaos())
+	root.AddCommand(newDevstack(), newChaos(), newVersion())
+	// Inherited by every subcommand (cobra looks up the parents'), so
+	// that every numeric, duration and boolean flag of the CLI names
+	// itself and what it expects on a bad value.
+	root.SetFlagErrorFunc(flagError)
 	return root
+}
+
+// flagError rewrites pflag's parse error for a value that does not parse
+// as the flag's type ("invalid argument "abc" for "--partitions" flag:
+// strconv.ParseInt: parsing "abc": invalid syntax") into one that names
+// the flag and what it expects: `--partitions "abc": want a whole number
+// (such as 6)`. Other errors (an unknown flag, a missing value) are pflag's,
+// which already name the flag.
+func flagError(_ *cobra.Command, err error) error {
+	var ive *pflag.InvalidValueError
+	if !errors.As(err, &ive) {
+		return err
+	}
+	fl := ive.GetFlag()
+	return fmt.Errorf("--%s %q: want %s", fl.Name, ive.GetValue(), expects(fl))
+}
+
+// expects says what a flag of fl's type takes, with its default as the
+// example when it has one.
+func expects(fl *pflag.Flag) string {
+	example := func(def string) string {
+		if fl.DefValue != "" && fl.DefValue != "0" && fl.DefValue != "0s" && fl.DefValue != "[]" {
+			def = fl.DefValue
+		}
+		return " (such as " + def + ")"
+	}
+	switch t := fl.Value.Type(); t {
+	case "int", "int8", "int16", "int32", "int64":
+		return "a whole number" + example("3")
+	case "uint", "uint8", "uint16", "uint32", "uint64":
+		return "a whole number >= 0" + example("3")
+	case "float32", "float64":
+		return "a number" + example("2.5")
+	case "duration":
+		return "a duration with its unit" + example("30s") + "; units ns, us, ms, s, m, h"
+	case "bool":
+		return "true or false (or the flag alone, for true)"
+	default:
+		return "a value of type " + t
+	}
 }
 
 // common holds the flags shared by up and run.
@@ -72,12 +117,22 @@ func envOr(name, def string) string {
 func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f := cmd.Flags()
 	c.fs = f
+	// up runs its own broker and registry unless told otherwise; run, like
+	// the operator commands (topics, groups, dlq, load), defaults to the
+	// addresses of the stack `ordercast up` runs.
 	brokersHelp := "Kafka bootstrap servers, comma separated (env KAFKA_BROKERS)"
+	brokersDef, registryDef := os.Getenv("KAFKA_BROKERS"), os.Getenv("SCHEMA_REGISTRY_URL")
+	registryHelp := "schema registry URL (env SCHEMA_REGISTRY_URL)"
 	if embedded {
 		brokersHelp += "; empty runs the embedded broker"
+		registryHelp += "; empty runs the embedded registry"
+	} else {
+		brokersDef, registryDef = envOr("KAFKA_BROKERS", defaultBrokers), envOr("SCHEMA_REGISTRY_URL", defaultRegistry)
+		brokersHelp += "; default: the embedded broker of 'ordercast up', as for the operator commands"
+		registryHelp += "; default: the embedded registry of 'ordercast up', as for the operator commands"
 	}
-	f.StringVar(&c.brokers, "brokers", os.Getenv("KAFKA_BROKERS"), brokersHelp)
-	f.StringVar(&c.registry, "registry", os.Getenv("SCHEMA_REGISTRY_URL"), "schema registry URL (env SCHEMA_REGISTRY_URL)"+map[bool]string{true: "; empty runs the embedded registry", false: ""}[embedded])
+	f.StringVar(&c.brokers, "brokers", brokersDef, brokersHelp)
+	f.StringVar(&c.registry, "registry", registryDef, registryHelp)
 	f.StringVar(&c.registryUser, "registry-user", os.Getenv("SCHEMA_REGISTRY_USER"), "schema registry basic-auth user (env SCHEMA_REGISTRY_USER)")
 	f.StringVar(&c.registryPass, "registry-password", os.Getenv("SCHEMA_REGISTRY_PASSWORD"), "schema registry basic-auth password (env SCHEMA_REGISTRY_PASSWORD)")
 	f.StringVar(&c.db, "db", os.Getenv("ORDERCAST_DB"), "database: sqlite:PATH or postgres://... / postgresql://... (env ORDERCAST_DB)"+map[bool]string{true: "; empty uses SQLite in the data directory", false: ""}[embedded])
@@ -90,7 +145,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.ordering, "ordering", "key", "ordering mode of the consumer services: partition, key or unordered")
 	f.IntVar(&c.concurrency, "concurrency", 16, "handler calls in parallel per group member")
 	f.StringVar(&c.openingCredit, "opening-credit", system.DefaultOpeningCredit.String(), "opening wallet balance of each known customer, in GBP")
-	f.StringVar(&c.seedData, "seed-data", "data/online-retail/online_retail.csv.gz", "Online Retail CSV (plain or .gz) the catalog and wallets are seeded from on first start")
+	f.StringVar(&c.seedData, "seed-data", "", "Online Retail CSV (plain or .gz) the catalog and wallets are seeded from on first start (empty: the catalog and wallets of the full data set, "+system.DefaultSeedFile+", embedded in the binary, so no checkout is needed)")
 	f.StringVar(&c.retryDelays, "retry-delays", "1s,10s", "delays of the retry topics, comma separated durations (empty: no retry topics, straight to the DLQ)")
 	f.IntVar(&c.maxAttempts, "max-attempts", 3, "in-place attempts per record before a retry topic or the DLQ")
 	f.StringVar(&c.memberID, "member-id", os.Getenv(system.EnvMemberID), "name of this process in fulfillment's transactional ids (ordercast-fulfillment-<id>-<n>): every process running fulfillment against one cluster needs its own, kept across restarts (env "+system.EnvMemberID+"; empty: the host name)")
@@ -183,6 +238,16 @@ func (c *common) config() (system.Config, error) {
 		return cfg, fmt.Errorf("--opening-credit %q: want a non-negative amount in GBP such as 2000 or 150.50", c.openingCredit)
 	}
 	cfg.OpeningCredit = credit
+	if c.seedData != "" {
+		// Found missing now, before anything (the data directory) is
+		// created, not by the seeding after the start.
+		if fi, err := os.Stat(c.seedData); err != nil || fi.IsDir() {
+			if err == nil {
+				err = fmt.Errorf("is a directory")
+			}
+			return cfg, fmt.Errorf("--seed-data %s: %w (want the Online Retail CSV, plain or .gz; leave the flag out for the catalog embedded in the binary)", c.seedData, err)
+		}
+	}
 	cfg.SeedFile = c.seedData
 	if c.fs.Changed("member-id") && strings.TrimSpace(c.memberID) == "" {
 		return cfg, fmt.Errorf("--member-id %q: want a non-empty name for this process, such as f1 (leave the flag out for the host name)", c.memberID)

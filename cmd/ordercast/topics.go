@@ -22,7 +22,13 @@ min.insync.replicas and cleanup.policy, and creates topics: named ones, or with 
 topic of the order system (event topics, per group its retry topics and DLQ).
 
 Defaults follow the cluster: replication factor min(3, brokers) and min.insync.replicas RF-1
-(3 and 2 on a real cluster, 1 and 1 on the embedded broker); 6 partitions.`,
+(3 and 2 on a real cluster, 1 and 1 on the embedded broker); 6 partitions.
+
+OFFSETS (JSON "offsets") is the offsets now in the log, the high watermark minus the log start
+summed over partitions. It is not a record count: it includes one transaction marker per
+partition per transaction (committed or aborted) and the records of aborted transactions, so on
+the transactional topics (shipmentRequested, the DLQs' replays) it is more than the records a
+read_committed consumer reads, and more than the order counts.`,
 		Example: `  ordercast topics list
   ordercast topics create --system --brokers k1:9092,k2:9092,k3:9092
   ordercast topics create audit.events --partitions 12 --config retention.ms=604800000 -o json`,
@@ -55,10 +61,10 @@ func newTopicsList(f *opsFlags) *cobra.Command {
 				return writeJSON(out, topics)
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tRF\tMIN.ISR\tCLEANUP\tUNDER-REPLICATED\tOFFLINE\tMESSAGES")
+			fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tRF\tMIN.ISR\tCLEANUP\tUNDER-REPLICATED\tOFFLINE\tOFFSETS")
 			for _, t := range topics {
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\n", t.Topic, t.Partitions, t.ReplicationFactor,
-					dash(t.MinInsyncReplicas), dash(t.CleanupPolicy), t.UnderReplicated, t.Offline, t.Messages)
+					dash(t.MinInsyncReplicas), dash(t.CleanupPolicy), t.UnderReplicated, t.Offline, t.Offsets)
 			}
 			return tw.Flush()
 		},

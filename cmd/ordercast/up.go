@@ -32,6 +32,8 @@ type upFlags struct {
 	exitWhenDone bool
 	report       string
 	timeout      time.Duration
+	maxRowErrors float64
+	ordersBefore int // accepted orders in the database before the replay (Report.OrdersBeforeRun)
 }
 
 func newUp() *cobra.Command {
@@ -74,6 +76,7 @@ far it got; running up again on the same --data-dir resumes it.`,
 	fl.IntVar(&f.replayConc, "replay-concurrency", 16, "with --replay: requests in flight")
 	fl.BoolVar(&f.exitWhenDone, "exit-when-done", false, "with --replay: wait until every accepted order went through every service, write --report and exit (0 only if every invariant held)")
 	fl.StringVar(&f.report, "report", "", "with --exit-when-done: write the JSON report to this file (- for stdout), whatever the outcome; its \"status\" is passed, failed, timed_out or interrupted")
+	fl.Float64Var(&f.maxRowErrors, "max-row-errors", replay.DefaultMaxRowErrorRate, "with --replay: fraction of the file's data rows that may be malformed (0.01: 1%; 0: none) before up fails without starting; a file with no sale invoice fails too (with --exit-when-done the report says failed and why)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "with --exit-when-done: how long to wait, once the replay is sent, for every order to be processed; then the report says timed_out and what was outstanding, and the exit status is 1")
 	return cmd
 }
@@ -104,35 +107,67 @@ func (f *upFlags) check(fs *pflag.FlagSet) error {
 		return fmt.Errorf("--timeout %v: want a positive duration such as 10m", f.timeout)
 	case fs.Changed("report") && f.report == "":
 		return fmt.Errorf("--report \"\": want a file name, or - for stdout")
+	case fs.Changed("max-row-errors") && f.replayFile == "":
+		return fmt.Errorf("--max-row-errors needs --replay FILE: it bounds the malformed rows of the replayed file")
+	case !(f.maxRowErrors >= 0):
+		return fmt.Errorf("--max-row-errors %v: want a fraction of the data rows >= 0, such as 0.01 (1%%; 0: any malformed row fails the run)", f.maxRowErrors)
+	}
+	if f.report != "" {
+		if err := checkWritable("report", f.report); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // Report is the JSON written by `up --exit-when-done --report`.
+//
+// Every database count (ordersAccepted to shipmentsRequested) is from one
+// consistent reading (audit.ReadProgress: one read transaction) and counts
+// only the orders accepted in it, so none exceeds ordersAccepted; they
+// cover the whole database of --data-dir (or --db), earlier runs included
+// (OrdersBeforeRun says how many of them there were). The replay counts
+// (invoicesRead, rejectedByReason, notOrdersByReason, replayFailed,
+// replayAccepted) are this run's replay. dlqRecords and shipmentRecordsRead
+// are read from the topics (read_committed) after the database reading.
 type Report struct {
 	// Status is the verdict: StatusPassed, StatusFailed, StatusTimedOut or
 	// StatusInterrupted.
 	Status string `json:"status"`
 	// Reason says why, when Status is not StatusPassed.
 	Reason string `json:"reason,omitempty"`
+	// CountsCover says what the database counts cover, for people.
+	CountsCover string `json:"countsCover"`
 	// Outstanding is what was not done when the run ended before every
 	// accepted order was processed (timed out or interrupted); nil
 	// otherwise.
-	Outstanding        *Outstanding               `json:"outstanding,omitempty"`
-	InvoicesRead       int                        `json:"invoicesRead"`
-	OrdersAccepted     int                        `json:"ordersAccepted"`
-	RejectedByReason   map[string]int             `json:"rejectedByReason"`
-	NotOrdersByReason  map[string]int             `json:"notOrdersByReason"`
-	ReplayFailed       int                        `json:"replayFailed"`
-	OrdersStored       int                        `json:"ordersStored"`
-	PaymentsDebited    int                        `json:"paymentsDebited"`
-	PaymentsByCard     int                        `json:"paymentsByCard"`
-	PaymentsRefused    int                        `json:"paymentsRefused"`
-	NotificationsSent  int                        `json:"notificationsSent"`
-	ShipmentsRequested int                        `json:"shipmentsRequested"`
-	DLQRecords         map[string]int             `json:"dlqRecords"`
-	ElapsedSeconds     float64                    `json:"elapsedSeconds"`
-	Invariants         map[string]audit.Invariant `json:"invariants"`
+	Outstanding       *Outstanding   `json:"outstanding,omitempty"`
+	InvoicesRead      int            `json:"invoicesRead"`      // invoices in the replayed file
+	ReplayAccepted    int            `json:"replayAccepted"`    // sales this run's replay got a 2xx for (a re-sent invoice gets its first answer)
+	RejectedByReason  map[string]int `json:"rejectedByReason"`  // sales checkout refused in this run, by code
+	NotOrdersByReason map[string]int `json:"notOrdersByReason"` // invoices not sent, by kind
+	ReplayFailed      int            `json:"replayFailed"`      // sales given up after every attempt
+	// OrdersBeforeRun is the number of accepted orders in the database
+	// before this run's replay started: 0 on a fresh --data-dir.
+	OrdersBeforeRun    int `json:"ordersBeforeRun"`
+	OrdersAccepted     int `json:"ordersAccepted"`     // checkout_requests published, in the database
+	OrdersStored       int `json:"ordersStored"`       // of those, stored by the orders service
+	PaymentsDecided    int `json:"paymentsDecided"`    // of those, with a payment decided (paid or refused)
+	PaymentsDebited    int `json:"paymentsDebited"`    // paid from the wallet
+	PaymentsByCard     int `json:"paymentsByCard"`     // paid by card
+	PaymentsRefused    int `json:"paymentsRefused"`    // refused
+	NotificationsSent  int `json:"notificationsSent"`  // notifications of those orders (two per order once done)
+	ShipmentsRequested int `json:"shipmentsRequested"` // paid orders whose shipmentRequested the orders service recorded
+	// ShipmentRecordsRead is the number of shipmentRequested records a
+	// read_committed reader of the topic sees, when the invariants were
+	// checked (passed, failed, timed out); nil otherwise.
+	ShipmentRecordsRead *int `json:"shipmentRecordsRead,omitempty"`
+	// DLQRecords counts the records of each group's DLQ, read_committed;
+	// never null: an empty map when they could not be read (Reason says
+	// why).
+	DLQRecords     map[string]int             `json:"dlqRecords"`
+	ElapsedSeconds float64                    `json:"elapsedSeconds"`
+	Invariants     map[string]audit.Invariant `json:"invariants"`
 }
 
 // Values of Report.Status.
@@ -176,6 +211,20 @@ func runUp(parent context.Context, f *upFlags) error {
 	if f.replayFile != "" {
 		if invoices, err = readInvoices(f.replayFile); err != nil {
 			return fmt.Errorf("--replay %s: %w", f.replayFile, err)
+		}
+		// A file that gives nothing to send fails before anything is
+		// started or created; with --exit-when-done the report says so.
+		if tally := replay.Tally(invoices); tally.CheckInput(f.maxRowErrors) != nil {
+			msg := inputErrorMsg(f.replayFile, tally.CheckInput(f.maxRowErrors))
+			fmt.Fprint(os.Stderr, tally.String())
+			if f.exitWhenDone {
+				rep := newReport(tally, audit.Progress{}, 0, start)
+				rep.Status, rep.Reason = StatusFailed, msg
+				if err := writeReport(f.report, rep); err != nil {
+					return err
+				}
+			}
+			return &exitError{code: 1, msg: "up: " + msg}
 		}
 	}
 	var stack *devstack.Stack
@@ -267,6 +316,12 @@ func readInvoices(path string) ([]*replay.Invoice, error) {
 // waits until every accepted order is processed, writes the report and
 // returns an *exitError unless the run passed.
 func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoices []*replay.Invoice, start time.Time) error {
+	if before, err := audit.ReadProgress(ctx, sys.DB); err == nil {
+		f.ordersBefore = before.Accepted
+		if before.Accepted > 0 && f.exitWhenDone {
+			fmt.Fprintf(os.Stderr, "ordercast up: the database already holds %d accepted orders (of earlier runs on this --data-dir or --db): the report counts them with this run's; a fresh --data-dir counts only this run\n", before.Accepted)
+		}
+	}
 	sum, err := replay.Run(ctx, invoices, replay.Options{
 		BaseURL:     "http://" + sys.HTTPAddr(),
 		Rate:        f.rate,
@@ -318,7 +373,7 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoic
 		}
 		return endEarly(f, sys, sum, start, StatusFailed, "audit: "+err.Error())
 	}
-	rep := newReport(sum, prog, start)
+	rep := newReport(sum, prog, f.ordersBefore, start)
 	rep.addAudit(res)
 	var why []string
 	if bad := violated(res); len(bad) > 0 {
@@ -354,7 +409,7 @@ func endEarly(f *upFlags, sys *system.System, sum replay.Summary, start time.Tim
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	prog, err := audit.ReadProgress(ctx, sys.DB)
-	rep := newReport(sum, prog, start)
+	rep := newReport(sum, prog, f.ordersBefore, start)
 	rep.Status, rep.Reason = status, reason
 	if err != nil {
 		rep.Reason += "; progress not measured: " + err.Error()
@@ -367,6 +422,10 @@ func endEarly(f *upFlags, sys *system.System, sum replay.Summary, start time.Tim
 		} else {
 			rep.addAudit(res)
 		}
+	} else if dlq, err := audit.CountDLQ(ctx, sys.Producer); err != nil {
+		rep.Reason += "; DLQ records not counted: " + err.Error()
+	} else {
+		rep.DLQRecords = dlq
 	}
 	if err := writeReport(f.report, rep); err != nil {
 		return err
@@ -381,24 +440,38 @@ func endEarly(f *upFlags, sys *system.System, sum replay.Summary, start time.Tim
 	return &exitError{code: 1, msg: msg}
 }
 
-func newReport(sum replay.Summary, prog audit.Progress, start time.Time) Report {
+// newReport fills the counts of a report from this run's replay summary and
+// one database reading (prog); before is the number of orders accepted
+// before the run (see Report.OrdersBeforeRun).
+func newReport(sum replay.Summary, prog audit.Progress, before int, start time.Time) Report {
+	cover := "the whole database, from one reading: this run's orders only (a fresh --data-dir)"
+	if before > 0 {
+		cover = fmt.Sprintf("the whole database, from one reading: %d orders accepted before this run, and this run's (a fresh --data-dir counts only this run)", before)
+	}
 	return Report{
-		InvoicesRead:      sum.InvoicesRead,
-		OrdersAccepted:    prog.Accepted,
-		RejectedByReason:  sum.Rejected,
-		NotOrdersByReason: sum.NotOrders,
-		ReplayFailed:      sum.Failed,
-		OrdersStored:      prog.Stored,
-		PaymentsDebited:   prog.Debited,
-		PaymentsByCard:    prog.PaidByCard,
-		PaymentsRefused:   prog.Refused,
-		NotificationsSent: prog.Notifications,
-		ElapsedSeconds:    time.Since(start).Seconds(),
+		CountsCover:        cover,
+		InvoicesRead:       sum.InvoicesRead,
+		ReplayAccepted:     sum.OrdersAccepted,
+		RejectedByReason:   sum.Rejected,
+		NotOrdersByReason:  sum.NotOrders,
+		ReplayFailed:       sum.Failed,
+		OrdersBeforeRun:    before,
+		OrdersAccepted:     prog.Accepted,
+		OrdersStored:       prog.Stored,
+		PaymentsDecided:    prog.Payments,
+		PaymentsDebited:    prog.Debited,
+		PaymentsByCard:     prog.PaidByCard,
+		PaymentsRefused:    prog.Refused,
+		NotificationsSent:  prog.Notifications,
+		ShipmentsRequested: prog.ShipmentsRecorded,
+		DLQRecords:         map[string]int{},
+		ElapsedSeconds:     time.Since(start).Seconds(),
 	}
 }
 
 func (r *Report) addAudit(res *audit.Result) {
-	r.ShipmentsRequested = res.ShipmentRecords
+	n := res.ShipmentRecords
+	r.ShipmentRecordsRead = &n
 	r.DLQRecords = res.DLQRecords
 	r.Invariants = res.Invariants
 }

@@ -1,0 +1,49 @@
+package audit
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/ordercast/ordercast/store"
+)
+
+// TestReadProgressCountsAcceptedOrdersOnly: a payment (or notification,
+// or shipment) of an order whose checkout row is not yet marked published
+// is not counted, so the counts of one reading never exceed the orders
+// accepted in it (issue 13: 9,107 payments decided of 9,093 accepted).
+func TestReadProgressCountsAcceptedOrdersOnly(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := store.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, db.Rebind(q), args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for i, c := range []struct{ id, status string }{{"o1", "published"}, {"o2", "published"}, {"o3", "pending"}} {
+		exec(`INSERT INTO checkout_requests (idempotency_key, request_hash, order_id, event_id, status, created_at) VALUES (?, 'h', ?, ?, ?, 1)`,
+			"k"+c.id, c.id, "e"+c.id, c.status)
+		// Every order, o3 too, already went through every service: the
+		// broker acknowledged o3's record, checkout has not marked it yet.
+		exec(`INSERT INTO orders (order_id, total_milli, line_count, created_at, stored_at) VALUES (?, 1, 0, 1, 1)`, c.id)
+		exec(`INSERT INTO payments (order_id, status, method, amount_milli, processed_at) VALUES (?, 'PAID', 'WALLET', 1, 1)`, c.id)
+		exec(`INSERT INTO notifications (notification_id, order_id, kind, created_at) VALUES (?, ?, 'order_received', 1)`, "n"+c.id, c.id)
+		exec(`INSERT INTO order_status (order_id, kind, at) VALUES (?, 'shipment_requested', ?)`, c.id, i)
+	}
+	p, err := ReadProgress(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Progress{Accepted: 2, Stored: 2, Payments: 2, Paid: 2, Debited: 2, Notifications: 2, ShipmentsRecorded: 2}
+	if p != want {
+		t.Errorf("progress %+v, want %+v (only the published orders' rows)", p, want)
+	}
+}
