@@ -3,6 +3,7 @@ package checkout
 import (
 	"errors"
 	"net/http"
+	"strconv"
 )
 
 // Error codes that checkout answers with besides the order.Reason* rejection
@@ -16,11 +17,18 @@ const (
 	CodeBadIdempotencyKey = "bad_idempotency_key"
 	// CodeBrokerUnavailable: the orderCreated event was not acknowledged by
 	// the broker within Config.ProduceTimeout, or another request with the
-	// same Idempotency-Key was still publishing it. The order is not
-	// accepted yet; retry with the same Idempotency-Key. HTTP 503.
+	// same Idempotency-Key was still publishing it. The outcome is unknown:
+	// the order is recorded and its event may still be written (an
+	// idempotent producer cannot take back a record it sent). The answer
+	// names the order (orderId, statusUrl, Location) and the key to retry
+	// with (idempotencyKey; for a request sent without one, a key the
+	// server issued, also in the Idempotency-Key response header); a retry
+	// with it publishes the same event, so it is one order. HTTP 503.
 	CodeBrokerUnavailable = "broker_unavailable"
-	// CodeDatabaseUnavailable: the database failed (or timed out) while
-	// recording the request. Nothing was published; retry. HTTP 503.
+	// CodeDatabaseUnavailable: the database failed, or did not answer
+	// within Config.DBTimeout (locked by another process, say), while
+	// recording or reading. Nothing was recorded nor published: the order
+	// is not accepted; retry (with or without a key). HTTP 503.
 	CodeDatabaseUnavailable = "database_unavailable"
 	// CodeBadCountry: country is longer than MaxCountryLen characters.
 	// HTTP 422.
@@ -70,12 +78,25 @@ type apiError struct {
 	status  int
 	code    string
 	message string
+	// orderID and key are set on a 503 whose outcome is unknown (see
+	// unknownOutcome): the recorded order and the key to retry with.
+	orderID, key string
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
 
 func reject(status int, code, message string) *apiError {
 	return &apiError{status: status, code: code, message: message}
+}
+
+// unknownOutcome is the 503 broker_unavailable of an order recorded as
+// pending under key whose event may or may not be written.
+func unknownOutcome(orderID, key, why string) *apiError {
+	e := reject(http.StatusServiceUnavailable, CodeBrokerUnavailable,
+		why+"; the outcome is unknown (the event may still be written): retry with Idempotency-Key "+
+			strconv.Quote(key)+", which publishes this same order at most once, or GET /orders/"+orderID)
+	e.orderID, e.key = orderID, key
+	return e
 }
 
 func unprocessable(code, message string) *apiError {

@@ -52,7 +52,9 @@ func (s *Service) handlePlace(w http.ResponseWriter, r *http.Request) {
 }
 
 // idempotencyKey returns the request's Idempotency-Key, "" if it has none,
-// or 400 bad_idempotency_key.
+// or 400 bad_idempotency_key. A key starting with keylessPrefix is one the
+// server issued (in a 503 to a request sent without a key); place accepts
+// it only for an existing row.
 func idempotencyKey(h http.Header) (string, *apiError) {
 	vals := h.Values(HeaderIdempotencyKey)
 	bad := func(why string) (string, *apiError) {
@@ -70,8 +72,6 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 		return bad("is empty; omit it or send 1 to 200 characters")
 	case len(k) > MaxIdempotencyKeyLen:
 		return bad(fmt.Sprintf("is %d characters long, more than %d", len(k), MaxIdempotencyKeyLen))
-	case strings.HasPrefix(k, keylessPrefix):
-		return bad(fmt.Sprintf("must not start with %q, which is reserved", keylessPrefix))
 	}
 	for i := 0; i < len(k); i++ {
 		if c := k[i]; c < 0x20 || c > 0x7e {

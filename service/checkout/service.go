@@ -131,7 +131,13 @@ func (s *Service) writeError(w http.ResponseWriter, e *apiError) {
 	if e.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, e.status, order.ErrorResponse{Code: e.code, Error: e.message})
+	body := order.ErrorResponse{Code: e.code, Error: e.message}
+	if e.orderID != "" {
+		body.OrderID, body.StatusURL, body.IdempotencyKey = e.orderID, "/orders/"+e.orderID, e.key
+		w.Header().Set("Location", body.StatusURL)
+		w.Header().Set(HeaderIdempotencyKey, e.key)
+	}
+	writeJSON(w, e.status, body)
 }
 
 // marshal encodes v as the bodies of this API are: JSON and a newline.
