@@ -518,8 +518,9 @@ type Health struct {
 	Reasons []string           `json:"reasons,omitempty"`
 }
 
-// Health reports whether the broker answers, every member joined its group
-// and no partition is blocked on a DLQ write. The broker is asked at most
+// Health reports whether the broker answers, every member joined its group,
+// no partition is blocked on a DLQ write and checkout's database answers
+// (checkout.Service.Ready). The broker is asked at most
 // once every 2 s (a metadata request bounded by 2 s); callers in between get
 // the last answer. A member keeps counting as joined for a while after the
 // broker went away, so the broker check is what turns /readyz 503 then.
@@ -547,6 +548,12 @@ func (s *System) Health(ctx context.Context) Health {
 		if !th.Joined {
 			h.Ready = false
 			h.Reasons = append(h.Reasons, th.ClientID+" has not joined group "+th.Group)
+		}
+	}
+	if s.Checkout != nil {
+		if err := s.Checkout.Ready(ctx); err != nil {
+			h.Ready = false
+			h.Reasons = append(h.Reasons, err.Error())
 		}
 	}
 	if s.Relay != nil {

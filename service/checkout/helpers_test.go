@@ -70,6 +70,8 @@ func withProduceTimeout(d time.Duration) envOpt {
 	return func(s *envSettings) { s.cfg.ProduceTimeout = d }
 }
 
+func withDBTimeout(d time.Duration) envOpt { return func(s *envSettings) { s.cfg.DBTimeout = d } }
+
 func withMaxBody(n int64) envOpt { return func(s *envSettings) { s.cfg.MaxBodyBytes = n } }
 
 // withSerde adds options to the Serde of the environment (and of its

@@ -176,6 +176,9 @@ func (s *Service) claim(ctx context.Context, key, hash string, req *order.PlaceO
 	}
 
 	var c *decision
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DBTimeout)
+	defer cancel()
 	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
 		c = nil
 		row, found, err := s.getRequest(ctx, tx, key)
@@ -243,13 +246,13 @@ func (s *Service) claim(ctx context.Context, key, hash string, req *order.PlaceO
 		if te, ok := errors.AsType[txError](err); ok {
 			return nil, te.apiError
 		}
-		if ctx.Err() != nil {
+		if parent.Err() != nil {
 			s.log.Info("checkout: the client hung up before the request was recorded", slog.String("idempotency_key", key), slog.Any("error", err))
-			return nil, clientGone(ctx.Err())
+			return nil, clientGone(parent.Err())
 		}
-		s.log.Error("checkout: recording the request failed", slog.String("idempotency_key", key), slog.Any("error", err))
-		return nil, reject(http.StatusServiceUnavailable, CodeDatabaseUnavailable, "the order could not be recorded; retry")
+		return nil, s.dbFailed("recording the order", err, ctx.Err() != nil)
 	}
+	s.dbHealth.ok()
 	return c, nil
 }
 

@@ -28,8 +28,9 @@ type Service struct {
 	metrics  *metrics
 	handler  http.Handler
 
-	catalog atomic.Pointer[catalog]
-	keys    keyLocks
+	catalog  atomic.Pointer[catalog]
+	keys     keyLocks
+	dbHealth dbHealth
 
 	// background counts produce completions followed after their request
 	// answered 503 (see publish); Close waits for them.

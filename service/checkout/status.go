@@ -91,7 +91,9 @@ const maxOrderIDLen = 128
 // handleGet serves GET /orders/{id}.
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	v, err := s.Order(r.Context(), id)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.DBTimeout)
+	defer cancel()
+	v, err := s.Order(ctx, id)
 	switch {
 	case errors.Is(err, ErrOrderNotFound):
 		s.writeError(w, reject(http.StatusNotFound, CodeNotFound, fmt.Sprintf("order %q not found", truncate(id, 80))))
@@ -99,8 +101,7 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 		s.log.Info("checkout: the client hung up while its order was read", slog.String("order_id", id), slog.Any("error", err))
 		s.writeError(w, clientGone(r.Context().Err()))
 	case err != nil:
-		s.log.Error("checkout: reading an order failed", slog.String("order_id", id), slog.Any("error", err))
-		s.writeError(w, reject(http.StatusServiceUnavailable, CodeDatabaseUnavailable, "the order could not be read; retry"))
+		s.writeError(w, s.dbFailed("reading order "+truncate(id, 80), err, ctx.Err() != nil))
 	default:
 		writeJSON(w, http.StatusOK, v)
 	}
