@@ -54,6 +54,7 @@ const (
 	ReasonNoLines             = "no_lines"
 	ReasonTooManyLines        = "too_many_lines"
 	ReasonUnknownStockCode    = "unknown_stock_code"
+	ReasonNotAProduct         = "not_a_product" // a fee code (FeeStockCodes)
 	ReasonBadQuantity         = "bad_quantity"
 	ReasonBadCustomerID       = "bad_customer_id"
 	ReasonBadChannel          = "bad_channel"

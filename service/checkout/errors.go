@@ -30,6 +30,19 @@ const (
 	// recording or reading. Nothing was recorded nor published: the order
 	// is not accepted; retry (with or without a key). HTTP 503.
 	CodeDatabaseUnavailable = "database_unavailable"
+	// CodeUnsupportedMediaType: the request's Content-Type is not
+	// application/json (or a +json type), or names a charset other than
+	// utf-8. HTTP 415.
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeUnsupportedContentEncoding: the request has a Content-Encoding
+	// (gzip, ...) other than identity; bodies are read uncompressed only.
+	// HTTP 415.
+	CodeUnsupportedContentEncoding = "unsupported_content_encoding"
+	// CodeBadText: a string member is not valid UTF-8, has an escaped lone
+	// surrogate (\ud800), or a control character (U+0000 to U+001F, U+007F
+	// to U+009F, NUL included); the message names the member. Such input
+	// would otherwise be stored as U+FFFD or as invisible bytes. HTTP 400.
+	CodeBadText = "bad_text"
 	// CodeBadCountry: country is longer than MaxCountryLen characters.
 	// HTTP 422.
 	CodeBadCountry = "bad_country"
