@@ -434,7 +434,16 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		return nil, fmt.Errorf("http address %s (--http): cannot listen there: %w", cfg.HTTPAddr, err)
 	}
 	s.httpAddr = ln.Addr().String()
-	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// ReadHeaderTimeout bounds the header; checkout bounds each body
+	// (checkout.Config.BodyTimeout), and stops reading them on Shutdown.
+	s.httpSrv = &http.Server{ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: checkout.ServerMaxHeaderBytes, IdleTimeout: 2 * time.Minute}
+	var top http.Handler = mux
+	if s.Checkout != nil {
+		// JSON, not ServeMux's redirects and plain text (checkout.Guard).
+		top = checkout.Guard(mux)
+		s.httpSrv.RegisterOnShutdown(s.Checkout.StopReadingBodies)
+	}
+	s.httpSrv.Handler = top
 	go func() { _ = s.httpSrv.Serve(ln) }()
 	log.Info("order system started", "http", s.httpAddr, "services", cfg.Services, "brokers", cfg.Brokers)
 	return s, nil

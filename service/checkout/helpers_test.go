@@ -71,6 +71,8 @@ func withProduceTimeout(d time.Duration) envOpt {
 	return func(s *envSettings) { s.cfg.ProduceTimeout = d }
 }
 
+func withBodyTimeout(d time.Duration) envOpt { return func(s *envSettings) { s.cfg.BodyTimeout = d } }
+
 func withDBTimeout(d time.Duration) envOpt { return func(s *envSettings) { s.cfg.DBTimeout = d } }
 
 func withMaxBody(n int64) envOpt { return func(s *envSettings) { s.cfg.MaxBodyBytes = n } }

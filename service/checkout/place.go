@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,7 +106,14 @@ func (s *Service) readRequest(w http.ResponseWriter, r *http.Request) (*order.Pl
 	if r.ContentLength > limit {
 		return nil, tooLarge()
 	}
+	done := s.bodies.start(w, s.cfg.BodyTimeout)
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	done(err)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.Header().Set("Connection", "close")
+		return nil, reject(http.StatusRequestTimeout, CodeRequestTimeout, fmt.Sprintf(
+			"the request body did not arrive within %v (or the server is shutting down); send it whole, promptly", s.cfg.BodyTimeout))
+	}
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, tooLarge()

@@ -31,6 +31,7 @@ type Service struct {
 	catalog  atomic.Pointer[catalog]
 	keys     keyLocks
 	dbHealth dbHealth
+	bodies   bodyReads
 
 	// background counts produce completions followed after their request
 	// answered 503 (see publish); Close waits for them.
@@ -78,7 +79,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, reject(http.StatusNotFound, CodeNotFound, fmt.Sprintf("no such resource: %s %s", r.Method, r.URL.Path)))
 	})
-	s.handler = m.instrument(mux)
+	s.handler = Guard(m.instrument(mux))
 	return s, nil
 }
 
@@ -128,7 +129,9 @@ func (s *Service) methodNotAllowed(allow string) http.HandlerFunc {
 }
 
 // writeError sends e as an order.ErrorResponse.
-func (s *Service) writeError(w http.ResponseWriter, e *apiError) {
+func (s *Service) writeError(w http.ResponseWriter, e *apiError) { writeError(w, e) }
+
+func writeError(w http.ResponseWriter, e *apiError) {
 	if e.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
