@@ -34,6 +34,16 @@ type PlaceOrderResponse struct {
 type ErrorResponse struct {
 	Code  string `json:"code"`
 	Error string `json:"error"`
+	// OrderID, StatusURL and IdempotencyKey are set only on a 503 whose
+	// outcome is unknown (checkout recorded the order, but Kafka did not
+	// acknowledge its event in time, so it may still be published): the
+	// order's id, the path to GET its status ("/orders/<id>"), and the
+	// Idempotency-Key to retry with (the client's own, or one the server
+	// issued for a request sent without one). A retry with that key
+	// publishes the same event, never a second order.
+	OrderID        string `json:"orderId,omitempty"`
+	StatusURL      string `json:"statusUrl,omitempty"`
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
 // Rejection reasons returned by checkout in ErrorResponse.Code.
@@ -44,6 +54,7 @@ const (
 	ReasonNoLines             = "no_lines"
 	ReasonTooManyLines        = "too_many_lines"
 	ReasonUnknownStockCode    = "unknown_stock_code"
+	ReasonNotAProduct         = "not_a_product" // a fee code (FeeStockCodes)
 	ReasonBadQuantity         = "bad_quantity"
 	ReasonBadCustomerID       = "bad_customer_id"
 	ReasonBadChannel          = "bad_channel"

@@ -3,6 +3,7 @@ package order
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"time"
 )
@@ -84,6 +85,21 @@ func NewID(prefix string) string {
 
 // NormalizeStockCode returns the canonical form of a stock code: trimmed and
 // upper-cased. The data writes the same product as "47566b" and "47566B".
+// FeeStockCodes are the stock codes of the Online Retail data that are not
+// products but charges, fees and adjustments booked as invoice lines
+// (normalized): postage (POST, DOT: dotcom postage, C2: carriage), manual
+// entries (M), discounts (D), samples (S), bank charges, Amazon's fee,
+// Cancer Research UK commission (CRUK) and bad-debt adjustments (B).
+// Checkout refuses them as order lines (422 not_a_product): a client
+// orders products; the charges are the seller's.
+var FeeStockCodes = []string{"POST", "DOT", "C2", "M", "D", "S", "BANK CHARGES", "AMAZONFEE", "CRUK", "B"}
+
+// IsFeeStockCode reports whether code (normalized or not) is one of
+// FeeStockCodes.
+func IsFeeStockCode(code string) bool {
+	return slices.Contains(FeeStockCodes, NormalizeStockCode(code))
+}
+
 func NormalizeStockCode(code string) string {
 	return strings.ToUpper(strings.TrimSpace(code))
 }

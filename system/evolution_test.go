@@ -403,6 +403,7 @@ func post(t *testing.T, ctx context.Context, addr string, body map[string]any) s
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

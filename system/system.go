@@ -434,7 +434,16 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		return nil, fmt.Errorf("http address %s (--http): cannot listen there: %w", cfg.HTTPAddr, err)
 	}
 	s.httpAddr = ln.Addr().String()
-	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// ReadHeaderTimeout bounds the header; checkout bounds each body
+	// (checkout.Config.BodyTimeout), and stops reading them on Shutdown.
+	s.httpSrv = &http.Server{ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: checkout.ServerMaxHeaderBytes, IdleTimeout: 2 * time.Minute}
+	var top http.Handler = mux
+	if s.Checkout != nil {
+		// JSON, not ServeMux's redirects and plain text (checkout.Guard).
+		top = checkout.Guard(mux)
+		s.httpSrv.RegisterOnShutdown(s.Checkout.StopReadingBodies)
+	}
+	s.httpSrv.Handler = top
 	go func() { _ = s.httpSrv.Serve(ln) }()
 	log.Info("order system started", "http", s.httpAddr, "services", cfg.Services, "brokers", cfg.Brokers)
 	return s, nil
@@ -518,8 +527,9 @@ type Health struct {
 	Reasons []string           `json:"reasons,omitempty"`
 }
 
-// Health reports whether the broker answers, every member joined its group
-// and no partition is blocked on a DLQ write. The broker is asked at most
+// Health reports whether the broker answers, every member joined its group,
+// no partition is blocked on a DLQ write and checkout's database answers
+// (checkout.Service.Ready). The broker is asked at most
 // once every 2 s (a metadata request bounded by 2 s); callers in between get
 // the last answer. A member keeps counting as joined for a while after the
 // broker went away, so the broker check is what turns /readyz 503 then.
@@ -547,6 +557,12 @@ func (s *System) Health(ctx context.Context) Health {
 		if !th.Joined {
 			h.Ready = false
 			h.Reasons = append(h.Reasons, th.ClientID+" has not joined group "+th.Group)
+		}
+	}
+	if s.Checkout != nil {
+		if err := s.Checkout.Ready(ctx); err != nil {
+			h.Ready = false
+			h.Reasons = append(h.Reasons, err.Error())
 		}
 	}
 	if s.Relay != nil {

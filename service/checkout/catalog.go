@@ -85,6 +85,10 @@ func (c catalog) price(req *order.PlaceOrderRequest, orderID, eventID string, no
 	lines := make([]order.Line, len(req.Lines))
 	var total order.Money
 	for i, l := range req.Lines {
+		if order.IsFeeStockCode(l.StockCode) {
+			return nil, unprocessable(order.ReasonNotAProduct, fmt.Sprintf(
+				"lines[%d].stockCode %q is a charge or fee of the catalog (postage, bank charges, ...), not an orderable product", i, l.StockCode))
+		}
 		p, ok := c[l.StockCode]
 		if !ok {
 			return nil, unprocessable(order.ReasonUnknownStockCode,

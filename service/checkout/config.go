@@ -19,6 +19,10 @@ const (
 	DefaultMaxBodyBytes = 1 << 20
 	// DefaultProduceTimeout is the default Config.ProduceTimeout.
 	DefaultProduceTimeout = 10 * time.Second
+	// DefaultBodyTimeout is the default Config.BodyTimeout.
+	DefaultBodyTimeout = 10 * time.Second
+	// DefaultDBTimeout is the default Config.DBTimeout.
+	DefaultDBTimeout = 5 * time.Second
 	// MaxLines is the most lines one order may have (422 too_many_lines
 	// above it).
 	MaxLines = 5_000
@@ -82,6 +86,22 @@ type Config struct {
 	// error.
 	ProduceTimeout time.Duration
 
+	// BodyTimeout bounds how long POST /orders waits for its whole body
+	// once the handler runs (a read deadline on the connection, through
+	// http.ResponseController; the header is the server's
+	// ReadHeaderTimeout); past it the answer is 408 request_timeout and the
+	// connection is closed. Default DefaultBodyTimeout (10s); zero means
+	// the default; negative is an error.
+	BodyTimeout time.Duration
+
+	// DBTimeout bounds each request's database work: recording a POST
+	// (the checkout_requests transaction, its retries and the wait for
+	// SQLite's write lock included) and reading a GET. Past it the answer
+	// is 503 database_unavailable and Ready reports the database until a
+	// later transaction succeeds. Default DefaultDBTimeout (5s); zero means
+	// the default; negative is an error.
+	DBTimeout time.Duration
+
 	// MaxBodyBytes is the largest POST /orders body accepted, in bytes;
 	// a larger one is answered 413 body_too_large. Default
 	// DefaultMaxBodyBytes (1 MiB); zero means the default; negative is an
@@ -101,6 +121,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, ErrNoProducer
 	case c.ProduceTimeout < 0:
 		return c, fmt.Errorf("checkout: Config.ProduceTimeout is %v, want >= 0 (0 means %v)", c.ProduceTimeout, DefaultProduceTimeout)
+	case c.BodyTimeout < 0:
+		return c, fmt.Errorf("checkout: Config.BodyTimeout is %v, want >= 0 (0 means %v)", c.BodyTimeout, DefaultBodyTimeout)
+	case c.DBTimeout < 0:
+		return c, fmt.Errorf("checkout: Config.DBTimeout is %v, want >= 0 (0 means %v)", c.DBTimeout, DefaultDBTimeout)
 	case c.MaxBodyBytes < 0:
 		return c, fmt.Errorf("checkout: Config.MaxBodyBytes is %d, want >= 0 (0 means %d)", c.MaxBodyBytes, DefaultMaxBodyBytes)
 	}
@@ -109,6 +133,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ProduceTimeout == 0 {
 		c.ProduceTimeout = DefaultProduceTimeout
+	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
+	if c.DBTimeout == 0 {
+		c.DBTimeout = DefaultDBTimeout
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes

@@ -31,17 +31,30 @@
 //	     bad_idempotency_key (the header)
 //	404  not_found
 //	405  method_not_allowed, with an Allow header
+//	400  bad_text (a string member with a control character, invalid UTF-8
+//	     or a lone surrogate, named)
 //	413  body_too_large
+//	415  unsupported_media_type, unsupported_content_encoding
 //	422  a well-formed request whose values are refused: bad_customer_id,
 //	     bad_channel, bad_country, bad_reference, no_lines, too_many_lines,
-//	     bad_quantity (also a line without quantity), unknown_stock_code
+//	     bad_quantity (also a line without quantity), not_a_product,
+//	     unknown_stock_code
 //	     (also a line without stockCode), amount_overflow,
 //	     idempotency_key_reused
 //	500  internal
-//	503  broker_unavailable, database_unavailable; both carry Retry-After
-//	     and are safe to retry with the same Idempotency-Key
+//	503  broker_unavailable (outcome unknown: orderId, statusUrl and
+//	     idempotencyKey say how to find out), database_unavailable (not
+//	     recorded); both carry Retry-After
 //
-// The request's Content-Type is not checked: any body is parsed as JSON.
+// The request must be sent as Content-Type application/json (or an
+// application/*+json type; a charset, if named, must be utf-8) without a
+// Content-Encoding other than identity: otherwise 415
+// unsupported_media_type or unsupported_content_encoding. Every string
+// member must be valid UTF-8 without control characters (U+0000 to U+001F,
+// U+007F to U+009F) or lone surrogate escapes: otherwise 400 bad_text,
+// naming the member (encoding/json would store U+FFFD silently). Stock codes
+// of charges booked as invoice lines (order.FeeStockCodes: POST, DOT, M,
+// BANK CHARGES, AMAZONFEE...) are not orderable: 422 not_a_product.
 //
 // # Pricing
 //
@@ -97,10 +110,17 @@
 // row is marked 'published' then, so a retry replays the 202. [Service.Close]
 // waits for these.
 //
-// Requests without an Idempotency-Key cannot be retried safely by the client:
-// their row is keyed by the new order id, so a retry is a new order. A row
-// left 'pending' by such a request after a 503 is not re-published by
-// checkout (the client was told the order failed).
+// A 503 broker_unavailable therefore means "outcome unknown", never "not
+// accepted": the order is recorded and its event may still be written. The
+// answer names the order (orderId, statusUrl and the Location header) and
+// the key to retry with (idempotencyKey and the Idempotency-Key response
+// header). A request sent without a key is given the key of its row,
+// "order:<orderId>", issued by the server; a client may send such a key only
+// back for its row (a made-up one is 400 bad_idempotency_key). A retry with
+// the key publishes the same event again (same event id), which consumers
+// absorb, so it is never a second order; GET statusUrl shows "pending" until
+// the acknowledgement is recorded. A 503 database_unavailable means the
+// opposite: nothing was recorded nor published.
 //
 // # Concurrency
 //

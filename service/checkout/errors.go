@@ -3,6 +3,7 @@ package checkout
 import (
 	"errors"
 	"net/http"
+	"strconv"
 )
 
 // Error codes that checkout answers with besides the order.Reason* rejection
@@ -16,12 +17,32 @@ const (
 	CodeBadIdempotencyKey = "bad_idempotency_key"
 	// CodeBrokerUnavailable: the orderCreated event was not acknowledged by
 	// the broker within Config.ProduceTimeout, or another request with the
-	// same Idempotency-Key was still publishing it. The order is not
-	// accepted yet; retry with the same Idempotency-Key. HTTP 503.
+	// same Idempotency-Key was still publishing it. The outcome is unknown:
+	// the order is recorded and its event may still be written (an
+	// idempotent producer cannot take back a record it sent). The answer
+	// names the order (orderId, statusUrl, Location) and the key to retry
+	// with (idempotencyKey; for a request sent without one, a key the
+	// server issued, also in the Idempotency-Key response header); a retry
+	// with it publishes the same event, so it is one order. HTTP 503.
 	CodeBrokerUnavailable = "broker_unavailable"
-	// CodeDatabaseUnavailable: the database failed (or timed out) while
-	// recording the request. Nothing was published; retry. HTTP 503.
+	// CodeDatabaseUnavailable: the database failed, or did not answer
+	// within Config.DBTimeout (locked by another process, say), while
+	// recording or reading. Nothing was recorded nor published: the order
+	// is not accepted; retry (with or without a key). HTTP 503.
 	CodeDatabaseUnavailable = "database_unavailable"
+	// CodeUnsupportedMediaType: the request's Content-Type is not
+	// application/json (or a +json type), or names a charset other than
+	// utf-8. HTTP 415.
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeUnsupportedContentEncoding: the request has a Content-Encoding
+	// (gzip, ...) other than identity; bodies are read uncompressed only.
+	// HTTP 415.
+	CodeUnsupportedContentEncoding = "unsupported_content_encoding"
+	// CodeBadText: a string member is not valid UTF-8, has an escaped lone
+	// surrogate (\ud800), or a control character (U+0000 to U+001F, U+007F
+	// to U+009F, NUL included); the message names the member. Such input
+	// would otherwise be stored as U+FFFD or as invisible bytes. HTTP 400.
+	CodeBadText = "bad_text"
 	// CodeBadCountry: country is longer than MaxCountryLen characters.
 	// HTTP 422.
 	CodeBadCountry = "bad_country"
@@ -70,12 +91,25 @@ type apiError struct {
 	status  int
 	code    string
 	message string
+	// orderID and key are set on a 503 whose outcome is unknown (see
+	// unknownOutcome): the recorded order and the key to retry with.
+	orderID, key string
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
 
 func reject(status int, code, message string) *apiError {
 	return &apiError{status: status, code: code, message: message}
+}
+
+// unknownOutcome is the 503 broker_unavailable of an order recorded as
+// pending under key whose event may or may not be written.
+func unknownOutcome(orderID, key, why string) *apiError {
+	e := reject(http.StatusServiceUnavailable, CodeBrokerUnavailable,
+		why+"; the outcome is unknown (the event may still be written): retry with Idempotency-Key "+
+			strconv.Quote(key)+", which publishes this same order at most once, or GET /orders/"+orderID)
+	e.orderID, e.key = orderID, key
+	return e
 }
 
 func unprocessable(code, message string) *apiError {

@@ -9,3 +9,10 @@ func RequestHash(body []byte) (string, error) {
 	}
 	return requestHash(req), nil
 }
+
+// ActiveBodyReads is the number of request bodies being read.
+func (s *Service) ActiveBodyReads() int {
+	s.bodies.mu.Lock()
+	defer s.bodies.mu.Unlock()
+	return len(s.bodies.active)
+}

@@ -34,7 +34,8 @@ var testCatalog = []struct {
 	{"85123A", "WHITE HANGING HEART T-LIGHT HOLDER", 2550},
 	{"71053", "WHITE METAL LANTERN", 3390},
 	{"84406B", "CREAM CUPID HEARTS COAT HANGER", 2750},
-	{"POST", "POSTAGE", 18000},
+	{"22423", "REGENCY CAKESTAND 3 TIER", 18000},
+	{"POST", "POSTAGE (a fee code: not orderable)", 18000},
 	{"FREE", "free sample", 0},
 	{"HUGE", "priced so that two of them overflow int64", 5_000_000_000_000_000_000},
 }
@@ -69,6 +70,10 @@ type envOpt func(*envSettings)
 func withProduceTimeout(d time.Duration) envOpt {
 	return func(s *envSettings) { s.cfg.ProduceTimeout = d }
 }
+
+func withBodyTimeout(d time.Duration) envOpt { return func(s *envSettings) { s.cfg.BodyTimeout = d } }
+
+func withDBTimeout(d time.Duration) envOpt { return func(s *envSettings) { s.cfg.DBTimeout = d } }
 
 func withMaxBody(n int64) envOpt { return func(s *envSettings) { s.cfg.MaxBodyBytes = n } }
 
@@ -212,6 +217,19 @@ func (e *testEnv) do(method, path, body string, header ...string) response {
 	e.t.Helper()
 	req := httptest.NewRequestWithContext(testCtx(e.t), method, path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	return e.serve(req)
+}
+
+// doCT posts body to /orders with Content-Type ct ("" for none).
+func (e *testEnv) doCT(ct, body string, header ...string) response {
+	e.t.Helper()
+	req := httptest.NewRequestWithContext(testCtx(e.t), http.MethodPost, "/orders", strings.NewReader(body))
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Add(header[i], header[i+1])
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/ordercast/ordercast/order"
@@ -63,9 +64,12 @@ func (s *Service) place(ctx context.Context, req *order.PlaceOrderRequest, hash,
 			return nil, aerr
 		}
 		prebuilt, key = ev, keylessPrefix+ev.OrderID
-	} else {
+	}
+	{
 		// One request per key at a time in this process: a concurrent
 		// duplicate waits here, then finds the row published and replays it.
+		// A keyless request's new key is free at once; it is held too, so
+		// that a retry with the key issued to it waits for its produce.
 		wctx, cancel := context.WithTimeout(ctx, s.cfg.ProduceTimeout)
 		unlock, err := s.keys.lock(wctx, key)
 		cancel()
@@ -85,7 +89,8 @@ func (s *Service) place(ctx context.Context, req *order.PlaceOrderRequest, hash,
 		}
 	}()
 
-	c, aerr := s.claim(ctx, key, hash, req, prebuilt)
+	issuedOnly := strings.HasPrefix(clientKey, keylessPrefix)
+	c, aerr := s.claim(ctx, key, hash, req, prebuilt, issuedOnly)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -135,7 +140,11 @@ type txError struct{ *apiError }
 // replayed or re-published whatever the version this instance writes, and
 // since the refusal is decided in the transaction that would insert the
 // row, no such request is ever stored by this instance.
-func (s *Service) claim(ctx context.Context, key, hash string, req *order.PlaceOrderRequest, prebuilt *order.OrderCreated) (*decision, *apiError) {
+//
+// issuedOnly (a client key with the reserved keylessPrefix) accepts only an
+// existing row: such keys are issued by checkout for a keyless request's
+// row, and a client may not make up new ones (400 bad_idempotency_key).
+func (s *Service) claim(ctx context.Context, key, hash string, req *order.PlaceOrderRequest, prebuilt *order.OrderCreated, issuedOnly bool) (*decision, *apiError) {
 	// Built at most once, outside any retry of the transaction.
 	fresh := prebuilt
 	var freshPayload []byte
@@ -167,11 +176,18 @@ func (s *Service) claim(ctx context.Context, key, hash string, req *order.PlaceO
 	}
 
 	var c *decision
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DBTimeout)
+	defer cancel()
 	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
 		c = nil
 		row, found, err := s.getRequest(ctx, tx, key)
 		if err != nil {
 			return err
+		}
+		if !found && issuedOnly {
+			return txError{reject(http.StatusBadRequest, CodeBadIdempotencyKey, fmt.Sprintf(
+				"Idempotency-Key header starts with %q, which is reserved for keys this server issued (in a 503 to a request sent without a key); this one was not issued: use a key of your own", keylessPrefix))}
 		}
 		if !found {
 			orderID, eventID := newIDs()
@@ -230,13 +246,13 @@ func (s *Service) claim(ctx context.Context, key, hash string, req *order.PlaceO
 		if te, ok := errors.AsType[txError](err); ok {
 			return nil, te.apiError
 		}
-		if ctx.Err() != nil {
+		if parent.Err() != nil {
 			s.log.Info("checkout: the client hung up before the request was recorded", slog.String("idempotency_key", key), slog.Any("error", err))
-			return nil, clientGone(ctx.Err())
+			return nil, clientGone(parent.Err())
 		}
-		s.log.Error("checkout: recording the request failed", slog.String("idempotency_key", key), slog.Any("error", err))
-		return nil, reject(http.StatusServiceUnavailable, CodeDatabaseUnavailable, "the order could not be recorded; retry")
+		return nil, s.dbFailed("recording the order", err, ctx.Err() != nil)
 	}
+	s.dbHealth.ok()
 	return c, nil
 }
 

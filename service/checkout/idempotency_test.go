@@ -21,16 +21,16 @@ import (
 )
 
 const (
-	keyedBody = `{"customerId":"12583","country":"France","reference":"536370","lines":[{"stockCode":"85123A","quantity":24},{"stockCode":"POST","quantity":3}]}`
+	keyedBody = `{"customerId":"12583","country":"France","reference":"536370","lines":[{"stockCode":"85123A","quantity":24},{"stockCode":"22423","quantity":3}]}`
 	// keyedBodyReformatted asks for the same order as keyedBody: other
 	// white space, member order and stock code case, and null for an
 	// absent optional member.
 	keyedBodyReformatted = `{ "lines" : [ { "quantity" : 24, "stockCode" : "85123a" },
-		{ "stockCode" : "post", "quantity" : 3 } ], "channel": null,
+		{ "stockCode" : "22423", "quantity" : 3 } ], "channel": null,
 		"reference" : "536370", "country" : "France", "customerId" : "12583" }`
 	// keyedBodyWithPrice is keyedBody plus a member checkout does not
 	// have: refused, even with a key that has a stored answer.
-	keyedBodyWithPrice = `{"customerId":"12583","country":"France","reference":"536370","price":1,"lines":[{"stockCode":"85123A","quantity":24},{"stockCode":"POST","quantity":3}]}`
+	keyedBodyWithPrice = `{"customerId":"12583","country":"France","reference":"536370","price":1,"lines":[{"stockCode":"85123A","quantity":24},{"stockCode":"22423","quantity":3}]}`
 )
 
 func TestIdempotencyKeyReplaysSameOrder(t *testing.T) {
@@ -273,7 +273,7 @@ func testBrokerDownThenRecovers(t *testing.T, db *store.DB) {
 		t.Fatalf("row status %s after a failed produce, want pending", status)
 	}
 	// Without a key: 503 too, and nothing counts as accepted.
-	if r := e.post(`{"lines":[{"stockCode":"POST","quantity":1}]}`); r.status != http.StatusServiceUnavailable {
+	if r := e.post(`{"lines":[{"stockCode":"22423","quantity":1}]}`); r.status != http.StatusServiceUnavailable {
 		t.Fatalf("keyless: got %d %s, want 503", r.status, r.body)
 	}
 	if n := e.accepted(); n != 0 {
@@ -373,6 +373,7 @@ func testIdempotencyKeyAcrossInstances(t *testing.T, db *store.DB) {
 		wg.Go(func() {
 			req := httptest.NewRequestWithContext(testCtx(t), http.MethodPost, "/orders", strings.NewReader(keyedBody))
 			req.Header.Set("Idempotency-Key", "two-instances")
+			req.Header.Set("Content-Type", "application/json")
 			rec := httptest.NewRecorder()
 			handlers[i%2].ServeHTTP(rec, req)
 			answers[i] = response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}

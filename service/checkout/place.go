@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,7 +54,9 @@ func (s *Service) handlePlace(w http.ResponseWriter, r *http.Request) {
 }
 
 // idempotencyKey returns the request's Idempotency-Key, "" if it has none,
-// or 400 bad_idempotency_key.
+// or 400 bad_idempotency_key. A key starting with keylessPrefix is one the
+// server issued (in a 503 to a request sent without a key); place accepts
+// it only for an existing row.
 func idempotencyKey(h http.Header) (string, *apiError) {
 	vals := h.Values(HeaderIdempotencyKey)
 	bad := func(why string) (string, *apiError) {
@@ -70,8 +74,6 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 		return bad("is empty; omit it or send 1 to 200 characters")
 	case len(k) > MaxIdempotencyKeyLen:
 		return bad(fmt.Sprintf("is %d characters long, more than %d", len(k), MaxIdempotencyKeyLen))
-	case strings.HasPrefix(k, keylessPrefix):
-		return bad(fmt.Sprintf("must not start with %q, which is reserved", keylessPrefix))
 	}
 	for i := 0; i < len(k); i++ {
 		if c := k[i]; c < 0x20 || c > 0x7e {
@@ -98,10 +100,20 @@ func (s *Service) readRequest(w http.ResponseWriter, r *http.Request) (*order.Pl
 		return reject(http.StatusRequestEntityTooLarge, order.ReasonBodyTooLarge,
 			fmt.Sprintf("request body is larger than %d bytes", limit))
 	}
+	if aerr := checkContentHeaders(r.Header); aerr != nil {
+		return nil, aerr
+	}
 	if r.ContentLength > limit {
 		return nil, tooLarge()
 	}
+	done := s.bodies.start(w, s.cfg.BodyTimeout)
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	done(err)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.Header().Set("Connection", "close")
+		return nil, reject(http.StatusRequestTimeout, CodeRequestTimeout, fmt.Sprintf(
+			"the request body did not arrive within %v (or the server is shutting down); send it whole, promptly", s.cfg.BodyTimeout))
+	}
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, tooLarge()
@@ -154,6 +166,17 @@ func parseRequest(data []byte) (*order.PlaceOrderRequest, *apiError) {
 	}
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return malformed(`the request body must be one JSON object, such as {"lines": [{"stockCode": "85123A", "quantity": 6}]}`)
+	}
+	if !utf8.Valid(data) { // outside the members badText names (a member name, say)
+		i := 0
+		for i < len(data) {
+			r, n := utf8.DecodeRune(data[i:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			i += n
+		}
+		return nil, reject(http.StatusBadRequest, CodeBadText, fmt.Sprintf("the request body is not valid UTF-8 (byte %d)", i))
 	}
 	var top map[string]json.RawMessage
 	// json.Unmarshal checks the whole input first: one value, nothing but
@@ -319,6 +342,9 @@ func stringMember(m map[string]json.RawMessage, at, name string) (string, bool, 
 		return "", false, reject(http.StatusBadRequest, order.ReasonMalformedJSON,
 			fmt.Sprintf("%s must be a string or null, got %s", path(at, name), jsonType(raw)))
 	}
+	if why := badText(raw); why != "" {
+		return "", false, reject(http.StatusBadRequest, CodeBadText, fmt.Sprintf("%s %s", path(at, name), why))
+	}
 	return v, true, nil
 }
 
@@ -450,4 +476,75 @@ func truncate(s string, n int) string {
 func requestHash(req *order.PlaceOrderRequest) string {
 	sum := sha256.Sum256(marshal(req))
 	return hex.EncodeToString(sum[:])
+}
+
+// checkContentHeaders answers 415 for a body this API does not read: a
+// Content-Encoding other than identity (unsupported_content_encoding: it
+// would be parsed compressed), or a Content-Type that is not JSON in UTF-8
+// (unsupported_media_type; absent counts as not JSON).
+func checkContentHeaders(h http.Header) *apiError {
+	for _, v := range h.Values("Content-Encoding") {
+		for _, enc := range strings.Split(v, ",") {
+			if enc = strings.TrimSpace(enc); enc != "" && !strings.EqualFold(enc, "identity") {
+				return reject(http.StatusUnsupportedMediaType, CodeUnsupportedContentEncoding,
+					fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed", truncate(enc, 40)))
+			}
+		}
+	}
+	ct := h.Get("Content-Type")
+	mt, params, err := mime.ParseMediaType(ct)
+	switch {
+	case ct == "":
+		return reject(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type is missing: send application/json")
+	case err != nil || (mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))):
+		return reject(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+			fmt.Sprintf("Content-Type %q is not supported: send application/json", truncate(ct, 80)))
+	case params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8"):
+		return reject(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+			fmt.Sprintf("charset %q is not supported: send UTF-8", truncate(params["charset"], 40)))
+	}
+	return nil
+}
+
+// badText says what is wrong with raw, a JSON string literal (quotes
+// included) from a valid UTF-8 body, or "" when nothing is: an escaped lone
+// surrogate (\ud800 without its pair: encoding/json would make it U+FFFD)
+// or a control character, escaped (\u0000) or not.
+func badText(raw []byte) string {
+	var v string
+	_ = json.Unmarshal(raw, &v)
+	for i, r := range v {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
+			return fmt.Sprintf("has the control character U+%04X at byte %d; send printable text", r, i)
+		}
+	}
+	// Surrogates appear only as \u escapes (raw is valid UTF-8): check each
+	// high one is followed by a low one and no low one stands alone.
+	for i := 0; i+1 < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] != 'u' || i+6 > len(raw) {
+			i++ // an escaped character, skip it
+			continue
+		}
+		u, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		if err != nil {
+			return "has an invalid \\u escape"
+		}
+		switch {
+		case u >= 0xd800 && u <= 0xdbff:
+			if i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+				if lo, err := strconv.ParseUint(string(raw[i+8:i+12]), 16, 16); err == nil && lo >= 0xdc00 && lo <= 0xdfff {
+					i += 11
+					continue
+				}
+			}
+			return fmt.Sprintf("has a lone surrogate \\u%04x (a high surrogate without its low half); send valid UTF-16 escapes or UTF-8", u)
+		case u >= 0xdc00 && u <= 0xdfff:
+			return fmt.Sprintf("has a lone surrogate \\u%04x (a low surrogate without its high half); send valid UTF-16 escapes or UTF-8", u)
+		}
+		i += 5
+	}
+	return ""
 }

@@ -19,7 +19,8 @@ const markTimeout = 10 * time.Second
 
 // publish produces d's event and waits for the broker's acknowledgement at
 // most ProduceTimeout, then marks the row published and answers 202; or
-// answers 503 broker_unavailable, leaving the row pending. release (the key
+// answers 503 broker_unavailable with an unknown outcome (unknownOutcome:
+// the order id and the key to retry with), leaving the row pending. release (the key
 // lock) is called once the outcome is recorded: before publish returns, or,
 // when the wait timed out, by the goroutine that follows the produce to its
 // end.
@@ -53,8 +54,7 @@ func (s *Service) publish(ctx context.Context, d *decision, release func()) (*ou
 			s.metrics.produceDuration.WithLabelValues("error").Observe(time.Since(start).Seconds())
 			s.log.Warn("checkout: orderCreated not acknowledged; the request stays pending",
 				slog.String("idempotency_key", d.key), slog.String("order_id", ev.OrderID), slog.Any("error", err))
-			return nil, reject(http.StatusServiceUnavailable, CodeBrokerUnavailable,
-				"the order event was not acknowledged by Kafka: "+err.Error()+"; retry with the same Idempotency-Key")
+			return nil, unknownOutcome(ev.OrderID, d.key, "the order event was not acknowledged by Kafka: "+err.Error())
 		}
 		s.metrics.produceDuration.WithLabelValues("ok").Observe(time.Since(start).Seconds())
 		s.markPublished(ctx, d, body)
@@ -78,8 +78,7 @@ func (s *Service) publish(ctx context.Context, d *decision, release func()) (*ou
 				slog.String("idempotency_key", d.key), slog.String("order_id", ev.OrderID))
 			s.markPublished(ctx, d, body)
 		}()
-		return nil, reject(http.StatusServiceUnavailable, CodeBrokerUnavailable,
-			fmt.Sprintf("the order event was not acknowledged by Kafka within %v; retry with the same Idempotency-Key", s.cfg.ProduceTimeout))
+		return nil, unknownOutcome(ev.OrderID, d.key, fmt.Sprintf("the order event was not acknowledged by Kafka within %v", s.cfg.ProduceTimeout))
 	}
 }
 

@@ -28,8 +28,10 @@ type Service struct {
 	metrics  *metrics
 	handler  http.Handler
 
-	catalog atomic.Pointer[catalog]
-	keys    keyLocks
+	catalog  atomic.Pointer[catalog]
+	keys     keyLocks
+	dbHealth dbHealth
+	bodies   bodyReads
 
 	// background counts produce completions followed after their request
 	// answered 503 (see publish); Close waits for them.
@@ -77,7 +79,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, reject(http.StatusNotFound, CodeNotFound, fmt.Sprintf("no such resource: %s %s", r.Method, r.URL.Path)))
 	})
-	s.handler = m.instrument(mux)
+	s.handler = Guard(m.instrument(mux))
 	return s, nil
 }
 
@@ -127,11 +129,19 @@ func (s *Service) methodNotAllowed(allow string) http.HandlerFunc {
 }
 
 // writeError sends e as an order.ErrorResponse.
-func (s *Service) writeError(w http.ResponseWriter, e *apiError) {
+func (s *Service) writeError(w http.ResponseWriter, e *apiError) { writeError(w, e) }
+
+func writeError(w http.ResponseWriter, e *apiError) {
 	if e.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, e.status, order.ErrorResponse{Code: e.code, Error: e.message})
+	body := order.ErrorResponse{Code: e.code, Error: e.message}
+	if e.orderID != "" {
+		body.OrderID, body.StatusURL, body.IdempotencyKey = e.orderID, "/orders/"+e.orderID, e.key
+		w.Header().Set("Location", body.StatusURL)
+		w.Header().Set(HeaderIdempotencyKey, e.key)
+	}
+	writeJSON(w, e.status, body)
 }
 
 // marshal encodes v as the bodies of this API are: JSON and a newline.

@@ -65,12 +65,14 @@ type OrderView struct {
 	// the same in thousandths; both absent when unknown.
 	Total      string       `json:"total,omitempty"`
 	TotalMilli *order.Money `json:"totalMilli,omitempty"`
-	// History lists the stages reached, oldest first by At (equal times in
-	// stage order): "accepted" (from checkout's own record, at the time it
-	// recorded the broker's acknowledgement) and the order_status rows. Each
-	// stage's time comes from the service that reached it, so a stage may
-	// precede one of lower rank (the orders service can store an order
-	// before checkout records its acknowledgement).
+	// History lists the stages reached in causal order: the pipeline's
+	// stages by rank (accepted, created, paid or payment_refused,
+	// shipment_requested; two of one rank by At), then any other kind
+	// (notified...) by At. "accepted" is checkout's own record (At: when it
+	// recorded the broker's acknowledgement), the others the order_status
+	// rows. Each At comes from the service that reached the stage, so the
+	// times need not increase down the list (the orders service can store an
+	// order before checkout records its acknowledgement).
 	History []StageEntry `json:"history"`
 	// Notified reports whether any notification was sent for the order;
 	// Notifications lists their kinds, oldest first (table notifications).
@@ -91,7 +93,9 @@ const maxOrderIDLen = 128
 // handleGet serves GET /orders/{id}.
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	v, err := s.Order(r.Context(), id)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.DBTimeout)
+	defer cancel()
+	v, err := s.Order(ctx, id)
 	switch {
 	case errors.Is(err, ErrOrderNotFound):
 		s.writeError(w, reject(http.StatusNotFound, CodeNotFound, fmt.Sprintf("order %q not found", truncate(id, 80))))
@@ -99,8 +103,7 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 		s.log.Info("checkout: the client hung up while its order was read", slog.String("order_id", id), slog.Any("error", err))
 		s.writeError(w, clientGone(r.Context().Err()))
 	case err != nil:
-		s.log.Error("checkout: reading an order failed", slog.String("order_id", id), slog.Any("error", err))
-		s.writeError(w, reject(http.StatusServiceUnavailable, CodeDatabaseUnavailable, "the order could not be read; retry"))
+		s.writeError(w, s.dbFailed("reading order "+truncate(id, 80), err, ctx.Err() != nil))
 	default:
 		writeJSON(w, http.StatusOK, v)
 	}
@@ -190,21 +193,23 @@ func (s *Service) Order(ctx context.Context, orderID string) (*OrderView, error)
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("checkout: read order_status of %s: %w", orderID, err)
 	}
-	// Oldest first, checkout's "accepted" included: its time is when
-	// checkout recorded the broker's acknowledgement, which the orders
-	// service may have beaten. Equal times in stage order (services' clocks
-	// differ and milliseconds collide).
+	// Causal order, not clock order: each stage's time comes from the
+	// service that reached it, and checkout records "accepted" after the
+	// broker's acknowledgement, which the orders and payments services can
+	// beat. So the pipeline's stages come in rank order (accepted, created,
+	// paid | payment_refused, shipment_requested; equal ranks by time), then
+	// the other kinds (notified...) by time.
 	sort.SliceStable(stages, func(i, j int) bool {
-		if !stages[i].At.Equal(stages[j].At) {
-			return stages[i].At.Before(stages[j].At)
-		}
 		ri, iok := stageRank[stages[i].Kind]
 		rj, jok := stageRank[stages[j].Kind]
 		if iok != jok {
 			return iok
 		}
-		if ri != rj {
+		if iok && ri != rj {
 			return ri < rj
+		}
+		if !stages[i].At.Equal(stages[j].At) {
+			return stages[i].At.Before(stages[j].At)
 		}
 		return stages[i].Kind < stages[j].Kind
 	})
