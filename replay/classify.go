@@ -1,5 +1,7 @@
 package replay
 
+import "github.com/ordercast/ordercast/order"
+
 // Invoice kinds returned by [Classify]. Only KindSale invoices are sent to
 // checkout; the others are counted by kind in [Summary].NotOrders.
 const (
@@ -15,6 +17,10 @@ const (
 	// KindWriteOff: a numeric invoice whose lines all have quantity <= 0 (in
 	// the data: a stock write-off, negative quantity, price 0, no customer).
 	KindWriteOff = "write_off"
+	// KindFeesOnly: a numeric invoice whose lines of quantity > 0 are all
+	// charges booked as lines (postage, bank charges, marketplace fees:
+	// order.FeeStockCodes), no product: nothing a customer could order.
+	KindFeesOnly = "fees_only"
 	// KindMalformedRow: the invoice has at least one malformed row (see
 	// [RowError]). It takes precedence over every other kind: an invoice
 	// that was not read in full is never sent, whatever its number.
@@ -36,10 +42,18 @@ func Classify(inv *Invoice) (kind string) {
 	case inv.No[0] == 'A':
 		return KindAdjustment
 	}
+	fees := false
 	for _, l := range inv.Lines {
-		if l.Quantity > 0 {
+		if l.Quantity <= 0 {
+			continue
+		}
+		if !order.IsFeeStockCode(l.StockCode) {
 			return KindSale
 		}
+		fees = true
+	}
+	if fees {
+		return KindFeesOnly
 	}
 	return KindWriteOff
 }

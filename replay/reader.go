@@ -142,11 +142,17 @@ func (inv *Invoice) Rows() int { return len(inv.Lines) + len(inv.RowErrors) }
 
 // PlaceOrderRequest returns the checkout request for the invoice: customer,
 // country, the invoice number as reference, and every line's stock code (as
-// in the data) and quantity, in file order, without filtering or merging.
+// in the data) and quantity, in file order, without merging; lines of a
+// charge booked as a line (postage, bank charges, fees: order.FeeStockCodes)
+// are left out, as they are not products (checkout refuses them as lines,
+// 422 not_a_product, and prices orders itself).
 func (inv *Invoice) PlaceOrderRequest() order.PlaceOrderRequest {
-	lines := make([]order.RequestLine, len(inv.Lines))
-	for i, l := range inv.Lines {
-		lines[i] = order.RequestLine{StockCode: l.StockCode, Quantity: l.Quantity}
+	lines := make([]order.RequestLine, 0, len(inv.Lines))
+	for _, l := range inv.Lines {
+		if order.IsFeeStockCode(l.StockCode) {
+			continue
+		}
+		lines = append(lines, order.RequestLine{StockCode: l.StockCode, Quantity: l.Quantity})
 	}
 	return order.PlaceOrderRequest{
 		CustomerID: inv.CustomerID,

@@ -208,7 +208,7 @@ func TestReadInvoicesFullFile(t *testing.T) {
 	if n := rows(invs); n != 541909 {
 		t.Errorf("rows = %d, want 541909", n)
 	}
-	want := map[string]int{KindSale: 20725, KindCancellation: 3836, KindAdjustment: 3, KindWriteOff: 1336}
+	want := map[string]int{KindSale: 20541, KindFeesOnly: 184, KindCancellation: 3836, KindAdjustment: 3, KindWriteOff: 1336}
 	if got := kinds(invs); !maps.Equal(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
 	}
