@@ -138,13 +138,16 @@ func ScanCatalog(r io.Reader) (*Seed, error) {
 			rowErrs[reason]++
 			continue
 		}
+		code := order.NormalizeStockCode(row.stockCode)
+		if order.IsFeeStockCode(code) {
+			continue // a charge booked as a line, not a product (see Classify's KindFeesOnly)
+		}
 		if row.quantity > 0 {
 			st.anyPositive = true
 		}
 		if row.price <= 0 {
 			continue
 		}
-		code := order.NormalizeStockCode(row.stockCode)
 		t := tallies[code]
 		if t == nil {
 			t = &tally{}
@@ -177,7 +180,7 @@ func ScanCatalog(r io.Reader) (*Seed, error) {
 type invState struct {
 	customerID, country string
 	hasHeader           bool
-	anyPositive         bool // a well-formed row with quantity > 0
+	anyPositive         bool // a well-formed row of a product (not a charge) with quantity > 0
 	bad                 bool // a malformed row
 }
 

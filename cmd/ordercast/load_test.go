@@ -32,7 +32,7 @@ func TestLoadFlags(t *testing.T) {
 		{[]string{"--drain-timeout", "-1s"}, "--drain-timeout -1s"},
 		{[]string{"--max-lines", "0"}, "--max-lines 0: want >= 1"},
 		{[]string{"--min-balance", "-1"}, "--min-balance -1"},
-		{[]string{"--rate", "fast"}, "invalid argument \"fast\" for \"--rate\""},
+		{[]string{"--rate", "fast"}, `--rate "fast": want a number`},
 	} {
 		root := newRoot()
 		root.SetArgs(append([]string{"load"}, tc.args...))
