@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -254,24 +255,25 @@ func committedMeta(t *testing.T, addrs []string, group, topic string, partition 
 }
 
 // TestS15_StaleCommitAppliedLate: 2 partitions, steady input, commits every
-// 50ms. The broker holds one OffsetCommit past the client's request timeout
-// (1s here); franz-go re-sends it on a new connection, where it is applied,
-// and later commits succeed; input stops, every record is handled and
-// committed; only then does the broker apply the held request, moving the
-// group's offsets back to where they were when it was sent. The runtime
-// repairs that without new input: within CommitRefreshInterval the group's
-// offsets are back at the end of both partitions. Without the refresh
-// (CommitRefreshInterval(time.Hour)) they stay behind.
+// 50ms. The broker takes one OffsetCommit and does not answer it (a kfake
+// control swallows it), so the client gives up after its request timeout
+// (1s here) and re-sends it on a new connection, where it is applied; later
+// commits succeed; input stops, every record is handled and committed; only
+// then does the held request reach the broker: the test sends the very
+// request (same member, generation and offsets) itself, and the broker
+// applies it, moving the group's offsets back to where they were when it
+// was first sent. The runtime repairs that without new input: within
+// CommitRefreshInterval the group's offsets are back at the end of both
+// partitions. Without the refresh (CommitRefreshInterval(time.Hour)) they
+// stay behind. (An earlier version slept the request inside the control;
+// kfake then sometimes stalled the test's own offset reads.)
 func TestS15_StaleCommitAppliedLate(t *testing.T) {
 	c, addrs := testClusterC(t, map[string]int32{"in": 2})
 	var (
-		mu       sync.Mutex
-		commits  int
-		held     bool
-		heldOffs map[int32]int64
+		mu      sync.Mutex
+		commits int
+		held    *kmsg.OffsetCommitRequest
 	)
-	wake := make(chan struct{})
-	released := make(chan struct{})
 	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		r := req.(*kmsg.OffsetCommitRequest)
@@ -279,21 +281,12 @@ func TestS15_StaleCommitAppliedLate(t *testing.T) {
 			return nil, nil, false
 		}
 		mu.Lock()
+		defer mu.Unlock()
 		commits++
-		hold := !held && commits == 5
-		if hold {
-			held = true
-			heldOffs = map[int32]int64{}
-			for _, rt := range r.Topics {
-				for _, rp := range rt.Partitions {
-					heldOffs[rp.Partition] = rp.Offset
-				}
-			}
-		}
-		mu.Unlock()
-		if hold {
-			c.SleepControl(func() { <-wake })
-			close(released)
+		if held == nil && commits == 5 {
+			cp := *r
+			held = &cp
+			return nil, nil, true // taken, never answered: the client times out
 		}
 		return nil, nil, false // the cluster applies it now
 	})
@@ -309,15 +302,39 @@ func TestS15_StaleCommitAppliedLate(t *testing.T) {
 	waitFor(t, 30*time.Second, "every record committed while one commit is held", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return held && committedEquals(t, addrs, "g", end)
+		return held != nil && committedEquals(t, addrs, "g", end)
 	})
-	close(wake)
-	<-released
 	mu.Lock()
-	stale := heldOffs
+	stale := held
 	mu.Unlock()
-	if stale[0] >= perPart && stale[1] >= perPart {
-		t.Fatalf("the held commit (%v) was not behind the end (%d): nothing to repair", stale, perPart)
+	behind := false
+	for _, rt := range stale.Topics {
+		for _, rp := range rt.Partitions {
+			behind = behind || rp.Offset < perPart
+		}
+	}
+	if !behind {
+		t.Fatalf("the held commit was not behind the end (%d): nothing to repair", perPart)
+	}
+	// The held request lands now.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resp, err := stale.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				t.Fatalf("the late commit was refused (%v): it must be applied for the scenario", err)
+			}
+		}
+	}
+	if committedEquals(t, addrs, "g", end) {
+		t.Fatal("the late commit did not move the group's offsets back")
 	}
 	waitFor(t, 20*time.Second, "the stale commit repaired without new input", func() bool {
 		return committedEquals(t, addrs, "g", end)
