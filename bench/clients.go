@@ -60,6 +60,9 @@ func consumeRaw(ctx context.Context, m *meter) error {
 				go func() {
 					defer wg.Done()
 					for _, r := range p.Records {
+						if m.stopped() {
+							return // the rest of the fetch is not handled, not marked: redelivered
+						}
 						m.begin()
 						handle(ctx, m.spec.Handler)
 						m.handled()

@@ -87,6 +87,16 @@ func (m *meter) handled() {
 	}
 }
 
+// stopped reports whether the measured span is over.
+func (m *meter) stopped() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (m *meter) finish() {
 	m.doneOnce.Do(func() {
 		m.end, m.cpuEnd, m.endN = time.Now(), cpuNow(), m.n.Load()

@@ -287,15 +287,26 @@ func barPlot(path, title string, cs map[string]cell) error {
 		pl.Y.Scale = plot.LogScale{}
 		pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
-	bars, err := plotter.NewBarChart(vals, vg.Points(28))
-	if err != nil {
-		return err
-	}
-	bars.Color = color.RGBA{R: 70, G: 110, B: 170, A: 255}
-	pl.Add(bars)
 	xys := make(plotter.XYs, len(vals))
 	for i, v := range vals {
 		xys[i] = plotter.XY{X: float64(i), Y: v}
+	}
+	blue := color.RGBA{R: 70, G: 110, B: 170, A: 255}
+	if log {
+		// Bars start at 0, which a log scale cannot place: points instead.
+		sc, err := plotter.NewScatter(xys)
+		if err != nil {
+			return err
+		}
+		sc.Color, sc.Radius = blue, vg.Points(4)
+		pl.Add(sc, plotter.NewGrid())
+	} else {
+		bars, err := plotter.NewBarChart(vals, vg.Points(28))
+		if err != nil {
+			return err
+		}
+		bars.Color = blue
+		pl.Add(bars)
 	}
 	eb, err := plotter.NewYErrorBars(struct {
 		plotter.XYer
@@ -305,13 +316,8 @@ func barPlot(path, title string, cs map[string]cell) error {
 		return err
 	}
 	pl.Add(eb)
-	if log {
-		pl.Y.Min = 10
-	}
 	pl.NominalX(names...)
 	pl.X.Tick.Label.Rotation = math.Pi / 5
-	pl.X.Tick.Label.XAlign = -1
-	pl.X.Tick.Label.YAlign = 0
 	pl.X.Tick.Label.XAlign, pl.X.Tick.Label.YAlign = -0.9, -0.5
 	return pl.Save(vg.Points(float64(60*len(vals)+160)), 6*vg.Inch, path)
 }
