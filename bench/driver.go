@@ -80,7 +80,7 @@ func allMain(args []string) error {
 	fs.IntVar(&f.sweepRecords, "sweep-records", 60000, "records of each key-sweep backlog (1, 10, 100, 1,000 keys)")
 	fs.IntVar(&f.rounds, "rounds", 4, "rounds of the no-op and 20 ms workloads (interleaved: A B B A)")
 	fs.IntVar(&f.sweepRounds, "sweep-rounds", 2, "rounds of each key-sweep point")
-	fs.DurationVar(&f.window, "window", 8*time.Second, "a slow run stops this long after its first record (or at the backlog's end)")
+	fs.DurationVar(&f.window, "window", 6*time.Second, "a slow run stops this long after its first record (or at the backlog's end)")
 	fs.DurationVar(&f.handler, "handler", 20*time.Millisecond, "the slow handler's duration")
 	fs.StringVar(&f.clients, "clients", strings.Join(allClients, ","), "contenders of the no-op and 20 ms workloads")
 	fs.StringVar(&f.sweepClients, "sweep-clients", strings.Join(allClients, ","), "contenders of the key sweep")

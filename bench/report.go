@@ -318,8 +318,11 @@ func barPlot(path, title string, cs map[string]cell) error {
 	pl.Add(eb)
 	pl.NominalX(names...)
 	pl.X.Tick.Label.Rotation = math.Pi / 5
-	pl.X.Tick.Label.XAlign, pl.X.Tick.Label.YAlign = -0.9, -0.5
-	return pl.Save(vg.Points(float64(60*len(vals)+160)), 6*vg.Inch, path)
+	pl.X.Tick.Label.XAlign, pl.X.Tick.Label.YAlign = -1, -1
+	if !log {
+		pl.Y.Tick.Marker = commaTicks{}
+	}
+	return save(pl, vg.Points(float64(60*len(vals)+160)), 6*vg.Inch, path)
 }
 
 // sweepPlot draws records/s against key count, one line per contender,
@@ -332,6 +335,7 @@ func sweepPlot(path, handler string, cols []string, sweep map[int]map[string]cel
 	pl.X.Scale, pl.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	pl.X.Tick.Marker, pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
 	pl.Legend.Top, pl.Legend.Left = true, true
+	pl.Legend.YOffs = -vg.Inch / 2 // below the unordered line, which runs along the top
 	for i, c := range cols {
 		var xys plotter.XYs
 		for _, k := range sweepKeys {
@@ -352,5 +356,26 @@ func sweepPlot(path, handler string, cols []string, sweep map[int]map[string]cel
 		pl.Add(l, pts)
 		pl.Legend.Add(labels[c], l, pts)
 	}
-	return pl.Save(8*vg.Inch, 6*vg.Inch, path)
+	return save(pl, 8*vg.Inch, 6*vg.Inch, path)
+}
+
+// save writes the plot as path (SVG) and as the same name in PNG.
+func save(pl *plot.Plot, w, h vg.Length, path string) error {
+	if err := pl.Save(w, h, path); err != nil {
+		return err
+	}
+	return pl.Save(w, h, strings.TrimSuffix(path, filepath.Ext(path))+".png")
+}
+
+// commaTicks are gonum's default ticks labelled 250,000 rather than 250000.00.
+type commaTicks struct{}
+
+func (commaTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = commas(int64(math.Round(ts[i].Value)))
+		}
+	}
+	return ts
 }
