@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -181,9 +182,9 @@ func ratio(c, raw cell, okc, okr bool) string {
 func report(dir string, res *results) error {
 	var b strings.Builder
 	p := res.Params
-	fmt.Fprintf(&b, "Run of %s UTC: backlog of %s records of %s B on %s partitions over %d keys; "+
+	fmt.Fprintf(&b, "Run of %s UTC: backlog of %s records of %s B on %s partitions over %s keys; "+
 		"%s rounds (no-op, %s handler), %s per sweep point; a slow run stops %s after its first record.\n\n",
-		res.Started.Format("2006-01-02 15:04"), p["records"], p["value_bytes"], p["partitions"], mainKeys,
+		res.Started.Format("2006-01-02 15:04"), commaStr(p["records"]), p["value_bytes"], p["partitions"], commas(mainKeys),
 		p["rounds"], p["handler"], p["sweep_rounds"], p["window"])
 	noop, slow := cells(res, "noop"), cells(res, "slow")
 	rawN, okRawN := noop["raw"]
@@ -378,4 +379,12 @@ func (commaTicks) Ticks(min, max float64) []plot.Tick {
 		}
 	}
 	return ts
+}
+
+func commaStr(s string) string {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return s
+	}
+	return commas(n)
 }
