@@ -76,7 +76,7 @@ func allMain(args []string) error {
 	fs.StringVar(&f.brokers, "brokers", "127.0.0.1:9092", "seed brokers, comma separated")
 	fs.StringVar(&f.out, "out", "results", "directory for results.json, tables.md and the plots")
 	fs.BoolVar(&f.quick, "quick", false, "small backlog, 1 round, short windows: checks the pipeline")
-	fs.IntVar(&f.records, "records", 300000, "records of the main backlog (10,000 keys): the no-op workload drains it")
+	fs.IntVar(&f.records, "records", 1000000, "records of the main backlog (10,000 keys): the no-op workload drains it")
 	fs.IntVar(&f.sweepRecords, "sweep-records", 60000, "records of each key-sweep backlog (1, 10, 100, 1,000 keys)")
 	fs.IntVar(&f.rounds, "rounds", 4, "rounds of the no-op and 20 ms workloads (interleaved: A B B A)")
 	fs.IntVar(&f.sweepRounds, "sweep-rounds", 2, "rounds of each key-sweep point")
