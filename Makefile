@@ -1,7 +1,7 @@
 # Targets named in the README. CI runs `make ci` through .ci/run.
 GO ?= go
 
-.PHONY: build test test-race test-short test-kafka test-kafka-3 bench lint ci
+.PHONY: build test test-race test-short test-kafka test-kafka-3 bench bench-compare lint ci
 
 build:
 	$(GO) build -o bin/ordercast ./cmd/ordercast
@@ -36,6 +36,21 @@ test-short:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./processor/ ./schema/ ./replay/
+
+# The side-by-side benchmark (bench/, a module of its own; BENCHMARKS.md, "Side by side with other
+# clients"): starts a throwaway 1-node Kafka (state $(BENCH_KAFKA_STATE), port $(BENCH_KAFKA_PORT)),
+# runs every contender and workload, writes bench/$(BENCH_OUT) (tables.md, *.svg, results.json),
+# then stops and deletes the broker. BENCH_FLAGS=--quick checks the pipeline in a few minutes.
+BENCH_KAFKA_STATE ?= /tmp/ordercast-kafka-bench
+BENCH_KAFKA_PORT ?= 19592
+BENCH_OUT ?= results
+BENCH_FLAGS ?=
+bench-compare:
+	@export ORDERCAST_KAFKA_STATE=$(BENCH_KAFKA_STATE) ORDERCAST_KAFKA_PORT=$(BENCH_KAFKA_PORT) \
+	  ORDERCAST_KAFKA_EXTRA_PROPS=group.initial.rebalance.delay.ms=0; \
+	scripts/kafka.sh start --clean --brokers 1 || exit 1; \
+	cd bench && $(GO) run . all --brokers 127.0.0.1:$(BENCH_KAFKA_PORT) --out $(BENCH_OUT) $(BENCH_FLAGS); rc=$$?; \
+	cd .. && scripts/kafka.sh stop --clean; exit $$rc
 
 lint:
 	$(GO) vet ./...

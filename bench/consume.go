@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// runSpec is what one consumer process is asked to do: read topic from its
+// start in a fresh group, handle each record (sleeping handlerMS), commit
+// after handling, and stop at target records or window after the first
+// record, whichever comes first.
+type runSpec struct {
+	Client    string        `json:"client"`
+	Brokers   []string      `json:"brokers"`
+	Topic     string        `json:"topic"`
+	Group     string        `json:"group"`
+	Target    int           `json:"target"`
+	Handler   time.Duration `json:"handler"`
+	Window    time.Duration `json:"window"`
+	Partitons int           `json:"partitions"`
+}
+
+// runResult is what a consumer process writes on its stdout as one JSON
+// line: records handled in the measured span (first record to stop), the
+// span in seconds, and the process's CPU time (user+system) in that span.
+type runResult struct {
+	Records    int64   `json:"records"`
+	Seconds    float64 `json:"seconds"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+}
+
+// meter counts handled records and marks the measured span: it starts at the
+// first record and ends when the target is reached or the window is over.
+type meter struct {
+	spec     runSpec
+	n        atomic.Int64
+	once     sync.Once
+	start    time.Time
+	cpuStart float64
+	started  chan struct{}
+	done     chan struct{}
+	doneOnce sync.Once
+	end      time.Time
+	cpuEnd   float64
+	endN     int64
+}
+
+func newMeter(s runSpec) *meter {
+	return &meter{spec: s, started: make(chan struct{}), done: make(chan struct{})}
+}
+
+func cpuNow() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+// begin is called when a record arrives, before its handler runs.
+func (m *meter) begin() {
+	m.once.Do(func() {
+		m.start, m.cpuStart = time.Now(), cpuNow()
+		close(m.started)
+		go func() {
+			select {
+			case <-time.After(m.spec.Window):
+				m.finish()
+			case <-m.done:
+			}
+		}()
+	})
+}
+
+// handled is called after a record's handler returned (before its commit is
+// marked, which is cheap for every client here).
+func (m *meter) handled() {
+	if m.n.Add(1) == int64(m.spec.Target) {
+		m.finish()
+	}
+}
+
+// stopped reports whether the measured span is over.
+func (m *meter) stopped() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (m *meter) finish() {
+	m.doneOnce.Do(func() {
+		m.end, m.cpuEnd, m.endN = time.Now(), cpuNow(), m.n.Load()
+		close(m.done)
+	})
+}
+
+func (m *meter) result() runResult {
+	return runResult{Records: m.endN, Seconds: m.end.Sub(m.start).Seconds(), CPUSeconds: m.cpuEnd - m.cpuStart}
+}
+
+// handle is the workload: nothing, or a sleep of the handler duration (a
+// service waiting on I/O).
+func handle(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+}
+
+// consumers are the Go contenders, each run in its own process by the
+// "consume" subcommand. Each returns once m.done is closed (having stopped
+// its client, committing what it handled) or on an error.
+var consumers = map[string]func(ctx context.Context, m *meter) error{
+	"raw":                 consumeRaw,
+	"processor-partition": consumeProcessor("partition"),
+	"processor-key":       consumeProcessor("key"),
+	"processor-unordered": consumeProcessor("unordered"),
+	"watermill":           consumeWatermill,
+	"kafka-go":            consumeKafkaGo,
+	"confluent":           consumeConfluent,
+}
+
+// consumeMain is the "consume" subcommand: spec as JSON in argv, result as
+// JSON on stdout.
+func consumeMain(arg string) error {
+	var s runSpec
+	if err := json.Unmarshal([]byte(arg), &s); err != nil {
+		return fmt.Errorf("consume: spec: %w", err)
+	}
+	f, ok := consumers[s.Client]
+	if !ok {
+		return fmt.Errorf("consume: unknown client %q", s.Client)
+	}
+	m := newMeter(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// No first record within a minute: the consumer is broken, not slow.
+	go func() {
+		select {
+		case <-m.started:
+		case <-time.After(60 * time.Second):
+			fmt.Fprintln(os.Stderr, "consume: no record in 60s")
+			os.Exit(3)
+		}
+	}()
+	if os.Getenv("BENCH_DEBUG") != "" {
+		go func() {
+			for range time.Tick(time.Second) {
+				fmt.Fprintln(os.Stderr, "handled", m.n.Load())
+			}
+		}()
+	}
+	if err := f(ctx, m); err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(m.result())
+}

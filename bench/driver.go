@@ -1,0 +1,331 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// allClients is every contender, in table order.
+var allClients = []string{
+	"raw", "processor-partition", "processor-key", "processor-unordered",
+	"watermill", "kafka-go", "confluent", "kafkajs-message", "kafkajs-batch",
+}
+
+// sweepKeys are the key counts of the sweep (Parallel Consumer's table).
+var sweepKeys = []int{1, 10, 100, 1000, 10000}
+
+const (
+	partitions = 6
+	valueSize  = 1024
+	mainKeys   = 10000
+)
+
+// sample is one measured run of one contender on one workload.
+type sample struct {
+	Workload string  `json:"workload"` // "noop", "slow" or "keys-<n>"
+	Client   string  `json:"client"`
+	Round    int     `json:"round"`
+	Records  int64   `json:"records"`
+	Seconds  float64 `json:"seconds"`
+	CPU      float64 `json:"cpu_seconds"`
+	Err      string  `json:"error,omitempty"`
+}
+
+// results is what results.json holds: the parameters, the versions and the
+// samples.
+type results struct {
+	Started  time.Time         `json:"started"`
+	Params   map[string]string `json:"params"`
+	Versions map[string]string `json:"versions"`
+	Samples  []sample          `json:"samples"`
+}
+
+type allFlags struct {
+	brokers      string
+	out          string
+	quick        bool
+	records      int
+	sweepRecords int
+	rounds       int
+	sweepRounds  int
+	window       time.Duration
+	handler      time.Duration
+	clients      string
+	sweepClients string
+	workloads    string
+	nodeDir      string
+}
+
+func allMain(args []string) error {
+	var f allFlags
+	fs := flag.NewFlagSet("all", flag.ExitOnError)
+	fs.StringVar(&f.brokers, "brokers", "127.0.0.1:9092", "seed brokers, comma separated")
+	fs.StringVar(&f.out, "out", "results", "directory for results.json, tables.md and the plots")
+	fs.BoolVar(&f.quick, "quick", false, "small backlog, 1 round, short windows: checks the pipeline")
+	fs.IntVar(&f.records, "records", 1000000, "records of the main backlog (10,000 keys): the no-op workload drains it")
+	fs.IntVar(&f.sweepRecords, "sweep-records", 60000, "records of each key-sweep backlog (1, 10, 100, 1,000 keys)")
+	fs.IntVar(&f.rounds, "rounds", 4, "rounds of the no-op and 20 ms workloads (interleaved: A B B A)")
+	fs.IntVar(&f.sweepRounds, "sweep-rounds", 2, "rounds of each key-sweep point")
+	fs.DurationVar(&f.window, "window", 6*time.Second, "a slow run stops this long after its first record (or at the backlog's end)")
+	fs.DurationVar(&f.handler, "handler", 20*time.Millisecond, "the slow handler's duration")
+	fs.StringVar(&f.clients, "clients", strings.Join(allClients, ","), "contenders of the no-op and 20 ms workloads")
+	fs.StringVar(&f.sweepClients, "sweep-clients", strings.Join(allClients, ","), "contenders of the key sweep")
+	fs.StringVar(&f.workloads, "workloads", "noop,slow,sweep", "workloads to run")
+	fs.StringVar(&f.nodeDir, "node-dir", "node", "directory of the KafkaJS script (npm ci is run there)")
+	fs.Parse(args)
+	if f.quick {
+		f.records, f.sweepRecords, f.rounds, f.sweepRounds, f.window = 20000, 5000, 1, 1, 2*time.Second
+	}
+	brokers := strings.Split(f.brokers, ",")
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return err
+	}
+	res := &results{Started: time.Now().UTC(), Params: map[string]string{
+		"records": strconv.Itoa(f.records), "sweep_records": strconv.Itoa(f.sweepRecords),
+		"rounds": strconv.Itoa(f.rounds), "sweep_rounds": strconv.Itoa(f.sweepRounds),
+		"window": f.window.String(), "handler": f.handler.String(), "partitions": strconv.Itoa(partitions),
+		"value_bytes": strconv.Itoa(valueSize), "quick": strconv.FormatBool(f.quick),
+	}}
+	clients, sweepClients := strings.Split(f.clients, ","), strings.Split(f.sweepClients, ",")
+	for _, c := range append(clients, sweepClients...) {
+		if !known(c) {
+			return fmt.Errorf("unknown client %q (known: %s)", c, strings.Join(allClients, ", "))
+		}
+	}
+	if hasNode(clients) || hasNode(sweepClients) {
+		logf("npm ci in %s", f.nodeDir)
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir, cmd.Stdout, cmd.Stderr = f.nodeDir, os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("npm ci: %w", err)
+		}
+	}
+	res.Versions = versions(f.nodeDir, brokers)
+	work := strings.Split(f.workloads, ",")
+	ctx := context.Background()
+
+	mainTopic := "bench-main"
+	if err := seed(ctx, brokers, mainTopic, f.records, mainKeys); err != nil {
+		return err
+	}
+	save := func() error { return writeResults(f.out, res) }
+	if has(work, "noop") {
+		// The no-op drains the whole backlog; the window is only a bound.
+		runRounds(res, "noop", clients, f.rounds, runSpec{Brokers: brokers, Topic: mainTopic, Target: f.records,
+			Window: 10 * time.Minute, Partitons: partitions}, f.nodeDir)
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	if has(work, "slow") {
+		runRounds(res, "slow", clients, f.rounds, runSpec{Brokers: brokers, Topic: mainTopic, Target: f.records,
+			Handler: f.handler, Window: f.window, Partitons: partitions}, f.nodeDir)
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	if has(work, "sweep") {
+		for _, k := range sweepKeys {
+			topic, n := mainTopic, f.records
+			if k != mainKeys {
+				topic, n = fmt.Sprintf("bench-keys-%d", k), f.sweepRecords
+				if err := seed(ctx, brokers, topic, n, k); err != nil {
+					return err
+				}
+			}
+			runRounds(res, fmt.Sprintf("keys-%d", k), sweepClients, f.sweepRounds, runSpec{Brokers: brokers,
+				Topic: topic, Target: n, Handler: f.handler, Window: f.window, Partitons: partitions}, f.nodeDir)
+			if err := save(); err != nil {
+				return err
+			}
+		}
+	}
+	return report(f.out, res)
+}
+
+func known(c string) bool {
+	for _, k := range allClients {
+		if c == k {
+			return true
+		}
+	}
+	return false
+}
+
+func hasNode(cs []string) bool {
+	for _, c := range cs {
+		if strings.HasPrefix(c, "kafkajs") {
+			return true
+		}
+	}
+	return false
+}
+
+func has(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// runRounds runs every client once per round, the order reversed every
+// other round (A B, B A, A B...), each in a fresh consumer group.
+func runRounds(res *results, workload string, clients []string, rounds int, spec runSpec, nodeDir string) {
+	for r := 0; r < rounds; r++ {
+		order := append([]string(nil), clients...)
+		if r%2 == 1 {
+			for i, j := 0, len(order)-1; i < j; i, j = i+1, j-1 {
+				order[i], order[j] = order[j], order[i]
+			}
+		}
+		for _, c := range order {
+			s := spec
+			s.Client = c
+			s.Group = fmt.Sprintf("bench-%s-%s-%d-%d", workload, c, r, time.Now().UnixNano())
+			got, err := runOne(s, nodeDir)
+			smp := sample{Workload: workload, Client: c, Round: r, Records: got.Records, Seconds: got.Seconds, CPU: got.CPUSeconds}
+			if err != nil {
+				smp.Err = err.Error()
+				logf("%s %s round %d: %v", workload, c, r, err)
+			} else {
+				logf("%s %-20s round %d: %d records in %.2fs = %.0f rec/s, %.2f µs CPU/rec", workload, c, r,
+					got.Records, got.Seconds, float64(got.Records)/got.Seconds, got.CPUSeconds*1e6/float64(got.Records))
+			}
+			res.Samples = append(res.Samples, smp)
+		}
+	}
+}
+
+// runOne runs one contender in a process of its own and reads its result.
+func runOne(s runSpec, nodeDir string) (runResult, error) {
+	arg, err := json.Marshal(s)
+	if err != nil {
+		return runResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.Window+3*time.Minute)
+	defer cancel()
+	var cmd *exec.Cmd
+	if strings.HasPrefix(s.Client, "kafkajs") {
+		cmd = exec.CommandContext(ctx, "node", "consume.js", string(arg))
+		cmd.Dir = nodeDir
+	} else {
+		self, err := os.Executable()
+		if err != nil {
+			return runResult{}, err
+		}
+		cmd = exec.CommandContext(ctx, self, "consume", string(arg))
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return runResult{}, fmt.Errorf("%w: %s", err, lastLine(stderr.String()))
+	}
+	var r runResult
+	if err := json.Unmarshal(bytes.TrimSpace(lastLineBytes(stdout.Bytes())), &r); err != nil {
+		return runResult{}, fmt.Errorf("result %q: %w", stdout.String(), err)
+	}
+	if r.Records == 0 || r.Seconds <= 0 {
+		return r, errors.New("no record handled")
+	}
+	return r, nil
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+func lastLineBytes(b []byte) []byte { return []byte(lastLine(string(b))) }
+
+// seed (re)creates topic with 6 partitions and writes n records of 1 KiB
+// random (incompressible) values over keys distinct keys with franz-go's
+// default producer (default batching, linger, compression and partitioner).
+func seed(ctx context.Context, brokers []string, topic string, n, keys int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.DeleteTopic(ctx, topic); err == nil {
+		// Deletion is asynchronous on the broker: wait until the name is free.
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			td, err := adm.ListTopics(ctx, topic)
+			if err == nil && !td.Has(topic) {
+				break
+			}
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+		if err == nil && resp.Err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("create %s: %v %v", topic, err, resp.Err)
+		}
+	}
+	logf("seeding %s: %d records of %d B over %d keys", topic, n, valueSize, keys)
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(keys)))
+	errc := make(chan error, 1)
+	for i := 0; i < n; i++ {
+		v := make([]byte, valueSize)
+		for j := 0; j < valueSize; j += 8 {
+			x := rng.Uint64()
+			for b := 0; b < 8; b++ {
+				v[j+b] = byte(x >> (8 * b))
+			}
+		}
+		r := &kgo.Record{Key: []byte("key-" + strconv.Itoa(i%keys)), Value: v}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("seed %s: %w", topic, err)
+	default:
+	}
+	logf("seeded %s in %.1fs", topic, time.Since(start).Seconds())
+	return nil
+}
+
+func writeResults(dir string, res *results) error {
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644)
+}
