@@ -95,13 +95,27 @@ func (p *Processor) enqueue(fetches kgo.Fetches) {
 		if end > ps.hwm {
 			ps.hwm = end
 		}
+		if len(ps.pending) == 0 && len(fp.Records) > 0 && ps.held != holdNone {
+			// Held with nothing pending (a share hold lifts only once
+			// pending is empty, so this is a fetch that raced the pause):
+			// admission decides again.
+			p.releaseHoldLocked(ps)
+		}
 		if len(ps.pending) == 0 && len(fp.Records) > 0 {
 			p.pendingParts = append(p.pendingParts, ps)
 		}
 		ps.pending = append(ps.pending, fp.Records...)
 		p.pendingRecs += len(fp.Records)
-		if ps.windowFull {
-			p.windowRecs += len(fp.Records)
+		var nb int64
+		for _, r := range fp.Records {
+			nb += int64(len(r.Key) + len(r.Value))
+		}
+		ps.pendingB += nb
+		if ps.held != holdNone {
+			p.heldRecs += len(fp.Records)
+			if ps.held == holdShare {
+				p.shareHeldB += nb
+			}
 		}
 		p.cfg.metrics.setLag(p.cfg.group, ps)
 	})
@@ -120,17 +134,16 @@ func (p *Processor) moveLocked() {
 				continue
 			}
 			r := ps.pending[0]
-			if p.windowBlocksLocked(ps, r) {
-				// Out of pendingParts until the commit point moves
-				// (see unblockWindowLocked).
-				ps.windowFull = true
-				p.windowRecs += len(ps.pending)
-				ps.m.windowFull(ps.tp, true)
+			if h := p.admitHoldLocked(ps, r); h != holdNone {
+				// Out of pendingParts until it may admit again (see
+				// unholdLocked).
+				p.setHoldLocked(ps, h)
 				continue
 			}
 			ps.pending[0] = nil
 			ps.pending = ps.pending[1:]
 			p.pendingRecs--
+			ps.pendingB -= int64(len(r.Key) + len(r.Value))
 			p.admitLocked(ps, r)
 			if len(ps.pending) > 0 {
 				kept = append(kept, ps)
@@ -163,17 +176,75 @@ func (p *Processor) windowBlocksLocked(ps *partState, r *kgo.Record) bool {
 	return binary.MaxVarintLen64+ps.tracker.mapBound+ps.tracker.mapCost(r.Offset) > mapRawBudget(p.cfg.metaMaxBytes)
 }
 
-// unblockWindowLocked puts ps back among the partitions with records to admit
-// once its next record fits the map again, and admits what fits (the poll
-// loop may be blocked in a poll that brings nothing for ps: its fetching is
-// paused). p.mu held.
-func (p *Processor) unblockWindowLocked(ps *partState) {
-	if !ps.windowFull || (len(ps.pending) > 0 && p.windowBlocksLocked(ps, ps.pending[0])) {
+// hold is why a partition admits no more records for now (partState.held).
+type hold uint8
+
+const (
+	holdNone   hold = iota
+	holdWindow      // the completed-offsets map is full (windowBlocksLocked)
+	holdShare       // OrderPartition: the partition holds its share of MaxInFlight (shareFullLocked)
+)
+
+// admitHoldLocked reports whether r, the next pending record of ps, must
+// wait, and why. p.mu held.
+func (p *Processor) admitHoldLocked(ps *partState, r *kgo.Record) hold {
+	switch {
+	case p.windowBlocksLocked(ps, r):
+		return holdWindow
+	case p.shareFullLocked(ps):
+		return holdShare
+	}
+	return holdNone
+}
+
+// shareFullLocked reports whether ps holds its share of MaxInFlight: in
+// OrderPartition a partition's records are handled one at a time, so
+// admitting hundreds of one partition's records (a fetch brings whole
+// producer batches, about 1 MB each) while another partition has none would
+// leave that other partition idle, and with a slow handler the member would
+// handle one or two partitions at a time. Each assigned partition may hold
+// at most MaxInFlight / assigned partitions records and the same share of
+// the bytes (rounded up), counting only records that can make progress
+// (not parked: a failing partition's records go on to the parked room, as
+// before). Its surplus stays pending and its fetching paused. p.mu held.
+func (p *Processor) shareFullLocked(ps *partState) bool {
+	if p.cfg.ordering != OrderPartition {
+		return false
+	}
+	active := ps.recs - ps.parked
+	if active == 0 {
+		return false // the first record is always admitted
+	}
+	// Rounded up: the shares add up to at least MaxInFlight, so the
+	// member still reaches it (and pauses polling) when every partition
+	// holds its share.
+	n := max(1, p.activeParts)
+	return active >= (p.cfg.maxRecords+n-1)/n || ps.bytes-ps.parkedB >= (p.cfg.maxBytes+int64(n)-1)/int64(n)
+}
+
+// unholdLocked puts held ps back among the partitions with records to admit
+// once its next record may be admitted (its completed-offsets map has room
+// again, or its share), and admits what fits (the poll loop may be blocked
+// in a poll that brings nothing for ps: its fetching is paused). A
+// partition held by its share with nothing pending is resumed, so the next
+// poll fetches it. p.mu held.
+func (p *Processor) unholdLocked(ps *partState) {
+	if ps.held == holdNone {
 		return
 	}
-	ps.windowFull = false
-	ps.m.windowFull(ps.tp, false)
-	p.windowRecs -= len(ps.pending)
+	if len(ps.pending) > 0 {
+		if h := p.admitHoldLocked(ps, ps.pending[0]); h != holdNone {
+			if h != ps.held {
+				p.releaseHoldLocked(ps)
+				p.setHoldLocked(ps, h)
+			}
+			return
+		}
+	}
+	if ps.held == holdShare && len(ps.pending) == 0 && p.shareFullLocked(ps) {
+		return // nothing to admit; fetch again once below the share
+	}
+	p.releaseHoldLocked(ps)
 	if len(ps.pending) > 0 {
 		p.pendingParts = append(p.pendingParts, ps)
 	}
@@ -183,6 +254,31 @@ func (p *Processor) unblockWindowLocked(ps *partState) {
 	if !p.paused {
 		p.moveLocked()
 	}
+}
+
+// setHoldLocked holds ps (not held) for reason h. p.mu held.
+func (p *Processor) setHoldLocked(ps *partState, h hold) {
+	ps.held = h
+	p.heldRecs += len(ps.pending)
+	switch h {
+	case holdWindow:
+		ps.m.windowFull(ps.tp, true)
+	case holdShare:
+		p.shareHeldB += ps.pendingB
+	}
+}
+
+// releaseHoldLocked clears the hold of ps (its pending records count as
+// pending for admission again). p.mu held.
+func (p *Processor) releaseHoldLocked(ps *partState) {
+	switch ps.held {
+	case holdWindow:
+		ps.m.windowFull(ps.tp, false)
+	case holdShare:
+		p.shareHeldB -= ps.pendingB
+	}
+	ps.held = holdNone
+	p.heldRecs -= len(ps.pending)
 }
 
 // admitLocked puts a fetched record into its lane.
@@ -238,15 +334,14 @@ func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 
 // dropPendingLocked forgets the pending records of s.
 func (p *Processor) dropPendingLocked(s *partState) {
-	if s.windowFull {
-		s.windowFull = false
-		s.m.windowFull(s.tp, false)
-		p.windowRecs -= len(s.pending)
+	if s.held != holdNone {
+		p.releaseHoldLocked(s)
 	}
 	if len(s.pending) == 0 {
 		return
 	}
 	p.pendingRecs -= len(s.pending)
+	s.pendingB = 0
 	s.pending = nil
 	kept := p.pendingParts[:0]
 	for _, ps := range p.pendingParts {
@@ -344,6 +439,13 @@ func (p *Processor) checkBackpressureLocked() {
 		p.mm.setPaused(false)
 		p.cond.Broadcast() // the poll loop waits for this
 	}
+	switch budget := max(maxB/4, 1<<20); {
+	case !p.pendingFull && p.shareHeldB >= budget:
+		p.pendingFull = true
+	case p.pendingFull && p.shareHeldB < budget:
+		p.pendingFull = false
+		p.cond.Broadcast() // the poll loop waits for this
+	}
 	switch {
 	case !p.parkFull && (p.parked >= maxR || p.parkedB >= maxB):
 		p.parkFull = true
@@ -355,12 +457,12 @@ func (p *Processor) checkBackpressureLocked() {
 }
 
 // wantPausedLocked reports whether fetching of ps should be paused in the
-// client: a failing retry-topic/DLQ write (S11), a full completed-offsets
-// map (windowFull), a full parked room with parked records in ps, or nothing held in ps able to make progress where
+// client: a failing retry-topic/DLQ write (S11), a held partition (a full
+// completed-offsets map, or its share of MaxInFlight in OrderPartition), a full parked room with parked records in ps, or nothing held in ps able to make progress where
 // fetching more cannot help either (partition order, whose single lane is
 // failing, and retry topics, whose later records are due later still).
 func (p *Processor) wantPausedLocked(ps *partState) bool {
-	return ps.blocked != nil || ps.windowFull || (p.parkFull && ps.parked > 0) ||
+	return ps.blocked != nil || ps.held != holdNone || (p.parkFull && ps.parked > 0) ||
 		(ps.recs > 0 && ps.parked == ps.recs && (ps.retry || p.cfg.ordering == OrderPartition))
 }
 
@@ -465,6 +567,9 @@ func (p *Processor) worker() {
 			ps.forwarding--
 		}
 		more := p.settle(l, it, err)
+		if ps.held == holdShare && ps.state == partActive {
+			p.unholdLocked(ps) // a failing lane's records are parked: out of the share
+		}
 		if ps.state == partDraining && ps.running == 0 {
 			p.cond.Broadcast() // a release is waiting for this
 		}
@@ -598,9 +703,6 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 func (p *Processor) complete(l *lane, it *item) (more bool) {
 	ps := l.part
 	ps.tracker.complete(&it.entry)
-	if ps.windowFull {
-		p.unblockWindowLocked(ps) // a completion merges runs: the map may have room again
-	}
 	if h := p.cfg.hooks.completed; h != nil {
 		target := ""
 		if it.stage == stageForward {
@@ -620,6 +722,11 @@ func (p *Processor) complete(l *lane, it *item) (more bool) {
 	l.queue = l.queue[1:]
 	if l.failing && it.stage == stageHandle && !p.mustWait(l) {
 		p.setFailingLocked(l, false) // the key recovered
+	}
+	if ps.held != holdNone {
+		// A completion merges runs (the map may have room again) and
+		// frees share room; what is admitted joins l's queue.
+		p.unholdLocked(ps)
 	}
 	p.inFlightChangedLocked()
 	if ps.state == partActive && len(l.queue) > 0 {

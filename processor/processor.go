@@ -56,19 +56,29 @@ type Processor struct {
 	// partitions that have some, in round-robin order.
 	pendingParts []*partState
 	pendingRecs  int
-	// Of pendingRecs, those of partitions whose completed-offsets map is
-	// full (partState.windowFull): they wait outside pendingParts until
-	// their commit point moves, and do not hold the poll loop back.
-	windowRecs int
-	fetchedAt  int64 // Unix nanoseconds of the last poll
-	inRecs     int   // records held, between fetch and completion
-	inBytes    int64 // their key+value bytes
-	parked     int   // of those, records in failing lanes (see lane.failing)
-	parkedB    int64
-	paused     bool // backpressure: the records that can make progress reached MaxInFlight
-	parkFull   bool // parked records reached MaxInFlight: partitions holding parked records are paused
-	stopping   bool
-	ran        bool
+	// Of pendingRecs, those of held partitions (partState.held): they wait
+	// outside pendingParts until the partition may admit again, and do not
+	// hold the poll loop back. pendingBytes are the key+value bytes of all
+	// pending records; pendingFull is set while they reach the pending
+	// budget (see pendingBudget), and the poll loop then waits too.
+	heldRecs int
+	// Key+value bytes pending in partitions held by their share
+	// (holdShare), and whether they reached the pending budget (a quarter
+	// of the MaxInFlight bytes, a fetch's size): the poll loop then waits
+	// too, so that many partitions' surplus cannot add up. Those
+	// partitions' records are not parked, so their surplus drains.
+	shareHeldB  int64
+	pendingFull bool
+	activeParts int   // partitions in partActive
+	fetchedAt   int64 // Unix nanoseconds of the last poll
+	inRecs      int   // records held, between fetch and completion
+	inBytes     int64 // their key+value bytes
+	parked      int   // of those, records in failing lanes (see lane.failing)
+	parkedB     int64
+	paused      bool // backpressure: the records that can make progress reached MaxInFlight
+	parkFull    bool // parked records reached MaxInFlight: partitions holding parked records are paused
+	stopping    bool
+	ran         bool
 
 	commitMu sync.Mutex
 	baseCtx  context.Context
@@ -86,6 +96,7 @@ type partState struct {
 	lanes       map[laneKey]*lane
 	partLane    *lane         // OrderPartition: the one lane, if it exists
 	pending     []*kgo.Record // fetched, not admitted into a lane yet
+	pendingB    int64         // their key+value bytes
 	slab        []item        // items to take for the next admitted records
 	running     int           // handler calls or forward writes in progress
 	recs        int           // records held (fetched, not completed or dropped)
@@ -98,13 +109,16 @@ type partState struct {
 	// committedAt when it was accepted (see CommitRefreshInterval).
 	committedMeta string
 	committedAt   time.Time
-	// windowFull: the next pending record cannot be admitted without the
-	// completed-offsets map outgrowing CommitMetadataMaxBytes; fetching is
-	// paused and admission waits for the commit point to move.
-	windowFull bool
-	hwm        int64        // last seen high watermark / last stable offset
-	blocked    error        // non-nil while a retry-topic/DLQ write keeps failing
-	m          *partMetrics // nil without metrics
+	// held: the partition admits no more records for now, and its
+	// fetching is paused, because its next pending record would make the
+	// completed-offsets map outgrow CommitMetadataMaxBytes (holdWindow:
+	// admission waits for the commit point to move), or because it holds
+	// its share of MaxInFlight in OrderPartition (holdShare: admission
+	// waits for its records to complete). See admitHoldLocked.
+	held    hold
+	hwm     int64        // last seen high watermark / last stable offset
+	blocked error        // non-nil while a retry-topic/DLQ write keeps failing
+	m       *partMetrics // nil without metrics
 	// Retry-topic/DLQ writes in progress, and since when (the client
 	// retries a retriable produce error itself, for up to 30s).
 	forwarding   int
@@ -303,15 +317,17 @@ func (p *Processor) Run(ctx context.Context) error {
 
 // pollLoop fetches records and hands them to partition lanes until ctx ends.
 // It polls only when every record of the last poll was admitted into a lane
-// and MaxInFlight leaves room (backpressure). With BlockRebalanceOnPoll, a
+// or waits in a held partition (whose fetching is paused, so the poll brings
+// records of the others), MaxInFlight leaves room and the pending records
+// are within their budget (backpressure). With BlockRebalanceOnPoll, a
 // rebalance can only run between polls, after the polled records were
 // enqueued: so a revoke callback always sees every record fetched under the
 // old assignment (in a lane or still pending) and can drop them.
 func (p *Processor) pollLoop(ctx context.Context) error {
 	for {
 		p.mu.Lock()
-		for ctx.Err() == nil && (p.paused || p.pendingRecs > p.windowRecs) {
-			if !p.paused {
+		for ctx.Err() == nil && (p.paused || p.pendingFull || p.pendingRecs > p.heldRecs) {
+			if !p.paused && p.pendingRecs > p.heldRecs {
 				p.moveLocked() // room again: admit pending records
 				continue
 			}
