@@ -95,13 +95,7 @@ func (p *Processor) enqueue(fetches kgo.Fetches) {
 		if end > ps.hwm {
 			ps.hwm = end
 		}
-		if len(ps.pending) == 0 && len(fp.Records) > 0 && ps.held != holdNone {
-			// Held with nothing pending (a share hold lifts only once
-			// pending is empty, so this is a fetch that raced the pause):
-			// admission decides again.
-			p.releaseHoldLocked(ps)
-		}
-		if len(ps.pending) == 0 && len(fp.Records) > 0 {
+		if len(ps.pending) == 0 && len(fp.Records) > 0 && ps.held == holdNone {
 			p.pendingParts = append(p.pendingParts, ps)
 		}
 		ps.pending = append(ps.pending, fp.Records...)
@@ -115,6 +109,7 @@ func (p *Processor) enqueue(fetches kgo.Fetches) {
 			p.heldRecs += len(fp.Records)
 			if ps.held == holdShare {
 				p.shareHeldB += nb
+				p.checkPendingShareLocked(ps)
 			}
 		}
 		p.cfg.metrics.setLag(p.cfg.group, ps)
@@ -125,7 +120,6 @@ func (p *Processor) enqueue(fetches kgo.Fetches) {
 // moveLocked admits pending records into their lanes, one per partition in
 // turn, until MaxInFlight is reached or nothing is pending. p.mu held.
 func (p *Processor) moveLocked() {
-	maxR, maxB := p.cfg.maxRecords, p.cfg.maxBytes
 	for len(p.pendingParts) > 0 && !p.paused {
 		kept := p.pendingParts[:0]
 		for _, ps := range p.pendingParts {
@@ -140,19 +134,9 @@ func (p *Processor) moveLocked() {
 				p.setHoldLocked(ps, h)
 				continue
 			}
-			ps.pending[0] = nil
-			ps.pending = ps.pending[1:]
-			p.pendingRecs--
-			ps.pendingB -= int64(len(r.Key) + len(r.Value))
-			p.admitLocked(ps, r)
+			p.admitPendingLocked(ps)
 			if len(ps.pending) > 0 {
 				kept = append(kept, ps)
-			} else {
-				ps.pending = nil
-			}
-			if p.inRecs-p.parked >= maxR || p.inBytes-p.parkedB >= maxB {
-				p.paused = true
-				p.mm.setPaused(true)
 			}
 		}
 		clear(p.pendingParts[len(kept):])
@@ -161,6 +145,32 @@ func (p *Processor) moveLocked() {
 	p.inFlightChangedLocked()
 	p.syncPausesLocked(p.cl, nil)
 	p.checkBackpressureLocked()
+}
+
+// admitPendingLocked admits the next pending record of ps into its lane,
+// and pauses polling when that reaches MaxInFlight. p.mu held.
+func (p *Processor) admitPendingLocked(ps *partState) {
+	r := ps.pending[0]
+	ps.pending[0] = nil
+	ps.pending = ps.pending[1:]
+	if len(ps.pending) == 0 {
+		ps.pending = nil
+	}
+	size := int64(len(r.Key) + len(r.Value))
+	p.pendingRecs--
+	ps.pendingB -= size
+	if ps.held != holdNone {
+		p.heldRecs--
+		if ps.held == holdShare {
+			p.shareHeldB -= size
+			p.checkPendingShareLocked(ps)
+		}
+	}
+	p.admitLocked(ps, r)
+	if p.inRecs-p.parked >= p.cfg.maxRecords || p.inBytes-p.parkedB >= p.cfg.maxBytes {
+		p.paused = true
+		p.mm.setPaused(true)
+	}
 }
 
 // windowBlocksLocked reports whether admitting r into ps could make the
@@ -206,7 +216,8 @@ func (p *Processor) admitHoldLocked(ps *partState, r *kgo.Record) hold {
 // at most MaxInFlight / assigned partitions records and the same share of
 // the bytes (rounded up), counting only records that can make progress
 // (not parked: a failing partition's records go on to the parked room, as
-// before). Its surplus stays pending and its fetching paused. p.mu held.
+// before). Its surplus stays pending (checkPendingShareLocked pauses its
+// fetching once it has enough pending). p.mu held.
 func (p *Processor) shareFullLocked(ps *partState) bool {
 	if p.cfg.ordering != OrderPartition {
 		return false
@@ -222,14 +233,39 @@ func (p *Processor) shareFullLocked(ps *partState) bool {
 	return active >= (p.cfg.maxRecords+n-1)/n || ps.bytes-ps.parkedB >= (p.cfg.maxBytes+int64(n)-1)/int64(n)
 }
 
-// unholdLocked puts held ps back among the partitions with records to admit
-// once its next record may be admitted (its completed-offsets map has room
-// again, or its share), and admits what fits (the poll loop may be blocked
-// in a poll that brings nothing for ps: its fetching is paused). A
-// partition held by its share with nothing pending is resumed, so the next
-// poll fetches it. p.mu held.
+// unholdLocked admits what held ps may admit again. A partition held by
+// its completed-offsets map goes back among the partitions with records to
+// admit once its next record fits the map, and what fits is admitted (the
+// poll loop may be blocked in a poll that brings nothing for ps: its
+// fetching is paused). A partition held by its share admits its pending
+// records directly as its share has room, and stays held until its pending
+// records are all admitted (its fetching is paused by how much it has
+// pending: checkPendingShareLocked). p.mu held.
 func (p *Processor) unholdLocked(ps *partState) {
-	if ps.held == holdNone {
+	switch ps.held {
+	case holdNone:
+		return
+	case holdShare:
+		if ps.state != partActive {
+			return
+		}
+		for len(ps.pending) > 0 && !p.paused {
+			h := p.admitHoldLocked(ps, ps.pending[0])
+			if h == holdShare {
+				break
+			}
+			if h == holdWindow {
+				p.releaseHoldLocked(ps)
+				p.setHoldLocked(ps, h)
+				return
+			}
+			p.admitPendingLocked(ps)
+		}
+		if len(ps.pending) == 0 {
+			p.releaseHoldLocked(ps)
+		}
+		p.inFlightChangedLocked()
+		p.checkBackpressureLocked()
 		return
 	}
 	if len(ps.pending) > 0 {
@@ -240,9 +276,6 @@ func (p *Processor) unholdLocked(ps *partState) {
 			}
 			return
 		}
-	}
-	if ps.held == holdShare && len(ps.pending) == 0 && p.shareFullLocked(ps) {
-		return // nothing to admit; fetch again once below the share
 	}
 	p.releaseHoldLocked(ps)
 	if len(ps.pending) > 0 {
@@ -256,6 +289,21 @@ func (p *Processor) unholdLocked(ps *partState) {
 	}
 }
 
+// unholdSharesLocked lets every partition held by its share admit what its
+// share has room for: the poll loop calls it when MaxInFlight leaves room,
+// for a partition whose last completion came while polling was paused
+// admits nothing by itself until then. p.mu held.
+func (p *Processor) unholdSharesLocked() {
+	if p.heldRecs == 0 {
+		return
+	}
+	for _, ps := range p.parts {
+		if ps.held == holdShare {
+			p.unholdLocked(ps)
+		}
+	}
+}
+
 // setHoldLocked holds ps (not held) for reason h. p.mu held.
 func (p *Processor) setHoldLocked(ps *partState, h hold) {
 	ps.held = h
@@ -265,8 +313,36 @@ func (p *Processor) setHoldLocked(ps *partState, h hold) {
 		ps.m.windowFull(ps.tp, true)
 	case holdShare:
 		p.shareHeldB += ps.pendingB
+		p.checkPendingShareLocked(ps)
 	}
 }
+
+// checkPendingShareLocked pauses or resumes fetching of ps, held by its
+// share, by its pending records: paused from its share of the pending budget
+// (a quarter of the MaxInFlight bytes over the assigned partitions) until
+// half of that. So a partition with a slow handler stops fetching once it
+// has work queued and the fetches go to the others, while one whose handler
+// keeps up goes on fetching ahead (pausing would make the client drop what
+// it buffered for it, and a resumed partition waits for the fetch in flight).
+// p.mu held.
+func (p *Processor) checkPendingShareLocked(ps *partState) {
+	limit := p.pendingBudget() / int64(max(1, p.activeParts))
+	want := ps.pendingB >= limit || (ps.sharePaused && ps.pendingB > limit/2)
+	if ps.held != holdShare {
+		want = false
+	}
+	if want != ps.sharePaused {
+		ps.sharePaused = want
+		if ps.state == partActive {
+			p.syncPausesLocked(p.cl, ps)
+		}
+	}
+}
+
+// pendingBudget is the most bytes partitions held by their share keep
+// pending: a quarter of the MaxInFlight bytes (a fetch's size), at least
+// 1 MiB.
+func (p *Processor) pendingBudget() int64 { return max(p.cfg.maxBytes/4, 1<<20) }
 
 // releaseHoldLocked clears the hold of ps (its pending records count as
 // pending for admission again). p.mu held.
@@ -278,6 +354,9 @@ func (p *Processor) releaseHoldLocked(ps *partState) {
 		p.shareHeldB -= ps.pendingB
 	}
 	ps.held = holdNone
+	if ps.sharePaused {
+		p.checkPendingShareLocked(ps)
+	}
 	p.heldRecs -= len(ps.pending)
 }
 
@@ -439,7 +518,7 @@ func (p *Processor) checkBackpressureLocked() {
 		p.mm.setPaused(false)
 		p.cond.Broadcast() // the poll loop waits for this
 	}
-	switch budget := max(maxB/4, 1<<20); {
+	switch budget := p.pendingBudget(); {
 	case !p.pendingFull && p.shareHeldB >= budget:
 		p.pendingFull = true
 	case p.pendingFull && p.shareHeldB < budget:
@@ -457,12 +536,13 @@ func (p *Processor) checkBackpressureLocked() {
 }
 
 // wantPausedLocked reports whether fetching of ps should be paused in the
-// client: a failing retry-topic/DLQ write (S11), a held partition (a full
-// completed-offsets map, or its share of MaxInFlight in OrderPartition), a full parked room with parked records in ps, or nothing held in ps able to make progress where
+// client: a failing retry-topic/DLQ write (S11), a full completed-offsets
+// map (holdWindow), a partition held by its share with its share of the
+// pending budget (checkPendingShareLocked), a full parked room with parked records in ps, or nothing held in ps able to make progress where
 // fetching more cannot help either (partition order, whose single lane is
 // failing, and retry topics, whose later records are due later still).
 func (p *Processor) wantPausedLocked(ps *partState) bool {
-	return ps.blocked != nil || ps.held != holdNone || (p.parkFull && ps.parked > 0) ||
+	return ps.blocked != nil || ps.held == holdWindow || ps.sharePaused || (p.parkFull && ps.parked > 0) ||
 		(ps.recs > 0 && ps.parked == ps.recs && (ps.retry || p.cfg.ordering == OrderPartition))
 }
 

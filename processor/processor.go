@@ -104,6 +104,7 @@ type partState struct {
 	parked      int           // records held in failing lanes
 	parkedB     int64
 	fetchPaused bool  // this processor has paused fetching of the partition in the client
+	sharePaused bool  // held by its share with its share of the pending budget (checkPendingShareLocked)
 	committed   int64 // last offset committed by this member (-1: none yet)
 	// committedMeta is the completed-offsets map of that commit, and
 	// committedAt when it was accepted (see CommitRefreshInterval).
@@ -179,15 +180,18 @@ func New(opts ...Opt) (*Processor, error) {
 	// SessionTimeout under 3s would expire the session between heartbeats.
 	//
 	// A fetch is at most a quarter of the MaxInFlight bytes (between 1 MiB
-	// and franz-go's default 50 MiB), and at most 1/256 of them per
-	// partition (between 64 KiB and Kafka's default 1 MiB): the processor
+	// and franz-go's default 50 MiB), and at most 1/64 of them per
+	// partition (between 64 KiB and Kafka's default 1 MiB, the size of a
+	// default producer's batches: a broker returns a partition's batch
+	// whole only when it fits, except for the fetch's first partition, so
+	// a smaller bound makes every fetch carry a single partition): the processor
 	// takes a whole fetch at a time and holds it aside until there is room
 	// (see enqueue), while the client may buffer the next one, so these
 	// bound the memory held beyond MaxInFlight. Fetch sizes count compressed
 	// bytes: a batch that compresses 10:1 decodes to ten times its size, so
 	// the per-partition bound matters most.
 	fetchMax := min(max(c.maxBytes/4, 1<<20), 50<<20)
-	partMax := min(max(c.maxBytes/256, 64<<10), 1<<20)
+	partMax := min(max(c.maxBytes/64, 64<<10), 1<<20)
 	kopts := []kgo.Opt{
 		kgo.FetchMaxWait(500 * time.Millisecond),
 		kgo.HeartbeatInterval(min(3*time.Second, c.sessionTimeout/3)),
@@ -326,10 +330,16 @@ func (p *Processor) Run(ctx context.Context) error {
 func (p *Processor) pollLoop(ctx context.Context) error {
 	for {
 		p.mu.Lock()
-		for ctx.Err() == nil && (p.paused || p.pendingFull || p.pendingRecs > p.heldRecs) {
+		for ctx.Err() == nil {
+			if !p.paused {
+				p.unholdSharesLocked() // room again: admit held records
+			}
 			if !p.paused && p.pendingRecs > p.heldRecs {
 				p.moveLocked() // room again: admit pending records
 				continue
+			}
+			if !p.paused && !p.pendingFull {
+				break
 			}
 			p.waitWithContext(ctx)
 		}
