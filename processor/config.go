@@ -264,10 +264,12 @@ func Concurrency(n int) Opt { return opt(func(c *cfg) { c.concurrency = n }) }
 // fetched records wait aside, its fetching paused, so that the poll loop
 // goes on fetching for the partitions that have nothing; those records are
 // bounded by a quarter of the byte bound, past which polling waits. The
-// processor sizes fetches from the byte bound: at most a quarter of it per
-// fetch and 1/64 of it per partition, at most 1 MiB (franz-go's
-// FetchMaxBytes and FetchMaxPartitionBytes; ClientOpts may override them).
-// Memory held is thus about the MaxInFlight bytes plus two fetches.
+// processor sizes fetches from the byte bound and the compression ratio of
+// the batches it reads (fetch sizes count compressed bytes): at most a
+// quarter of it per fetch and 1/32 of it per partition, decoded, the
+// latter at most Kafka's default 1 MiB compressed (franz-go's FetchMaxBytes
+// and FetchMaxPartitionBytes; ClientOpts may set them, and then they stay
+// fixed). Memory held is thus about the MaxInFlight bytes plus two fetches.
 //
 // Records of a failing key (see Concurrency) have a room of their own of the
 // same size: they do not use up this one, and when theirs is full only the

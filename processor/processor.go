@@ -179,24 +179,17 @@ func New(opts ...Opt) (*Processor, error) {
 	// (Kafka's heartbeat.interval.ms default): with franz-go's fixed 3s, a
 	// SessionTimeout under 3s would expire the session between heartbeats.
 	//
-	// A fetch is at most a quarter of the MaxInFlight bytes (between 1 MiB
-	// and franz-go's default 50 MiB), and at most 1/64 of them per
-	// partition (between 64 KiB and Kafka's default 1 MiB, the size of a
-	// default producer's batches: a broker returns a partition's batch
-	// whole only when it fits, except for the fetch's first partition, so
-	// a smaller bound makes every fetch carry a single partition): the processor
-	// takes a whole fetch at a time and holds it aside until there is room
-	// (see enqueue), while the client may buffer the next one, so these
-	// bound the memory held beyond MaxInFlight. Fetch sizes count compressed
-	// bytes: a batch that compresses 10:1 decodes to ten times its size, so
-	// the per-partition bound matters most.
-	fetchMax := min(max(c.maxBytes/4, 1<<20), 50<<20)
-	partMax := min(max(c.maxBytes/64, 64<<10), 1<<20)
+	// Fetch sizes follow the compression ratio of what is read (see
+	// fetchSizer): the processor takes a whole fetch at a time and holds it
+	// aside until there is room (see enqueue), while the client may buffer
+	// the next one, so these bound the memory held beyond MaxInFlight.
+	sizer := newFetchSizer(c.maxBytes)
 	kopts := []kgo.Opt{
 		kgo.FetchMaxWait(500 * time.Millisecond),
 		kgo.HeartbeatInterval(min(3*time.Second, c.sessionTimeout/3)),
-		kgo.FetchMaxBytes(int32(fetchMax)),
-		kgo.FetchMaxPartitionBytes(int32(partMax)),
+		kgo.FetchMaxBytes(sizer.fetch),
+		kgo.FetchMaxPartitionBytes(sizer.part),
+		kgo.WithHooks(sizer),
 	}
 	kopts = append(kopts, c.clientOpts...)
 	start := newStarter(&c, p.retryTopics)
@@ -235,6 +228,7 @@ func New(opts ...Opt) (*Processor, error) {
 		return nil, fmt.Errorf("processor: consumer client: %w", err)
 	}
 	p.cl = cl
+	sizer.start(cl)
 	if w, ok := cl.OptValue(kgo.FetchMaxWait).(time.Duration); ok {
 		p.reach.after = max(p.reach.after, 2*w) // a long poll is not a wait
 	}
