@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -27,26 +28,50 @@ import (
 // Each benchmark reports its own metrics; ns/op is not meaningful and b.N
 // only sets how many measured rounds run (each a full pass over the data).
 
-// benchGroup returns a fresh consumer group name.
-var benchGroupSeq atomic.Int64
+// benchGroup returns a fresh consumer group name, and remembers it so that
+// benchBroker can delete the benchmark's groups from a real cluster.
+var (
+	benchGroupSeq   atomic.Int64
+	benchGroupsMu   sync.Mutex
+	benchGroupNames []string
+)
 
 func benchGroup(prefix string) string {
-	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), benchGroupSeq.Add(1))
+	g := fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), benchGroupSeq.Add(1))
+	benchGroupsMu.Lock()
+	benchGroupNames = append(benchGroupNames, g)
+	benchGroupsMu.Unlock()
+	return g
 }
 
-// rawLoop consumes topic from the start with a plain franz-go poll loop that
-// commits the way the processor does: auto-commit off, each record marked
-// after it was handled, the marks committed every interval (and at the end).
-// It returns the time from the first record to the n-th.
-func rawLoop(b *testing.B, addrs []string, topic string, n int, interval time.Duration, opts ...kgo.Opt) time.Duration {
+// benchGroups returns the groups benchGroup created so far, oldest first.
+func benchGroups() []string {
+	benchGroupsMu.Lock()
+	defer benchGroupsMu.Unlock()
+	return slices.Clone(benchGroupNames)
+}
+
+// rawClient returns a plain franz-go consumer of topic from the start with
+// franz-go's defaults (fetch sizes and waits included), committing the way
+// the processor does: auto-commit of marks every interval, each record
+// marked after it was handled.
+func rawClient(b *testing.B, addrs []string, topic string, interval time.Duration) *kgo.Client {
 	b.Helper()
-	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(benchGroup("raw")), kgo.ConsumeTopics(topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(benchGroup("raw")), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.AutoCommitMarks(), kgo.AutoCommitInterval(interval), kgo.BlockRebalanceOnPoll(),
-		kgo.FetchMaxWait(500*time.Millisecond), kgo.Balancers(kgo.CooperativeStickyBalancer()))...)
+		kgo.Balancers(kgo.CooperativeStickyBalancer()))
 	if err != nil {
 		b.Fatal(err)
 	}
+	return cl
+}
+
+// rawLoop consumes topic with a single poll loop (rawClient) and a no-op
+// handler, and returns the time from the first record to the n-th.
+func rawLoop(b *testing.B, addrs []string, topic string, n int, interval time.Duration) time.Duration {
+	b.Helper()
+	cl := rawClient(b, addrs, topic, interval)
 	defer cl.Close()
 	var first time.Time
 	got := 0
@@ -67,6 +92,73 @@ func rawLoop(b *testing.B, addrs []string, topic string, n int, interval time.Du
 		b.Fatal(err)
 	}
 	return d
+}
+
+// rawPerPartition consumes topic with a poll loop that hands each
+// partition's records to a goroutine of its own (franz-go's
+// goroutine-per-partition example: a channel of 5 fetches per partition,
+// which blocks the poll loop when full), where handler runs one record at a
+// time and marks it. It returns the time from the first handled record to
+// the n-th.
+func rawPerPartition(b *testing.B, addrs []string, topic string, n int, handler func(*kgo.Record)) time.Duration {
+	b.Helper()
+	cl := rawClient(b, addrs, topic, 100*time.Millisecond)
+	defer cl.Close()
+	var first atomic.Int64
+	var handled atomic.Int64
+	done := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	workers := map[int32]chan []*kgo.Record{}
+	stop := make(chan struct{})
+	defer func() { close(stop); wg.Wait() }()
+	for {
+		select {
+		case <-done:
+			d := time.Since(time.Unix(0, first.Load()))
+			return d
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				b.Fatalf("fetch %s[%d]: %v", t, p, err)
+			}
+		})
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+			ch := workers[fp.Partition]
+			if ch == nil {
+				ch = make(chan []*kgo.Record, 5)
+				workers[fp.Partition] = ch
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						case recs := <-ch:
+							for _, r := range recs {
+								first.CompareAndSwap(0, time.Now().UnixNano())
+								handler(r)
+								cl.MarkCommitRecords(r)
+								if handled.Add(1) == int64(n) {
+									once.Do(func() { close(done) })
+								}
+							}
+						}
+					}
+				}()
+			}
+			select {
+			case ch <- fp.Records:
+			case <-done:
+			}
+		})
+		cl.AllowRebalance()
+	}
 }
 
 // processorPass runs a processor with opts and handler h over topic from
@@ -112,57 +204,126 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// BenchmarkThroughputVsRawLoop: a no-op handler, at-least-once, partition
-// order, 1 KiB records (random letters) on 6 partitions. Each round consumes
-// the same backlog four times, each time with a new group: twice with a raw
-// franz-go poll loop that marks each record after "handling" it and commits
-// the marks every 100ms, twice with the processor (CommitInterval 100ms,
-// other options default). The raw loop fetches with the sizes the processor
-// derives from its default MaxInFlight (16 MiB per fetch, 256 KiB per
-// partition), so that both sides ask the client for the same work. It reports both rates (records/s from the first record to the
-// last) and their ratio, median over the rounds, and the CPU time this
-// process spent per record on each side (the broker's is not counted).
+// minMax formats the median of xs with its range, as "m (lo-hi)".
+func minMax(xs []float64, format string) string {
+	return fmt.Sprintf(format+" ("+format+"-"+format+")", median(xs), slices.Min(xs), slices.Max(xs))
+}
+
+// BenchmarkThroughputVsRawLoop: a no-op handler, at-least-once, on 6
+// partitions over 10,000 keys, in two shapes: 300,000 records of 1 KiB and
+// 1,000,000 of 100 bytes (random letters), written by franz-go's default
+// producer (batches of up to 1 MB). Each round consumes the backlog six
+// times, each time with a new group, interleaved raw, partition, key, key,
+// partition, raw: a raw franz-go poll loop with franz-go's defaults that
+// marks each record after "handling" it and commits the marks every
+// 100ms (rawLoop), the processor in partition order and in key order
+// (CommitInterval 100ms, other options default). It reports the rates
+// (records/s from the first record to the last), the ratios to raw, median
+// over the rounds, and the CPU time this process spent per record on each
+// side (the broker's is not counted; it runs in a child process or is the
+// real cluster).
 func BenchmarkThroughputVsRawLoop(b *testing.B) {
-	const records, size = 500_000, 1024
-	addrs := brokerProcess(b, "t1:6", fmt.Sprintf("t1:%d:%d:0", records, size))
-	var raws, procs, ratios, rawCPU, procCPU []float64
+	for _, shape := range []struct {
+		name          string
+		records, size int
+	}{{"1KiB", 300_000, 1024}, {"100B", 1_000_000, 100}} {
+		b.Run("values="+shape.name, func(b *testing.B) { benchThroughput(b, shape.records, shape.size) })
+	}
+}
+
+func benchThroughput(b *testing.B, records, size int) {
+	addrs, topic := benchBroker(b, "t1", 6, benchSeed{records: records, size: size, keys: 10_000})
+	sides := []string{"raw", "partition", "key"}
+	rates := map[string][]float64{}
+	cpus := map[string][]float64{}
+	ratios := map[string][]float64{}
 	b.ResetTimer()
 	for i := range b.N {
-		// ABBA: raw, processor, processor, raw, so that neither side
-		// always runs first; a GC between passes so that neither inherits
-		// the other's garbage.
-		var raw, proc, rawC, procC time.Duration
-		for _, side := range []string{"raw", "proc", "proc", "raw"} {
+		// Interleaved, so that no side always runs first; a GC between
+		// passes so that none inherits another's garbage.
+		d := map[string]time.Duration{}
+		c := map[string]time.Duration{}
+		for _, side := range []string{"raw", "partition", "key", "key", "partition", "raw"} {
 			runtime.GC()
 			c0 := cpuTime(b)
 			if side == "raw" {
-				// The fetch sizes the processor derives from its default
-				// MaxInFlight (64 MiB): the same client work on both sides.
-				raw += rawLoop(b, addrs, "t1", records, 100*time.Millisecond,
-					kgo.FetchMaxBytes(16<<20), kgo.FetchMaxPartitionBytes(256<<10))
-				rawC += cpuTime(b) - c0
+				d[side] += rawLoop(b, addrs, topic, records, 100*time.Millisecond)
+			} else {
+				order := OrderPartition
+				if side == "key" {
+					order = OrderKey
+				}
+				var handled atomic.Int64
+				d[side] += processorPass(b, addrs, topic, func(context.Context, *kgo.Record) error {
+					handled.Add(1)
+					return nil
+				}, func() bool { return handled.Load() >= int64(records) }, CommitInterval(100*time.Millisecond), WithOrdering(order))
+			}
+			c[side] += cpuTime(b) - c0
+		}
+		for _, side := range sides {
+			rates[side] = append(rates[side], 2*float64(records)/d[side].Seconds())
+			cpus[side] = append(cpus[side], float64(c[side].Microseconds())/(2*float64(records)))
+		}
+		for _, side := range sides[1:] {
+			ratios[side] = append(ratios[side], rates[side][i]/rates["raw"][i])
+		}
+		b.Logf("round %d: raw %.0f rec/s (%.2f µs CPU/rec), partition order %.0f rec/s (%.2f µs CPU/rec, ratio %.2f), key order %.0f rec/s (%.2f µs CPU/rec, ratio %.2f)",
+			i+1, rates["raw"][i], cpus["raw"][i], rates["partition"][i], cpus["partition"][i], ratios["partition"][i],
+			rates["key"][i], cpus["key"][i], ratios["key"][i])
+	}
+	b.Logf("medians (min-max) over %d rounds: raw %s rec/s, %s µs CPU/rec; partition order %s rec/s, ratio %s, %s µs CPU/rec; key order %s rec/s, ratio %s, %s µs CPU/rec",
+		b.N, minMax(rates["raw"], "%.0f"), minMax(cpus["raw"], "%.2f"),
+		minMax(rates["partition"], "%.0f"), minMax(ratios["partition"], "%.2f"), minMax(cpus["partition"], "%.2f"),
+		minMax(rates["key"], "%.0f"), minMax(ratios["key"], "%.2f"), minMax(cpus["key"], "%.2f"))
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(median(rates["raw"]), "raw-rec/s")
+	b.ReportMetric(median(rates["partition"]), "part-rec/s")
+	b.ReportMetric(median(ratios["partition"]), "part-ratio")
+	b.ReportMetric(median(rates["key"]), "key-rec/s")
+	b.ReportMetric(median(ratios["key"]), "key-ratio")
+	b.ReportMetric(median(cpus["raw"]), "raw-cpu-µs/rec")
+	b.ReportMetric(median(cpus["partition"]), "part-cpu-µs/rec")
+	b.ReportMetric(median(cpus["key"]), "key-cpu-µs/rec")
+}
+
+// BenchmarkSlowHandlerVsRawLoop: a 20 ms handler (a service doing I/O) on
+// a backlog of 30,000 records of 1 KiB on 6 partitions over 10,000 keys,
+// written by franz-go's default producer. Partition order with the
+// processor's defaults against the raw loop a team would write for it, a
+// poll loop with a goroutine per partition (rawPerPartition), both handling
+// 1,200 records per pass (at most 300 rec/s: about 4 s), interleaved raw,
+// processor, processor, raw. Reports the rates and their ratio, median
+// over the rounds.
+func BenchmarkSlowHandlerVsRawLoop(b *testing.B) {
+	const records, handled, size = 30_000, 1200, 1024
+	addrs, topic := benchBroker(b, "t4", 6, benchSeed{records: records, size: size, keys: 10_000})
+	var raws, procs, ratios []float64
+	b.ResetTimer()
+	for i := range b.N {
+		var raw, proc time.Duration
+		for _, side := range []string{"raw", "proc", "proc", "raw"} {
+			if side == "raw" {
+				raw += rawPerPartition(b, addrs, topic, handled, func(*kgo.Record) { time.Sleep(20 * time.Millisecond) })
 				continue
 			}
-			var handled atomic.Int64
-			proc += processorPass(b, addrs, "t1", func(context.Context, *kgo.Record) error {
-				handled.Add(1)
+			var n atomic.Int64
+			proc += processorPass(b, addrs, topic, func(context.Context, *kgo.Record) error {
+				time.Sleep(20 * time.Millisecond)
+				n.Add(1)
 				return nil
-			}, func() bool { return handled.Load() >= records }, CommitInterval(100*time.Millisecond))
-			procC += cpuTime(b) - c0
+			}, func() bool { return n.Load() >= handled })
 		}
-		rr, pr := 2*records/raw.Seconds(), 2*records/proc.Seconds()
+		rr, pr := 2*handled/raw.Seconds(), 2*handled/proc.Seconds()
 		raws, procs, ratios = append(raws, rr), append(procs, pr), append(ratios, pr/rr)
-		rawCPU = append(rawCPU, float64(rawC.Microseconds())/(2*records))
-		procCPU = append(procCPU, float64(procC.Microseconds())/(2*records))
-		b.Logf("round %d: raw %.0f rec/s (%.2f µs CPU/rec), processor %.0f rec/s (%.2f µs CPU/rec), ratio %.2f",
-			i+1, rr, rawCPU[i], pr, procCPU[i], pr/rr)
+		b.Logf("round %d: raw goroutine per partition %.0f rec/s, processor partition order %.0f rec/s, ratio %.2f", i+1, rr, pr, pr/rr)
 	}
+	b.Logf("medians (min-max) over %d rounds: raw %s rec/s, processor %s rec/s, ratio %s",
+		b.N, minMax(raws, "%.0f"), minMax(procs, "%.0f"), minMax(ratios, "%.2f"))
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(median(raws), "raw-rec/s")
 	b.ReportMetric(median(procs), "proc-rec/s")
 	b.ReportMetric(median(ratios), "ratio")
-	b.ReportMetric(median(rawCPU), "raw-cpu-µs/rec")
-	b.ReportMetric(median(procCPU), "proc-cpu-µs/rec")
 }
 
 // cpuTime returns the CPU time (user and system) this process used so far.
@@ -233,15 +394,15 @@ func (c *keyOrderChecker) handler(d time.Duration) Handler {
 func BenchmarkKeyModeVsPartitionMode(b *testing.B) {
 	const records, keys = 100_000, 10_000
 	const partitionRecords = 900
-	addrs := brokerProcess(b, "t2:6", fmt.Sprintf("t2:%d:0:%d", records, keys))
+	addrs, topic := benchBroker(b, "t2", 6, benchSeed{records: records, keys: keys})
 	var parts, keyed, ratios []float64
 	b.ResetTimer()
 	for i := range b.N {
 		pc := newKeyOrderChecker()
-		pd := processorPass(b, addrs, "t2", pc.handler(20*time.Millisecond), func() bool { return pc.handled.Load() >= partitionRecords },
+		pd := processorPass(b, addrs, topic, pc.handler(20*time.Millisecond), func() bool { return pc.handled.Load() >= partitionRecords },
 			WithOrdering(OrderPartition), Concurrency(16))
 		kc := newKeyOrderChecker()
-		kd := processorPass(b, addrs, "t2", kc.handler(20*time.Millisecond), func() bool { return kc.handled.Load() >= records },
+		kd := processorPass(b, addrs, topic, kc.handler(20*time.Millisecond), func() bool { return kc.handled.Load() >= records },
 			WithOrdering(OrderKey), Concurrency(1000), MaxInFlight(1000, 64<<20))
 		if v := pc.violations.Load() + kc.violations.Load(); v > 0 {
 			b.Fatalf("%d per-key order violations", v)
@@ -292,7 +453,7 @@ func BenchmarkMemoryBacklog(b *testing.B) {
 
 func benchMemoryBacklog(b *testing.B, fill string) {
 	const records = 1_000_000
-	addrs := brokerProcess(b, "t3:6", fmt.Sprintf("t3:%d:256:10000:%s", records, fill))
+	addrs, topic := benchBroker(b, "t3", 6, benchSeed{records: records, size: 256, keys: 10_000, compressible: fill == "compressible"})
 	var peaks []float64
 	b.ResetTimer()
 	for range b.N {
@@ -318,7 +479,7 @@ func benchMemoryBacklog(b *testing.B, fill string) {
 				}
 			}
 		}()
-		processorPass(b, addrs, "t3", func(ctx context.Context, r *kgo.Record) error {
+		processorPass(b, addrs, topic, func(ctx context.Context, r *kgo.Record) error {
 			time.Sleep(2 * time.Millisecond)
 			handled.Add(1)
 			return nil

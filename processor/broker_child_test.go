@@ -9,11 +9,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -33,8 +36,10 @@ func brokerChild() int {
 	}
 	defer c.Close()
 	addrs := c.ListenAddrs()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(100000))
+	// franz-go's default producer (batches of up to 1 MB, snappy, 10ms
+	// linger), as a service would write the topic; only the partitioner is
+	// manual (seed picks the partitions).
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -84,16 +89,19 @@ func seed(cl *kgo.Client, topic string, partitions int32, records, size, keys in
 	// as real payloads are closer to that than to a run of one byte, which
 	// would let a fetch of a few MiB of compressed bytes decode to hundreds
 	// of MiB.
+	// A 16 MiB pool of random letters; each record takes a window at a
+	// random place, so that windows rarely overlap within a batch.
 	rng := rand.New(rand.NewPCG(1, 2))
+	pool := make([]byte, 16<<20)
+	for i := range pool {
+		pool[i] = 'a' + byte(rng.IntN(26))
+	}
 	randomPad := func(n int) string {
 		if compressible {
 			return strings.Repeat("x", n)
 		}
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = 'a' + byte(rng.IntN(26))
-		}
-		return string(b)
+		at := rng.IntN(len(pool) - n)
+		return string(pool[at : at+n])
 	}
 	for i := range records {
 		r := &kgo.Record{Topic: topic}
@@ -131,16 +139,92 @@ func seed(cl *kgo.Client, topic string, partitions int32, records, size, keys in
 	}
 }
 
-// brokerProcess starts brokerChild and returns its addresses; the broker
-// stops at the end of the test or benchmark.
-func brokerProcess(tb testing.TB, topics, seedSpec string) []string {
-	tb.Helper()
-	c := startChildTB(tb, "broker", "OC_TOPICS="+topics, "OC_SEED="+seedSpec)
-	line, err := c.stdout.ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "ADDRS ") {
-		tb.Fatalf("broker child: %q %v", line, err)
+// benchSeed describes a benchmark's backlog (see seed): records values of
+// size bytes over keys keys (0: null keys), compressible or random letters.
+type benchSeed struct {
+	records, size, keys int
+	compressible        bool
+}
+
+// benchBroker returns the brokers and the topic of a benchmark: a topic of
+// partitions partitions holding the backlog s, written by franz-go's default
+// producer. On the embedded broker (the default) the broker runs in a child
+// process (brokerChild) and the topic is called name. On the real cluster
+// named by ORDERCAST_TEST_BROKERS the topic is "bench-<name>-<pid>-<time>",
+// seeded from this process before the measurement, and deleted at the end
+// together with the groups the benchmark created (benchGroup): the
+// benchmark leaves the cluster's other topics and groups alone.
+func benchBroker(b *testing.B, name string, partitions int32, s benchSeed) (addrs []string, topic string) {
+	b.Helper()
+	compress := ""
+	if s.compressible {
+		compress = ":compressible"
 	}
-	return strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "ADDRS ")), ",")
+	addrs = testkafka.Brokers()
+	if len(addrs) == 0 {
+		c := startChildTB(b, "broker", fmt.Sprintf("OC_TOPICS=%s:%d", name, partitions),
+			fmt.Sprintf("OC_SEED=%s:%d:%d:%d%s", name, s.records, s.size, s.keys, compress))
+		line, err := c.stdout.ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "ADDRS ") {
+			b.Fatalf("broker child: %q %v", line, err)
+		}
+		return strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "ADDRS ")), ","), name
+	}
+	topic = fmt.Sprintf("bench-%s-%d-%d", name, os.Getpid(), time.Now().UnixNano())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, partitions, testkafka.ReplicationFactor(b), nil, topic); err != nil {
+		b.Fatal(err)
+	}
+	groupsBefore := len(benchGroups())
+	b.Cleanup(func() {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer cl.Close()
+		adm := kadm.NewClient(cl)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if groups := benchGroups()[groupsBefore:]; len(groups) > 0 {
+			if _, err := adm.DeleteGroups(ctx, groups...); err != nil {
+				b.Errorf("deleting the benchmark's groups: %v", err)
+			}
+		}
+		if _, err := adm.DeleteTopics(ctx, topic); err != nil {
+			b.Errorf("deleting %s: %v", topic, err)
+		}
+	})
+	testkafka.WaitFor(b, time.Minute, "the topic's leaders", func() bool {
+		md, err := adm.Metadata(ctx, topic)
+		if err != nil {
+			return false
+		}
+		t, ok := md.Topics[topic]
+		if !ok || t.Err != nil || len(t.Partitions) != int(partitions) {
+			return false
+		}
+		for _, p := range t.Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := seed(cl, topic, partitions, s.records, s.size, s.keys, s.compressible); err != nil {
+		b.Fatal(err)
+	}
+	cl.Close()
+	runtime.GC()
+	debug.FreeOSMemory() // the seeding's garbage is not the consumer's
+	return addrs, topic
 }
 
 // brokerChildProc is a broker child with pipes on its stdin and stdout.

@@ -265,11 +265,18 @@ func Concurrency(n int) Opt { return opt(func(c *cfg) { c.concurrency = n }) }
 //
 // Records are taken a whole fetch at a time and admitted round-robin across
 // the fetch's partitions as room frees up, so every partition gets its turn
-// (one partition's records cannot fill the room while the others wait). The
-// processor sizes fetches from the byte bound: at most a quarter of it per
-// fetch and 1/256 of it per partition (franz-go's FetchMaxBytes and
-// FetchMaxPartitionBytes; ClientOpts may override them). Memory held is thus
-// about the MaxInFlight bytes plus two fetches.
+// (one partition's records cannot fill the room while the others wait). In
+// OrderPartition each assigned partition holds at most its share of the
+// room (MaxInFlight / assigned partitions, rounded up); the rest of its
+// fetched records wait aside, its fetching paused, so that the poll loop
+// goes on fetching for the partitions that have nothing; those records are
+// bounded by a quarter of the byte bound, past which polling waits. The
+// processor sizes fetches from the byte bound and the compression ratio of
+// the batches it reads (fetch sizes count compressed bytes): at most a
+// quarter of it per fetch and 1/32 of it per partition, decoded, the
+// latter at most Kafka's default 1 MiB compressed (franz-go's FetchMaxBytes
+// and FetchMaxPartitionBytes; ClientOpts may set them, and then they stay
+// fixed). Memory held is thus about the MaxInFlight bytes plus two fetches.
 //
 // Records of a failing key (see Concurrency) have a room of their own of the
 // same size: they do not use up this one, and when theirs is full only the

@@ -95,13 +95,22 @@ func (p *Processor) enqueue(fetches kgo.Fetches) {
 		if end > ps.hwm {
 			ps.hwm = end
 		}
-		if len(ps.pending) == 0 && len(fp.Records) > 0 {
+		if len(ps.pending) == 0 && len(fp.Records) > 0 && ps.held == holdNone {
 			p.pendingParts = append(p.pendingParts, ps)
 		}
 		ps.pending = append(ps.pending, fp.Records...)
 		p.pendingRecs += len(fp.Records)
-		if ps.windowFull {
-			p.windowRecs += len(fp.Records)
+		var nb int64
+		for _, r := range fp.Records {
+			nb += int64(len(r.Key) + len(r.Value))
+		}
+		ps.pendingB += nb
+		if ps.held != holdNone {
+			p.heldRecs += len(fp.Records)
+			if ps.held == holdShare {
+				p.shareHeldB += nb
+				p.checkPendingShareLocked(ps)
+			}
 		}
 		p.cfg.metrics.setLag(p.cfg.group, ps)
 	})
@@ -111,7 +120,6 @@ func (p *Processor) enqueue(fetches kgo.Fetches) {
 // moveLocked admits pending records into their lanes, one per partition in
 // turn, until MaxInFlight is reached or nothing is pending. p.mu held.
 func (p *Processor) moveLocked() {
-	maxR, maxB := p.cfg.maxRecords, p.cfg.maxBytes
 	for len(p.pendingParts) > 0 && !p.paused {
 		kept := p.pendingParts[:0]
 		for _, ps := range p.pendingParts {
@@ -120,26 +128,15 @@ func (p *Processor) moveLocked() {
 				continue
 			}
 			r := ps.pending[0]
-			if p.windowBlocksLocked(ps, r) {
-				// Out of pendingParts until the commit point moves
-				// (see unblockWindowLocked).
-				ps.windowFull = true
-				p.windowRecs += len(ps.pending)
-				ps.m.windowFull(ps.tp, true)
+			if h := p.admitHoldLocked(ps, r); h != holdNone {
+				// Out of pendingParts until it may admit again (see
+				// unholdLocked).
+				p.setHoldLocked(ps, h)
 				continue
 			}
-			ps.pending[0] = nil
-			ps.pending = ps.pending[1:]
-			p.pendingRecs--
-			p.admitLocked(ps, r)
+			p.admitPendingLocked(ps)
 			if len(ps.pending) > 0 {
 				kept = append(kept, ps)
-			} else {
-				ps.pending = nil
-			}
-			if p.inRecs-p.parked >= maxR || p.inBytes-p.parkedB >= maxB {
-				p.paused = true
-				p.mm.setPaused(true)
 			}
 		}
 		clear(p.pendingParts[len(kept):])
@@ -148,6 +145,32 @@ func (p *Processor) moveLocked() {
 	p.inFlightChangedLocked()
 	p.syncPausesLocked(p.cl, nil)
 	p.checkBackpressureLocked()
+}
+
+// admitPendingLocked admits the next pending record of ps into its lane,
+// and pauses polling when that reaches MaxInFlight. p.mu held.
+func (p *Processor) admitPendingLocked(ps *partState) {
+	r := ps.pending[0]
+	ps.pending[0] = nil
+	ps.pending = ps.pending[1:]
+	if len(ps.pending) == 0 {
+		ps.pending = nil
+	}
+	size := int64(len(r.Key) + len(r.Value))
+	p.pendingRecs--
+	ps.pendingB -= size
+	if ps.held != holdNone {
+		p.heldRecs--
+		if ps.held == holdShare {
+			p.shareHeldB -= size
+			p.checkPendingShareLocked(ps)
+		}
+	}
+	p.admitLocked(ps, r)
+	if p.inRecs-p.parked >= p.cfg.maxRecords || p.inBytes-p.parkedB >= p.cfg.maxBytes {
+		p.paused = true
+		p.mm.setPaused(true)
+	}
 }
 
 // windowBlocksLocked reports whether admitting r into ps could make the
@@ -163,17 +186,98 @@ func (p *Processor) windowBlocksLocked(ps *partState, r *kgo.Record) bool {
 	return binary.MaxVarintLen64+ps.tracker.mapBound+ps.tracker.mapCost(r.Offset) > mapRawBudget(p.cfg.mapMaxBytes())
 }
 
-// unblockWindowLocked puts ps back among the partitions with records to admit
-// once its next record fits the map again, and admits what fits (the poll
-// loop may be blocked in a poll that brings nothing for ps: its fetching is
-// paused). p.mu held.
-func (p *Processor) unblockWindowLocked(ps *partState) {
-	if !ps.windowFull || (len(ps.pending) > 0 && p.windowBlocksLocked(ps, ps.pending[0])) {
+// hold is why a partition admits no more records for now (partState.held).
+type hold uint8
+
+const (
+	holdNone   hold = iota
+	holdWindow      // the completed-offsets map is full (windowBlocksLocked)
+	holdShare       // OrderPartition: the partition holds its share of MaxInFlight (shareFullLocked)
+)
+
+// admitHoldLocked reports whether r, the next pending record of ps, must
+// wait, and why. p.mu held.
+func (p *Processor) admitHoldLocked(ps *partState, r *kgo.Record) hold {
+	switch {
+	case p.windowBlocksLocked(ps, r):
+		return holdWindow
+	case p.shareFullLocked(ps):
+		return holdShare
+	}
+	return holdNone
+}
+
+// shareFullLocked reports whether ps holds its share of MaxInFlight: in
+// OrderPartition a partition's records are handled one at a time, so
+// admitting hundreds of one partition's records (a fetch brings whole
+// producer batches, about 1 MB each) while another partition has none would
+// leave that other partition idle, and with a slow handler the member would
+// handle one or two partitions at a time. Each assigned partition may hold
+// at most MaxInFlight / assigned partitions records and the same share of
+// the bytes (rounded up), counting only records that can make progress
+// (not parked: a failing partition's records go on to the parked room, as
+// before). Its surplus stays pending (checkPendingShareLocked pauses its
+// fetching once it has enough pending). p.mu held.
+func (p *Processor) shareFullLocked(ps *partState) bool {
+	if p.cfg.ordering != OrderPartition {
+		return false
+	}
+	active := ps.recs - ps.parked
+	if active == 0 {
+		return false // the first record is always admitted
+	}
+	// Rounded up: the shares add up to at least MaxInFlight, so the
+	// member still reaches it (and pauses polling) when every partition
+	// holds its share.
+	n := max(1, p.activeParts)
+	return active >= (p.cfg.maxRecords+n-1)/n || ps.bytes-ps.parkedB >= (p.cfg.maxBytes+int64(n)-1)/int64(n)
+}
+
+// unholdLocked admits what held ps may admit again. A partition held by
+// its completed-offsets map goes back among the partitions with records to
+// admit once its next record fits the map, and what fits is admitted (the
+// poll loop may be blocked in a poll that brings nothing for ps: its
+// fetching is paused). A partition held by its share admits its pending
+// records directly as its share has room, and stays held until its pending
+// records are all admitted (its fetching is paused by how much it has
+// pending: checkPendingShareLocked). p.mu held.
+func (p *Processor) unholdLocked(ps *partState) {
+	switch ps.held {
+	case holdNone:
+		return
+	case holdShare:
+		if ps.state != partActive {
+			return
+		}
+		for len(ps.pending) > 0 && !p.paused {
+			h := p.admitHoldLocked(ps, ps.pending[0])
+			if h == holdShare {
+				break
+			}
+			if h == holdWindow {
+				p.releaseHoldLocked(ps)
+				p.setHoldLocked(ps, h)
+				return
+			}
+			p.admitPendingLocked(ps)
+		}
+		if len(ps.pending) == 0 {
+			p.releaseHoldLocked(ps)
+		}
+		p.inFlightChangedLocked()
+		p.checkBackpressureLocked()
 		return
 	}
-	ps.windowFull = false
-	ps.m.windowFull(ps.tp, false)
-	p.windowRecs -= len(ps.pending)
+	if len(ps.pending) > 0 {
+		if h := p.admitHoldLocked(ps, ps.pending[0]); h != holdNone {
+			if h != ps.held {
+				p.releaseHoldLocked(ps)
+				p.setHoldLocked(ps, h)
+			}
+			return
+		}
+	}
+	p.releaseHoldLocked(ps)
 	if len(ps.pending) > 0 {
 		p.pendingParts = append(p.pendingParts, ps)
 	}
@@ -183,6 +287,77 @@ func (p *Processor) unblockWindowLocked(ps *partState) {
 	if !p.paused {
 		p.moveLocked()
 	}
+}
+
+// unholdSharesLocked lets every partition held by its share admit what its
+// share has room for: the poll loop calls it when MaxInFlight leaves room,
+// for a partition whose last completion came while polling was paused
+// admits nothing by itself until then. p.mu held.
+func (p *Processor) unholdSharesLocked() {
+	if p.heldRecs == 0 {
+		return
+	}
+	for _, ps := range p.parts {
+		if ps.held == holdShare {
+			p.unholdLocked(ps)
+		}
+	}
+}
+
+// setHoldLocked holds ps (not held) for reason h. p.mu held.
+func (p *Processor) setHoldLocked(ps *partState, h hold) {
+	ps.held = h
+	p.heldRecs += len(ps.pending)
+	switch h {
+	case holdWindow:
+		ps.m.windowFull(ps.tp, true)
+	case holdShare:
+		p.shareHeldB += ps.pendingB
+		p.checkPendingShareLocked(ps)
+	}
+}
+
+// checkPendingShareLocked pauses or resumes fetching of ps, held by its
+// share, by its pending records: paused from its share of the pending budget
+// (a quarter of the MaxInFlight bytes over the assigned partitions) until
+// half of that. So a partition with a slow handler stops fetching once it
+// has work queued and the fetches go to the others, while one whose handler
+// keeps up goes on fetching ahead (pausing would make the client drop what
+// it buffered for it, and a resumed partition waits for the fetch in flight).
+// p.mu held.
+func (p *Processor) checkPendingShareLocked(ps *partState) {
+	limit := p.pendingBudget() / int64(max(1, p.activeParts))
+	want := ps.pendingB >= limit || (ps.sharePaused && ps.pendingB > limit/2)
+	if ps.held != holdShare {
+		want = false
+	}
+	if want != ps.sharePaused {
+		ps.sharePaused = want
+		if ps.state == partActive {
+			p.syncPausesLocked(p.cl, ps)
+		}
+	}
+}
+
+// pendingBudget is the most bytes partitions held by their share keep
+// pending: a quarter of the MaxInFlight bytes (a fetch's size), at least
+// 1 MiB.
+func (p *Processor) pendingBudget() int64 { return max(p.cfg.maxBytes/4, 1<<20) }
+
+// releaseHoldLocked clears the hold of ps (its pending records count as
+// pending for admission again). p.mu held.
+func (p *Processor) releaseHoldLocked(ps *partState) {
+	switch ps.held {
+	case holdWindow:
+		ps.m.windowFull(ps.tp, false)
+	case holdShare:
+		p.shareHeldB -= ps.pendingB
+	}
+	ps.held = holdNone
+	if ps.sharePaused {
+		p.checkPendingShareLocked(ps)
+	}
+	p.heldRecs -= len(ps.pending)
 }
 
 // admitLocked puts a fetched record into its lane.
@@ -238,15 +413,14 @@ func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 
 // dropPendingLocked forgets the pending records of s.
 func (p *Processor) dropPendingLocked(s *partState) {
-	if s.windowFull {
-		s.windowFull = false
-		s.m.windowFull(s.tp, false)
-		p.windowRecs -= len(s.pending)
+	if s.held != holdNone {
+		p.releaseHoldLocked(s)
 	}
 	if len(s.pending) == 0 {
 		return
 	}
 	p.pendingRecs -= len(s.pending)
+	s.pendingB = 0
 	s.pending = nil
 	kept := p.pendingParts[:0]
 	for _, ps := range p.pendingParts {
@@ -344,6 +518,13 @@ func (p *Processor) checkBackpressureLocked() {
 		p.mm.setPaused(false)
 		p.cond.Broadcast() // the poll loop waits for this
 	}
+	switch budget := p.pendingBudget(); {
+	case !p.pendingFull && p.shareHeldB >= budget:
+		p.pendingFull = true
+	case p.pendingFull && p.shareHeldB < budget:
+		p.pendingFull = false
+		p.cond.Broadcast() // the poll loop waits for this
+	}
 	switch {
 	case !p.parkFull && (p.parked >= maxR || p.parkedB >= maxB):
 		p.parkFull = true
@@ -356,11 +537,12 @@ func (p *Processor) checkBackpressureLocked() {
 
 // wantPausedLocked reports whether fetching of ps should be paused in the
 // client: a failing retry-topic/DLQ write (S11), a full completed-offsets
-// map (windowFull), a full parked room with parked records in ps, or nothing held in ps able to make progress where
+// map (holdWindow), a partition held by its share with its share of the
+// pending budget (checkPendingShareLocked), a full parked room with parked records in ps, or nothing held in ps able to make progress where
 // fetching more cannot help either (partition order, whose single lane is
 // failing, and retry topics, whose later records are due later still).
 func (p *Processor) wantPausedLocked(ps *partState) bool {
-	return ps.blocked != nil || ps.windowFull || (p.parkFull && ps.parked > 0) ||
+	return ps.blocked != nil || ps.held == holdWindow || ps.sharePaused || (p.parkFull && ps.parked > 0) ||
 		(ps.recs > 0 && ps.parked == ps.recs && (ps.retry || p.cfg.ordering == OrderPartition))
 }
 
@@ -465,6 +647,9 @@ func (p *Processor) worker() {
 			ps.forwarding--
 		}
 		more := p.settle(l, it, err)
+		if ps.held == holdShare && ps.state == partActive {
+			p.unholdLocked(ps) // a failing lane's records are parked: out of the share
+		}
 		if ps.state == partDraining && ps.running == 0 {
 			p.cond.Broadcast() // a release is waiting for this
 		}
@@ -598,9 +783,6 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 func (p *Processor) complete(l *lane, it *item) (more bool) {
 	ps := l.part
 	ps.tracker.complete(&it.entry)
-	if ps.windowFull {
-		p.unblockWindowLocked(ps) // a completion merges runs: the map may have room again
-	}
 	if h := p.cfg.hooks.completed; h != nil {
 		target := ""
 		if it.stage == stageForward {
@@ -620,6 +802,11 @@ func (p *Processor) complete(l *lane, it *item) (more bool) {
 	l.queue = l.queue[1:]
 	if l.failing && it.stage == stageHandle && !p.mustWait(l) {
 		p.setFailingLocked(l, false) // the key recovered
+	}
+	if ps.held != holdNone {
+		// A completion merges runs (the map may have room again) and
+		// frees share room; what is admitted joins l's queue.
+		p.unholdLocked(ps)
 	}
 	p.inFlightChangedLocked()
 	if ps.state == partActive && len(l.queue) > 0 {

@@ -57,19 +57,29 @@ type Processor struct {
 	// partitions that have some, in round-robin order.
 	pendingParts []*partState
 	pendingRecs  int
-	// Of pendingRecs, those of partitions whose completed-offsets map is
-	// full (partState.windowFull): they wait outside pendingParts until
-	// their commit point moves, and do not hold the poll loop back.
-	windowRecs int
-	fetchedAt  int64 // Unix nanoseconds of the last poll
-	inRecs     int   // records held, between fetch and completion
-	inBytes    int64 // their key+value bytes
-	parked     int   // of those, records in failing lanes (see lane.failing)
-	parkedB    int64
-	paused     bool // backpressure: the records that can make progress reached MaxInFlight
-	parkFull   bool // parked records reached MaxInFlight: partitions holding parked records are paused
-	stopping   bool
-	ran        bool
+	// Of pendingRecs, those of held partitions (partState.held): they wait
+	// outside pendingParts until the partition may admit again, and do not
+	// hold the poll loop back. pendingBytes are the key+value bytes of all
+	// pending records; pendingFull is set while they reach the pending
+	// budget (see pendingBudget), and the poll loop then waits too.
+	heldRecs int
+	// Key+value bytes pending in partitions held by their share
+	// (holdShare), and whether they reached the pending budget (a quarter
+	// of the MaxInFlight bytes, a fetch's size): the poll loop then waits
+	// too, so that many partitions' surplus cannot add up. Those
+	// partitions' records are not parked, so their surplus drains.
+	shareHeldB  int64
+	pendingFull bool
+	activeParts int   // partitions in partActive
+	fetchedAt   int64 // Unix nanoseconds of the last poll
+	inRecs      int   // records held, between fetch and completion
+	inBytes     int64 // their key+value bytes
+	parked      int   // of those, records in failing lanes (see lane.failing)
+	parkedB     int64
+	paused      bool // backpressure: the records that can make progress reached MaxInFlight
+	parkFull    bool // parked records reached MaxInFlight: partitions holding parked records are paused
+	stopping    bool
+	ran         bool
 
 	commitMu sync.Mutex
 	baseCtx  context.Context
@@ -87,6 +97,7 @@ type partState struct {
 	lanes       map[laneKey]*lane
 	partLane    *lane         // OrderPartition: the one lane, if it exists
 	pending     []*kgo.Record // fetched, not admitted into a lane yet
+	pendingB    int64         // their key+value bytes
 	slab        []item        // items to take for the next admitted records
 	running     int           // handler calls or forward writes in progress
 	recs        int           // records held (fetched, not completed or dropped)
@@ -94,19 +105,23 @@ type partState struct {
 	parked      int           // records held in failing lanes
 	parkedB     int64
 	fetchPaused bool  // this processor has paused fetching of the partition in the client
+	sharePaused bool  // held by its share with its share of the pending budget (checkPendingShareLocked)
 	committed   int64 // last offset committed by this member (-1: none yet)
 	// committedMeta is the metadata of that commit (the completed-offsets
 	// map, and with StartOffset(Latest) the group's start time), and
 	// committedAt when it was accepted (see CommitRefreshInterval).
 	committedMeta string
 	committedAt   time.Time
-	// windowFull: the next pending record cannot be admitted without the
-	// completed-offsets map outgrowing CommitMetadataMaxBytes; fetching is
-	// paused and admission waits for the commit point to move.
-	windowFull bool
-	hwm        int64        // last seen high watermark / last stable offset
-	blocked    error        // non-nil while a retry-topic/DLQ write keeps failing
-	m          *partMetrics // nil without metrics
+	// held: the partition admits no more records for now, and its
+	// fetching is paused, because its next pending record would make the
+	// completed-offsets map outgrow CommitMetadataMaxBytes (holdWindow:
+	// admission waits for the commit point to move), or because it holds
+	// its share of MaxInFlight in OrderPartition (holdShare: admission
+	// waits for its records to complete). See admitHoldLocked.
+	held    hold
+	hwm     int64        // last seen high watermark / last stable offset
+	blocked error        // non-nil while a retry-topic/DLQ write keeps failing
+	m       *partMetrics // nil without metrics
 	// Retry-topic/DLQ writes in progress, and since when (the client
 	// retries a retriable produce error itself, for up to 30s).
 	forwarding   int
@@ -167,21 +182,17 @@ func New(opts ...Opt) (*Processor, error) {
 	// (Kafka's heartbeat.interval.ms default): with franz-go's fixed 3s, a
 	// SessionTimeout under 3s would expire the session between heartbeats.
 	//
-	// A fetch is at most a quarter of the MaxInFlight bytes (between 1 MiB
-	// and franz-go's default 50 MiB), and at most 1/256 of them per
-	// partition (between 64 KiB and Kafka's default 1 MiB): the processor
-	// takes a whole fetch at a time and holds it aside until there is room
-	// (see enqueue), while the client may buffer the next one, so these
-	// bound the memory held beyond MaxInFlight. Fetch sizes count compressed
-	// bytes: a batch that compresses 10:1 decodes to ten times its size, so
-	// the per-partition bound matters most.
-	fetchMax := min(max(c.maxBytes/4, 1<<20), 50<<20)
-	partMax := min(max(c.maxBytes/256, 64<<10), 1<<20)
+	// Fetch sizes follow the compression ratio of what is read (see
+	// fetchSizer): the processor takes a whole fetch at a time and holds it
+	// aside until there is room (see enqueue), while the client may buffer
+	// the next one, so these bound the memory held beyond MaxInFlight.
+	sizer := newFetchSizer(c.maxBytes)
 	kopts := []kgo.Opt{
 		kgo.FetchMaxWait(500 * time.Millisecond),
 		kgo.HeartbeatInterval(min(3*time.Second, c.sessionTimeout/3)),
-		kgo.FetchMaxBytes(int32(fetchMax)),
-		kgo.FetchMaxPartitionBytes(int32(partMax)),
+		kgo.FetchMaxBytes(sizer.fetch),
+		kgo.FetchMaxPartitionBytes(sizer.part),
+		kgo.WithHooks(sizer),
 	}
 	kopts = append(kopts, c.clientOpts...)
 	start := newStarter(&c, p.retryTopics, p.groupStart)
@@ -220,6 +231,7 @@ func New(opts ...Opt) (*Processor, error) {
 		return nil, fmt.Errorf("processor: consumer client: %w", err)
 	}
 	p.cl = cl
+	sizer.start(cl)
 	if w, ok := cl.OptValue(kgo.FetchMaxWait).(time.Duration); ok {
 		p.reach.after = max(p.reach.after, 2*w) // a long poll is not a wait
 	}
@@ -308,17 +320,25 @@ func (p *Processor) Run(ctx context.Context) error {
 
 // pollLoop fetches records and hands them to partition lanes until ctx ends.
 // It polls only when every record of the last poll was admitted into a lane
-// and MaxInFlight leaves room (backpressure). With BlockRebalanceOnPoll, a
+// or waits in a held partition (whose fetching is paused, so the poll brings
+// records of the others), MaxInFlight leaves room and the pending records
+// are within their budget (backpressure). With BlockRebalanceOnPoll, a
 // rebalance can only run between polls, after the polled records were
 // enqueued: so a revoke callback always sees every record fetched under the
 // old assignment (in a lane or still pending) and can drop them.
 func (p *Processor) pollLoop(ctx context.Context) error {
 	for {
 		p.mu.Lock()
-		for ctx.Err() == nil && (p.paused || p.pendingRecs > p.windowRecs) {
+		for ctx.Err() == nil {
 			if !p.paused {
+				p.unholdSharesLocked() // room again: admit held records
+			}
+			if !p.paused && p.pendingRecs > p.heldRecs {
 				p.moveLocked() // room again: admit pending records
 				continue
+			}
+			if !p.paused && !p.pendingFull {
+				break
 			}
 			p.waitWithContext(ctx)
 		}

@@ -30,6 +30,7 @@ func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, assigned map[s
 				committed: -1, ctx: ctx, cancel: cancel}
 			p.parts[k].m = p.cfg.metrics.partition(p.cfg.group, topic)
 			p.parts[k].tracker.earlier = maps[k]
+			p.activeParts++
 		}
 	}
 	// cl, not p.cl: the group may assign before New has stored p.cl. A
@@ -134,6 +135,7 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 				continue
 			}
 			s.state = partDraining
+			p.activeParts--
 			p.dropPendingLocked(s)
 			p.dropQueuedLocked(s)
 			list = append(list, s)
