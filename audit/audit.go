@@ -209,7 +209,7 @@ func Check(ctx context.Context, db *store.DB, cl *kgo.Client, serde *schema.Serd
 		}
 		shipments[ev.OrderID]++
 	}
-	paid, err := queryStrings(ctx, db, `SELECT order_id FROM payments WHERE status = 'PAID'`)
+	paid, err := db.QueryStrings(ctx, `SELECT order_id FROM payments WHERE status = 'PAID'`)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +229,7 @@ func Check(ctx context.Context, db *store.DB, cl *kgo.Client, serde *schema.Serd
 	add("every_debit_has_one_shipment", wrong+undecodable,
 		fmt.Sprintf("%d paid orders without exactly one shipmentRequested or shipments for unpaid orders; %d shipment records read (read_committed), %d undecodable", wrong, len(recs), undecodable))
 
-	accepted, err := queryStrings(ctx, db, `SELECT order_id FROM checkout_requests WHERE status = 'published'`)
+	accepted, err := db.QueryStrings(ctx, `SELECT order_id FROM checkout_requests WHERE status = 'published'`)
 	if err != nil {
 		return nil, err
 	}
@@ -298,23 +298,6 @@ func orderIDOf(ctx context.Context, serde *schema.Serde, r *kgo.Record) string {
 		}
 	}
 	return ""
-}
-
-func queryStrings(ctx context.Context, db *store.DB, q string) ([]string, error) {
-	rows, err := db.QueryContext(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("audit: %s: %w", q, err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s sql.NullString
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s.String)
-	}
-	return out, rows.Err()
 }
 
 // ReadTopic reads every record of topic up to its current end offsets as a

@@ -127,7 +127,7 @@ func (c *checker) offsets(ctx context.Context) (inv Invariant, lag map[string]in
 				}
 			}
 		} else {
-			ids, err := column(ctx, c.db, c.db.Rebind(`SELECT event_id FROM inbox WHERE consumer_group = ?`), g)
+			ids, err := c.db.QueryStrings(ctx, c.db.Rebind(`SELECT event_id FROM inbox WHERE consumer_group = ?`), g)
 			if err != nil {
 				return inv, nil, err
 			}
@@ -338,7 +338,7 @@ func (c *checker) history(ctx context.Context, outcomes map[string]outcome) (Inv
 	}
 	rows.Close()
 	stored := map[string]int{}
-	ids, err := column(ctx, c.db, `SELECT order_id FROM orders`)
+	ids, err := c.db.QueryStrings(ctx, `SELECT order_id FROM orders`)
 	if err != nil {
 		return Invariant{}, err
 	}

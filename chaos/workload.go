@@ -176,10 +176,10 @@ type generator struct {
 func newGenerator(ctx context.Context, db *store.DB, seed int64, expected int) (*generator, error) {
 	g := &generator{rng: rand.New(rand.NewPCG(uint64(seed), 0x0c)), seed: seed}
 	var err error
-	if g.codes, err = column(ctx, db, `SELECT stock_code FROM catalog ORDER BY stock_code`); err != nil {
+	if g.codes, err = db.QueryStrings(ctx, `SELECT stock_code FROM catalog ORDER BY stock_code`); err != nil {
 		return nil, err
 	}
-	all, err := column(ctx, db, `SELECT customer_id FROM wallets ORDER BY customer_id`)
+	all, err := db.QueryStrings(ctx, `SELECT customer_id FROM wallets ORDER BY customer_id`)
 	if err != nil {
 		return nil, err
 	}
@@ -191,23 +191,6 @@ func newGenerator(ctx context.Context, db *store.DB, seed int64, expected int) (
 		g.customers = append(g.customers, all[g.rng.IntN(len(all))])
 	}
 	return g, nil
-}
-
-func column(ctx context.Context, db *store.DB, q string, args ...any) ([]string, error) {
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
 }
 
 // next returns the next synthetic order: 85% a hot customer, 10% a guest,

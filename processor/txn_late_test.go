@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/ordercast/ordercast/internal/testkafka"
 )
 
 // heldRequest is a request the network holds past the client's timeout and
@@ -115,7 +117,7 @@ func TestTxnLateTxnOffsetCommit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stop := runTxn(t, tp)
+			stop := testkafka.Run(t, tp)
 
 			// Steady input until the commit is held and 2s more.
 			cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))

@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/ordercast/ordercast/internal/testkafka"
 )
 
 // lostResponse is a response the network loses: the cluster applies one
@@ -236,26 +238,13 @@ func runLostResponse(t *testing.T, l *lostResponse, clientOpts ...kgo.Opt) *TxnP
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := runTxn(t, tp)
+	stop := testkafka.Run(t, tp)
 	waitFor(t, 60*time.Second, "committed offsets at the end of in", func() bool { return committedEquals(t, addrs, "g", ends) })
 	if !l.fired(t) {
 		t.Fatalf("the %v response was never lost (the control did not fire)", l.key)
 	}
 	stop()
-	out := readCommitted(t, addrs, "out", n+1, 3*time.Second) // n+1: wait the full 3s for any duplicate
-	seen := map[string]int{}
-	for _, r := range out {
-		seen[string(r.Value)]++
-	}
-	var bad []string
-	for i := range n {
-		if k := seen[string(val(i))]; k != 1 {
-			bad = append(bad, fmt.Sprintf("%s×%d", val(i), k))
-		}
-	}
-	if len(bad) > 0 {
-		t.Fatalf("%d inputs without exactly one committed output (of %d outputs): %v", len(bad), len(out), head(bad, 20))
-	}
+	checkExactlyOnce(t, addrs, "out", n)
 	return tp
 }
 
@@ -283,29 +272,25 @@ func produceSpread(t *testing.T, addrs []string, topic string, partitions, n int
 
 func head(s []string, n int) []string { return s[:min(n, len(s))] }
 
-// runTxn runs tp until the returned stop is called (or the test ends); Run
-// must return nil.
-func runTxn(t *testing.T, tp *TxnProcessor) (stop func()) {
+// checkExactlyOnce fails the test unless topic holds, for read_committed
+// readers, exactly one output per input val(0..n-1); it reads for the full
+// 3s so that a late duplicate is seen.
+func checkExactlyOnce(t *testing.T, addrs []string, topic string, n int) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tp.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("Run did not return within 30s of its context ending")
-			}
-		})
+	out := readCommitted(t, addrs, topic, n+1, 3*time.Second)
+	seen := map[string]int{}
+	for _, r := range out {
+		seen[string(r.Value)]++
 	}
-	t.Cleanup(stop)
-	return stop
+	var bad []string
+	for i := range n {
+		if k := seen[string(val(i))]; k != 1 {
+			bad = append(bad, fmt.Sprintf("%s×%d", val(i), k))
+		}
+	}
+	if len(bad) > 0 {
+		t.Fatalf("%d inputs without exactly one committed output (of %d outputs): %v", len(bad), len(out), head(bad, 20))
+	}
 }
 
 // TestTxnUnknownOutcome (S16): the response to one EndTxn(commit) is lost

@@ -119,7 +119,7 @@ func runThroughProxy(t *testing.T, arm func(p *faultproxy.Proxy) *faultproxy.Fau
 		f = arm(proxy)
 	}
 	start := time.Now()
-	stop := runTxn(t, tp)
+	stop := testkafka.Run(t, tp)
 	waitFor(t, 90*time.Second, "committed offsets at the end of in", func() bool { return committedEquals(t, addrs, "g", ends) })
 	took := time.Since(start)
 	if f == nil {
@@ -143,20 +143,7 @@ func runThroughProxy(t *testing.T, arm func(p *faultproxy.Proxy) *faultproxy.Fau
 	// stay there (or come back) without new input.
 	waitFor(t, 30*time.Second, "committed offsets at the end of in after the fault completed", func() bool { return committedEquals(t, addrs, "g", ends) })
 	stop()
-	out := readCommitted(t, addrs, "out", n+1, 3*time.Second) // n+1: wait the full 3s for any duplicate
-	seen := map[string]int{}
-	for _, r := range out {
-		seen[string(r.Value)]++
-	}
-	var bad []string
-	for i := range n {
-		if k := seen[string(val(i))]; k != 1 {
-			bad = append(bad, fmt.Sprintf("%s×%d", val(i), k))
-		}
-	}
-	if len(bad) > 0 {
-		t.Fatalf("%d inputs without exactly one committed output (of %d outputs): %v", len(bad), len(out), head(bad, 20))
-	}
+	checkExactlyOnce(t, addrs, "out", n)
 	committed, aborted := tp.Stats()
 	broker := "kfake"
 	if testkafka.Real() {

@@ -231,7 +231,7 @@ func TestTxnOutputFailedBeforeBuffering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := runTxn(t, tp)
+	stop := testkafka.Run(t, tp)
 	waitFor(t, 60*time.Second, "committed offsets at the end of in", func() bool {
 		return committedEquals(t, addrs, "g", endOffsets(t, addrs, "in"))
 	})

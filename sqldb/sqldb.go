@@ -332,3 +332,26 @@ func (db *DB) BlobType() string {
 	}
 	return "BLOB"
 }
+
+// QueryStrings runs q (with args, in the database's placeholder style: see
+// Rebind) and returns the first column of every row as a string, a NULL as
+// "". The error names the query. Safe for concurrent use.
+func (db *DB) QueryStrings(ctx context.Context, q string, args ...any) ([]string, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqldb: %s: %w", q, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s sql.NullString
+		if err := rows.Scan(&s); err != nil {
+			return nil, fmt.Errorf("sqldb: %s: %w", q, err)
+		}
+		out = append(out, s.String)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqldb: %s: %w", q, err)
+	}
+	return out, nil
+}

@@ -191,11 +191,11 @@ func runLoad(ctx context.Context, f *loadFlags, stdout, stderr io.Writer) error 
 		return fmt.Errorf("--db %s: %w", f.db, err)
 	}
 	defer db.Close()
-	customers, err := loadStrings(ctx, db, `SELECT customer_id FROM wallets WHERE balance_milli >= `+strconv.FormatInt(int64(f.minBalance*1000), 10)+` ORDER BY customer_id`)
+	customers, err := db.QueryStrings(ctx, `SELECT customer_id FROM wallets WHERE balance_milli >= `+strconv.FormatInt(int64(f.minBalance*1000), 10)+` ORDER BY customer_id`)
 	if err != nil {
 		return fmt.Errorf("--db %s: customers: %w", f.db, err)
 	}
-	codes, err := loadStrings(ctx, db, `SELECT stock_code FROM catalog WHERE unit_price_milli BETWEEN 100 AND 5000 ORDER BY stock_code`)
+	codes, err := db.QueryStrings(ctx, `SELECT stock_code FROM catalog WHERE unit_price_milli BETWEEN 100 AND 5000 ORDER BY stock_code`)
 	if err != nil {
 		return fmt.Errorf("--db %s: catalog: %w", f.db, err)
 	}
@@ -338,7 +338,7 @@ func drainLoad(ctx context.Context, f *loadFlags, db *store.DB, w *load.Watcher,
 
 // refusedOf counts the run's accepted orders whose payment was refused.
 func refusedOf(ctx context.Context, db *store.DB, res *load.Result) (int, error) {
-	ids, err := loadStrings(ctx, db, `SELECT order_id FROM payments WHERE status = 'REFUSED'`)
+	ids, err := db.QueryStrings(ctx, `SELECT order_id FROM payments WHERE status = 'REFUSED'`)
 	if err != nil {
 		return 0, err
 	}
@@ -349,23 +349,6 @@ func refusedOf(ctx context.Context, db *store.DB, res *load.Result) (int, error)
 		}
 	}
 	return n, nil
-}
-
-func loadStrings(ctx context.Context, db *store.DB, q string) ([]string, error) {
-	rows, err := db.QueryContext(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
 }
 
 func filter(in []string, keep func(string) bool) []string {
