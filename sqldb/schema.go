@@ -32,14 +32,3 @@ func (db *DB) InSchemaTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return fn(tx)
 	})
 }
-
-// IdentityType is the column type of an auto-increment BIGINT primary key in
-// this dialect: "INTEGER PRIMARY KEY AUTOINCREMENT" on SQLite (ids never
-// reused, even after the highest row is deleted), "BIGINT GENERATED ALWAYS
-// AS IDENTITY PRIMARY KEY" on PostgreSQL.
-func (db *DB) IdentityType() string {
-	if db.Dialect == Postgres {
-		return "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
-	}
-	return "INTEGER PRIMARY KEY AUTOINCREMENT"
-}

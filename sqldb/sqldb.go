@@ -1,8 +1,14 @@
-// Package sqldb opens a SQL database, SQLite (embedded, pure Go,
-// modernc.org/sqlite) or PostgreSQL (pgx through database/sql), and runs
-// transactions with bounded retries. It holds no schema: the runtime's
-// packages create their own tables (inbox.Migrate, outbox.Migrate) and the
-// order system's schema is package store's.
+// Package sqldb is the SQL layer the runtime's inbox and outbox write
+// through: a *sql.DB the caller opened, with its dialect (SQLite or
+// PostgreSQL) and transactions with bounded retries. It links no driver and
+// holds no schema: bring a database/sql driver of your own (modernc.org/sqlite,
+// github.com/jackc/pgx/v5/stdlib, ...), open the database with it and wrap it
+// with [New]. Package sqldb/drivers opens one by DSN with bundled drivers and
+// tuned settings, for programs that want those.
+//
+//	sqlDB, err := sql.Open("sqlite", "billing.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+//	...
+//	db, err := sqldb.New(sqlDB, sqldb.SQLite)
 //
 // Effects are written through [DB.InTx], in one transaction with their inbox
 // row (package inbox) and, where they publish, their outbox row (package
@@ -10,10 +16,11 @@
 // [DB.Rebind], which turns them into `$1, $2, ...` for PostgreSQL.
 //
 // Portability rules that schemas written for both dialects follow: times are
-// BIGINT unix milliseconds, binary columns are [DB.BlobType] (BLOB on SQLite,
-// BYTEA on PostgreSQL), auto-increment keys are [DB.IdentityType], and upserts
-// use `INSERT ... ON CONFLICT ... DO NOTHING/UPDATE`, which both dialects
-// accept (SQLite 3.24 and later). Schema changes run in [DB.InSchemaTx].
+// BIGINT unix milliseconds, binary columns are [Dialect.BlobType] (BLOB on
+// SQLite, BYTEA on PostgreSQL), auto-increment keys are [Dialect.IdentityType],
+// and upserts use `INSERT ... ON CONFLICT ... DO NOTHING/UPDATE`, which both
+// dialects accept (SQLite 3.24 and later). Schema changes run in
+// [DB.InSchemaTx].
 package sqldb
 
 import (
@@ -21,25 +28,26 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
-	"net/url"
 	"strconv"
 	"strings"
-	"time"
-
-	// Registers the "sqlite" database/sql driver.
-	_ "modernc.org/sqlite"
 )
 
 // Dialect is the SQL dialect of a [DB].
 type Dialect int
 
 const (
-	// SQLite is modernc.org/sqlite, the embedded default.
+	// SQLite is SQLite 3.24 or later, through any database/sql driver
+	// (modernc.org/sqlite, github.com/mattn/go-sqlite3).
 	SQLite Dialect = iota + 1
-	// Postgres is PostgreSQL through pgx's database/sql driver.
+	// Postgres is PostgreSQL through any database/sql driver (pgx's
+	// github.com/jackc/pgx/v5/stdlib, lib/pq).
 	Postgres
 )
+
+// DefaultMaxTxAttempts is the number of times [DB.InTx] runs a transaction
+// that keeps failing with a retryable error (see [IsRetryable]) before it
+// gives up, when DB.MaxTxAttempts is zero.
+const DefaultMaxTxAttempts = 5
 
 // String returns "sqlite" or "postgres".
 func (d Dialect) String() string {
@@ -53,37 +61,49 @@ func (d Dialect) String() string {
 	}
 }
 
-// SQLite connection settings applied by [Open] to every pooled connection
-// (through the DSN, so a connection the pool opens later gets them too), unless
-// the DSN sets the same pragma itself.
-const (
-	// SQLiteBusyTimeout is how long a statement waits for another
-	// connection's (or process's) write lock before failing with SQLITE_BUSY;
-	// [DB.InTx] then retries the whole transaction.
-	SQLiteBusyTimeout = 10 * time.Second
-	// SQLiteMaxOpenConns is the pool size for a file database. WAL mode lets
-	// these connections read concurrently with one writer; writers are
-	// serialised (see [DB.InTx]), so more connections would only add memory
-	// (each has its own page cache).
-	SQLiteMaxOpenConns = 4
-	// PostgresMaxOpenConns is the default pool size for PostgreSQL. Change it
-	// with DB.SetMaxOpenConns after [Open] if a deployment needs more.
-	PostgresMaxOpenConns = 16
-	// DefaultMaxTxAttempts is the number of times [DB.InTx] runs a
-	// transaction that keeps failing with a retryable error (see
-	// [IsRetryable]) before it gives up, when DB.MaxTxAttempts is zero.
-	DefaultMaxTxAttempts = 5
-)
+// Rebind returns query with its `?` placeholders numbered `$1, $2, ...` for
+// Postgres, and query unchanged for SQLite. Question marks inside
+// single-quoted literals and double-quoted identifiers are left alone; do not
+// put one in an SQL comment. It is cheap and safe for concurrent use.
+func (d Dialect) Rebind(query string) string {
+	if d != Postgres {
+		return query
+	}
+	return rebindDollar(query)
+}
+
+// BlobType is the column type for binary data in this dialect: "BLOB" on
+// SQLite, "BYTEA" on PostgreSQL.
+func (d Dialect) BlobType() string {
+	if d == Postgres {
+		return "BYTEA"
+	}
+	return "BLOB"
+}
+
+// IdentityType is the column type of an auto-increment BIGINT primary key in
+// this dialect: "INTEGER PRIMARY KEY AUTOINCREMENT" on SQLite (ids never
+// reused, even after the highest row is deleted), "BIGINT GENERATED ALWAYS
+// AS IDENTITY PRIMARY KEY" on PostgreSQL.
+func (d Dialect) IdentityType() string {
+	if d == Postgres {
+		return "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+	}
+	return "INTEGER PRIMARY KEY AUTOINCREMENT"
+}
 
 // DB is an open database: the embedded *sql.DB (a pool, safe for concurrent
-// use) plus its dialect and the transaction helpers.
+// use) plus its dialect and the transaction helpers. Make it with [New] (or
+// sqldb/drivers.Open), once per database, and share it: on SQLite it holds
+// the queue that serialises this process's write transactions (see
+// [DB.InTx]), which only works if every writer goes through the same DB.
 //
-// Open returns it configured; the exported fields may be changed before the
-// DB is shared between goroutines, not afterwards.
+// The exported fields may be changed before the DB is shared between
+// goroutines, not afterwards.
 type DB struct {
 	*sql.DB
 
-	// Dialect is SQLite or Postgres; it never changes after Open.
+	// Dialect is SQLite or Postgres; it never changes after New.
 	Dialect Dialect
 
 	// MaxTxAttempts bounds how many times [DB.InTx] runs one transaction
@@ -102,199 +122,45 @@ type DB struct {
 	writeSem chan struct{}
 }
 
-// Open opens and pings the database named by dsn:
+// New wraps db, a database the caller opened with a driver of its choice, as
+// a DB of dialect d (SQLite or Postgres); it neither pings nor configures db,
+// and creates no tables. Closing the returned DB closes db.
 //
-//   - "postgres://..." or "postgresql://...": PostgreSQL through pgx (see
-//     github.com/jackc/pgx/v5/stdlib); the DSN is parsed by pgx unchanged (pgx
-//     keywords and run-time parameters such as search_path are accepted). The pool is limited
-//     to PostgresMaxOpenConns connections.
-//   - "sqlite:PATH", "sqlite://PATH", "file:PATH?..." or a bare PATH: a SQLite
-//     file, created if missing (its directory must exist). Query parameters of
-//     modernc.org/sqlite (_pragma=..., _txlock=..., ...) are kept and win over
-//     the defaults below. ":memory:" (or mode=memory) is accepted for
-//     throw-away use; it gets a single connection, since each connection to
-//     it would otherwise see its own empty database.
+// For SQLite, open db so that every connection has a busy_timeout (how long
+// a writer waits for another process's write lock before SQLITE_BUSY) and,
+// for a file shared by several processes, journal_mode=WAL; with
+// modernc.org/sqlite, "_txlock=immediate" in the DSN makes each read-write
+// transaction take the write lock at BEGIN, so transactions of several
+// processes that read before they write queue on busy_timeout instead of
+// failing at once with SQLITE_BUSY. An in-memory database needs
+// db.SetMaxOpenConns(1): every connection to ":memory:" is a database of its
+// own. sqldb/drivers.Open does all of this.
 //
-// Every SQLite connection gets: journal_mode=WAL (readers do not block the
-// writer nor it them), synchronous=NORMAL (durable across a process crash; in
-// WAL mode a power loss can lose only the last transactions, never corrupt
-// the file), busy_timeout=10000 ms, foreign_keys=ON, and _txlock=immediate so
-// that every read-write transaction takes the write lock at BEGIN. That last
-// one matters: a deferred transaction that reads and then writes must upgrade
-// its lock, and two such transactions deadlock, one of them failing at once
-// with SQLITE_BUSY whatever busy_timeout says; with BEGIN IMMEDIATE they queue
-// under busy_timeout instead. (A transaction begun with
-// sql.TxOptions{ReadOnly: true} is a plain deferred BEGIN: it reads a
-// snapshot without taking the write lock.) The pool has SQLiteMaxOpenConns
-// connections: WAL gives concurrent reads, and more connections than that
-// would only wait for the single write lock; in-process writers queue in
-// [DB.InTx] instead of polling the lock, which measured faster than either a
-// single connection or four connections contending on busy_timeout.
-//
-// Open creates no tables (see the package doc for who does). It returns an error if
-// the DSN is empty or malformed, the driver cannot open the database, the
-// ping fails, or a SQLite file database did not switch to WAL mode. The
-// caller must Close the DB.
-func Open(ctx context.Context, dsn string) (*DB, error) {
-	dsn = strings.TrimSpace(dsn)
-	switch {
-	case dsn == "":
-		return nil, errors.New("sqldb: open: empty DSN")
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return openPostgres(ctx, dsn)
-	case strings.HasPrefix(dsn, "sqlite://"):
-		return openSQLite(ctx, strings.TrimPrefix(dsn, "sqlite://"))
-	case strings.HasPrefix(dsn, "sqlite:"):
-		return openSQLite(ctx, strings.TrimPrefix(dsn, "sqlite:"))
+// New returns an error, and wraps nothing, if db is nil or d is neither
+// SQLite nor Postgres.
+func New(db *sql.DB, d Dialect) (*DB, error) {
+	if db == nil {
+		return nil, errors.New("sqldb: new: nil *sql.DB")
+	}
+	out := &DB{DB: db, Dialect: d}
+	switch d {
+	case SQLite:
+		out.writeSem = make(chan struct{}, 1)
+	case Postgres:
 	default:
-		return openSQLite(ctx, dsn)
+		return nil, fmt.Errorf("sqldb: new: unknown %v: want sqldb.SQLite or sqldb.Postgres", d)
 	}
+	return out, nil
 }
 
-func openPostgres(ctx context.Context, dsn string) (*DB, error) {
-	sqlDB, err := sql.Open("pgx", dsn) // pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib)
-	if err != nil {
-		return nil, fmt.Errorf("sqldb: open postgres: %w", err)
-	}
-	sqlDB.SetMaxOpenConns(PostgresMaxOpenConns)
-	sqlDB.SetMaxIdleConns(PostgresMaxOpenConns)
-	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	if err := sqlDB.PingContext(ctx); err != nil {
-		_ = sqlDB.Close()
-		return nil, fmt.Errorf("sqldb: open postgres: ping: %w", err)
-	}
-	return &DB{DB: sqlDB, Dialect: Postgres}, nil
-}
+// Rebind is [Dialect.Rebind] for the database's dialect.
+func (db *DB) Rebind(query string) string { return db.Dialect.Rebind(query) }
 
-// sqliteDefaults are the pragmas every SQLite connection gets unless the DSN
-// sets them; the key is the pragma name as the driver's shorthand parameters
-// spell it too.
-var sqliteDefaults = []struct {
-	name, pragma string
-	aliases      []string
-}{
-	{"busy_timeout", "busy_timeout(" + strconv.FormatInt(SQLiteBusyTimeout.Milliseconds(), 10) + ")", []string{"_busy_timeout", "_timeout"}},
-	{"journal_mode", "journal_mode(WAL)", []string{"_journal_mode", "_journal"}},
-	{"synchronous", "synchronous(NORMAL)", []string{"_synchronous", "_sync"}},
-	{"foreign_keys", "foreign_keys(1)", []string{"_foreign_keys", "_fk"}},
-}
+// BlobType is [Dialect.BlobType] for the database's dialect.
+func (db *DB) BlobType() string { return db.Dialect.BlobType() }
 
-// sqliteDSN returns the modernc.org/sqlite DSN for name (a path or a file:
-// URI, possibly with query parameters) with Ordercast's defaults added, and
-// whether it names an in-memory database and whether the caller set the
-// journal mode.
-func sqliteDSN(name string) (dsn string, memory, ownJournal bool, err error) {
-	path, rawQuery, _ := strings.Cut(name, "?")
-	if path == "" || path == "file:" {
-		return "", false, false, errors.New("empty SQLite path")
-	}
-	q, err := url.ParseQuery(rawQuery)
-	if err != nil {
-		return "", false, false, fmt.Errorf("SQLite DSN query: %w", err)
-	}
-	set := map[string]bool{}
-	for _, p := range q["_pragma"] {
-		n := strings.ToLower(strings.TrimSpace(p))
-		if i := strings.IndexAny(n, "(= "); i >= 0 {
-			n = n[:i]
-		}
-		set[n] = true
-	}
-	for _, d := range sqliteDefaults {
-		for _, a := range d.aliases {
-			if q.Has(a) {
-				set[d.name] = true
-			}
-		}
-	}
-	memory = path == ":memory:" || path == "file::memory:" || q.Get("mode") == "memory"
-	ownJournal = set["journal_mode"]
-	for _, d := range sqliteDefaults {
-		if set[d.name] || (memory && d.name == "journal_mode") {
-			continue
-		}
-		q.Add("_pragma", d.pragma)
-	}
-	if !q.Has("_txlock") {
-		q.Set("_txlock", "immediate")
-	}
-	return path + "?" + q.Encode(), memory, ownJournal, nil
-}
-
-func openSQLite(ctx context.Context, name string) (*DB, error) {
-	dsn, memory, ownJournal, err := sqliteDSN(name)
-	if err != nil {
-		return nil, fmt.Errorf("sqldb: open sqlite: %w", err)
-	}
-	sqlDB, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("sqldb: open sqlite: %w", err)
-	}
-	conns := SQLiteMaxOpenConns
-	if memory {
-		conns = 1
-	}
-	sqlDB.SetMaxOpenConns(conns)
-	sqlDB.SetMaxIdleConns(conns)
-	// Keep connections: each has its own page cache and schema, and opening
-	// one re-runs the pragmas.
-	sqlDB.SetConnMaxLifetime(0)
-	sqlDB.SetConnMaxIdleTime(0)
-	if err := pingSQLite(ctx, sqlDB); err != nil {
-		_ = sqlDB.Close()
-		return nil, fmt.Errorf("sqldb: open sqlite %q: %w", name, err)
-	}
-	if !memory && !ownJournal {
-		var mode string
-		if err := sqlDB.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-			_ = sqlDB.Close()
-			return nil, fmt.Errorf("sqldb: open sqlite %q: read journal_mode: %w", name, err)
-		}
-		if !strings.EqualFold(mode, "wal") {
-			_ = sqlDB.Close()
-			return nil, fmt.Errorf("sqldb: open sqlite %q: journal_mode is %q, want wal", name, mode)
-		}
-	}
-	return &DB{DB: sqlDB, Dialect: SQLite, writeSem: make(chan struct{}, 1)}, nil
-}
-
-// pingSQLite opens the first connection, retrying while it fails with
-// SQLITE_BUSY or SQLITE_LOCKED for at most SQLiteBusyTimeout. Opening a
-// connection runs the pragmas, and switching a new file to WAL needs the
-// exclusive lock: when several processes open the same new file at once,
-// SQLite may return SQLITE_BUSY at once instead of calling the busy handler
-// (it does so whenever waiting could deadlock; see
-// https://sqlite.org/c3ref/busy_handler.html), so busy_timeout alone does
-// not cover it.
-func pingSQLite(ctx context.Context, sqlDB *sql.DB) error {
-	deadline := time.Now().Add(SQLiteBusyTimeout)
-	backoff := 5 * time.Millisecond
-	for {
-		err := sqlDB.PingContext(ctx)
-		if err == nil || !IsRetryable(err) || time.Now().After(deadline) {
-			return err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 200*time.Millisecond)
-	}
-}
-
-// Rebind returns query with its `?` placeholders numbered `$1, $2, ...` when
-// the dialect is Postgres, and query unchanged for SQLite. Question marks
-// inside single-quoted literals and double-quoted identifiers are left alone;
-// do not put one in an SQL comment. It is cheap and safe for concurrent use.
-func (db *DB) Rebind(query string) string {
-	if db.Dialect != Postgres {
-		return query
-	}
-	return rebindDollar(query)
-}
+// IdentityType is [Dialect.IdentityType] for the database's dialect.
+func (db *DB) IdentityType() string { return db.Dialect.IdentityType() }
 
 func rebindDollar(query string) string {
 	if !strings.Contains(query, "?") {
@@ -322,15 +188,6 @@ func rebindDollar(query string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
-}
-
-// BlobType is the column type for binary data in this dialect: "BLOB" on
-// SQLite, "BYTEA" on PostgreSQL.
-func (db *DB) BlobType() string {
-	if db.Dialect == Postgres {
-		return "BYTEA"
-	}
-	return "BLOB"
 }
 
 // QueryStrings runs q (with args, in the database's placeholder style: see

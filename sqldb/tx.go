@@ -28,13 +28,13 @@ import (
 // with "sqldb: begin"/"sqldb: commit". When every attempt failed with a
 // retryable error, the last one is returned wrapped with the attempt count.
 //
-// Isolation. SQLite: every InTx transaction is BEGIN IMMEDIATE, so it holds
-// the database's single write lock from its first statement to COMMIT and
-// read-write transactions run one after the other: serializable by
-// construction. Inside one process InTx also queues its transactions on an
-// in-process one-slot semaphore before BEGIN, so they hand the lock over in
-// FIFO order without SQLite's sleep-and-poll busy handler; other processes on
-// the same file are still kept out by the lock itself and busy_timeout.
+// Isolation. SQLite: read-write transactions run one after the other (the
+// database has a single write lock): serializable by construction. Inside
+// one process InTx queues its transactions on the DB's one-slot semaphore
+// before BEGIN, so they hand the lock over in FIFO order without SQLite's
+// sleep-and-poll busy handler; other processes on the same file are kept out
+// by the lock itself and busy_timeout (with BEGIN IMMEDIATE, "_txlock=immediate"
+// in a modernc.org/sqlite DSN, a transaction takes the lock at BEGIN; see [New]).
 // PostgreSQL: the server default, READ COMMITTED. That is enough for the
 // inbox pattern: the inbox insert of (group, event id) is the first statement
 // and its primary key serialises duplicates (a second transaction inserting

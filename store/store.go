@@ -1,7 +1,8 @@
 // Package store is the order system's database: the generic SQL layer of
-// package sqldb (Open, transactions with retries, Rebind, dialects), which it
-// re-exports under its own names so that the services need one import, plus
-// the order system's schema and its versioned migrations ([Migrate]).
+// package sqldb (transactions with retries, Rebind, dialects) and the DSN
+// opener of sqldb/drivers, which it re-exports under its own names so that
+// the services need one import, plus the order system's schema and its
+// versioned migrations ([Migrate]).
 //
 // Every service writes its effects through [DB.InTx], in one transaction with
 // its inbox row (package inbox) and, where it publishes, its outbox row
@@ -19,6 +20,7 @@ import (
 	"context"
 
 	"github.com/ordercast/ordercast/sqldb"
+	"github.com/ordercast/ordercast/sqldb/drivers"
 )
 
 // DB is [sqldb.DB]: an open database, its dialect and the transaction helpers.
@@ -27,16 +29,18 @@ type DB = sqldb.DB
 // Dialect is [sqldb.Dialect].
 type Dialect = sqldb.Dialect
 
-// The dialects and connection settings of package sqldb.
+// The dialects of package sqldb and the connection settings of
+// sqldb/drivers.
 const (
 	SQLite               = sqldb.SQLite
 	Postgres             = sqldb.Postgres
-	SQLiteBusyTimeout    = sqldb.SQLiteBusyTimeout
-	SQLiteMaxOpenConns   = sqldb.SQLiteMaxOpenConns
-	PostgresMaxOpenConns = sqldb.PostgresMaxOpenConns
+	SQLiteBusyTimeout    = drivers.SQLiteBusyTimeout
+	SQLiteMaxOpenConns   = drivers.SQLiteMaxOpenConns
+	PostgresMaxOpenConns = drivers.PostgresMaxOpenConns
 	DefaultMaxTxAttempts = sqldb.DefaultMaxTxAttempts
 )
 
-// Open is [sqldb.Open]: it opens and pings the database dsn names and creates
-// no tables; call [Migrate] for the order system's schema.
-func Open(ctx context.Context, dsn string) (*DB, error) { return sqldb.Open(ctx, dsn) }
+// Open is sqldb/drivers.Open: it opens and pings the database dsn names with
+// the bundled drivers and creates no tables; call [Migrate] for the order
+// system's schema.
+func Open(ctx context.Context, dsn string) (*DB, error) { return drivers.Open(ctx, dsn) }
