@@ -2,15 +2,22 @@
 // consumer group, which, with Kafka's at-least-once delivery (offsets
 // committed only after processing), makes the effect happen exactly once.
 //
-// A consumer calls [Process] with the group, the event's stable id (the
-// eventId field of the event, the same on every re-delivery and every
-// re-publication) and a function that writes the effect through the given
+// It works on a database of your own, SQLite or PostgreSQL, opened with the
+// database/sql driver you choose and wrapped with sqldb.New. Create the inbox
+// table with [Migrate] or [Inbox.Migrate], or put the statement [Schema]
+// returns into your own migrations; nothing else is created. Then, for each
+// record, call [Inbox.Process] (or [Process], for the table named
+// DefaultTable) with the consumer group, the event's stable id (an id the
+// event carries, the same on every re-delivery and every re-publication; not
+// the offset) and a function that writes the effect through the given
 // transaction:
 //
-//	applied, err := inbox.Process(ctx, db, order.GroupOrders, ev.EventID,
+//	in, err := inbox.New(db, "billing_inbox")
+//	...
+//	applied, err := in.Process(ctx, "billing", ev.ID,
 //		inbox.Meta{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset},
 //		func(ctx context.Context, tx *sql.Tx) error {
-//			_, err := tx.ExecContext(ctx, db.Rebind(`INSERT INTO orders ...`), ...)
+//			_, err := tx.ExecContext(ctx, db.Rebind(`INSERT INTO invoices ...`), ...)
 //			return err
 //		})
 //
@@ -20,9 +27,26 @@
 // not covered; publish follow-up events through package outbox in the same
 // transaction instead.
 //
-// The package needs only package sqldb and one table, inbox, which [Migrate]
-// creates on a database of your own; the order system's schema (package
-// store) includes it.
+// # Table
+//
+// One row per (consumer group, event id) applied, in the table DefaultTable
+// ("inbox") unless [New] is given another name; the same columns in both
+// dialects:
+//
+//	consumer_group TEXT NOT NULL     the group given to Process
+//	event_id       TEXT NOT NULL     the event id given to Process
+//	topic          TEXT NOT NULL     Meta.Topic: where the event was consumed from
+//	"partition"    INTEGER NOT NULL  Meta.Partition
+//	"offset"       BIGINT NOT NULL   Meta.Offset
+//	processed_at   BIGINT NOT NULL   when it was applied, unix milliseconds
+//	digest         TEXT              Meta.Digest; NULL when empty
+//	PRIMARY KEY (consumer_group, event_id)
+//
+// Several groups may share one table. The package never deletes rows: the
+// table grows by one row per event applied. Deleting a row makes a later
+// re-delivery of its event apply again, so delete by processed_at only rows
+// older than any record that can still be re-delivered (the topic's
+// retention).
 package inbox
 
 import (
@@ -99,14 +123,58 @@ func (e *ConflictError) Permanent() bool { return true }
 // errDuplicate rolls back the transaction of an event already processed.
 var errDuplicate = errors.New("inbox: event already processed")
 
-// insertSQL claims (group, event id); it inserts nothing if the pair exists.
-// ON CONFLICT ... DO NOTHING is accepted by SQLite (3.24+) and PostgreSQL.
-const insertSQL = `INSERT INTO inbox (consumer_group, event_id, topic, "partition", "offset", processed_at, digest)
-VALUES (?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (consumer_group, event_id) DO NOTHING`
+// DefaultTable is the inbox table's name when none is chosen: the table
+// [Process], [Seen] and [Migrate] use, and [New] with an empty name.
+const DefaultTable = "inbox"
 
-// firstSQL reads the row that claimed (group, event id) first.
-const firstSQL = `SELECT topic, "partition", "offset", digest FROM inbox WHERE consumer_group = ? AND event_id = ?`
+// Inbox is the inbox table of one database. Make it with [New]; it is safe
+// for concurrent use and cheap to keep (it holds the queries, built once).
+type Inbox struct {
+	db    *sqldb.DB
+	table string
+	// The statements, with the table name and the dialect's placeholders.
+	insertSQL, firstSQL, seenSQL string
+}
+
+// New returns the inbox kept in table of db: DefaultTable when table is
+// empty. It creates nothing (see [Inbox.Migrate]) and does not touch the
+// database. It returns an error if db is nil or table is not a plain
+// lower-case identifier (sqldb.CheckTableName says why).
+func New(db *sqldb.DB, table string) (*Inbox, error) {
+	if db == nil {
+		return nil, errors.New("inbox: nil *sqldb.DB")
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := sqldb.CheckTableName(table); err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	return newInbox(db, table), nil
+}
+
+// newInbox is New without the checks.
+func newInbox(db *sqldb.DB, table string) *Inbox {
+	return &Inbox{
+		db:    db,
+		table: table,
+		// ON CONFLICT ... DO NOTHING is accepted by SQLite (3.24+) and
+		// PostgreSQL; it claims (group, event id) or inserts nothing.
+		insertSQL: db.Rebind(`INSERT INTO ` + table + ` (consumer_group, event_id, topic, "partition", "offset", processed_at, digest)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (consumer_group, event_id) DO NOTHING`),
+		firstSQL: db.Rebind(`SELECT topic, "partition", "offset", digest FROM ` + table + ` WHERE consumer_group = ? AND event_id = ?`),
+		seenSQL:  db.Rebind(`SELECT 1 FROM ` + table + ` WHERE consumer_group = ? AND event_id = ?`),
+	}
+}
+
+// Table returns the name of the inbox's table.
+func (in *Inbox) Table() string { return in.table }
+
+// Process is [Inbox.Process] on the table named DefaultTable of db.
+func Process(ctx context.Context, db *sqldb.DB, group, eventID string, meta Meta, fn func(ctx context.Context, tx *sql.Tx) error) (applied bool, err error) {
+	return newInbox(db, DefaultTable).Process(ctx, group, eventID, meta, fn)
+}
 
 // Process applies an event's effect exactly once per (group, eventID).
 //
@@ -136,52 +204,33 @@ const firstSQL = `SELECT topic, "partition", "offset", digest FROM inbox WHERE c
 // Why it holds at each isolation level: the inbox primary key is
 // (consumer_group, event_id) and the insert is the transaction's first
 // statement. On SQLite, read-write transactions are serialised by the write
-// lock taken at BEGIN, so the second transaction sees the first one's
-// committed row and inserts nothing. On PostgreSQL under READ COMMITTED, a
-// concurrent insert of the same key waits on the first transaction's
-// uncommitted index entry: if that commits, ON CONFLICT DO NOTHING inserts
-// nothing; if it rolls back, the waiting insert succeeds and that transaction
-// applies the effect instead. Either way exactly one transaction holding the
-// row commits an effect.
+// lock, so the second transaction sees the first one's committed row and
+// inserts nothing. On PostgreSQL under READ COMMITTED, a concurrent insert of
+// the same key waits on the first transaction's uncommitted index entry: if
+// that commits, ON CONFLICT DO NOTHING inserts nothing; if it rolls back, the
+// waiting insert succeeds and that transaction applies the effect instead.
+// Either way exactly one transaction holding the row commits an effect.
 //
 // Process is safe for concurrent use.
-func Process(ctx context.Context, db *sqldb.DB, group, eventID string, meta Meta, fn func(ctx context.Context, tx *sql.Tx) error) (applied bool, err error) {
+func (in *Inbox) Process(ctx context.Context, group, eventID string, meta Meta, fn func(ctx context.Context, tx *sql.Tx) error) (applied bool, err error) {
 	if group == "" || eventID == "" {
 		return false, fmt.Errorf("inbox: group %q and event id %q must not be empty", group, eventID)
 	}
-	query := db.Rebind(insertSQL)
-	digest := sql.NullString{String: meta.Digest, Valid: meta.Digest != ""}
-	var conflict *ConflictError
-	err = db.InTx(ctx, func(tx *sql.Tx) error {
-		conflict = nil
-		res, err := tx.ExecContext(ctx, query, group, eventID, meta.Topic, meta.Partition, meta.Offset, time.Now().UnixMilli(), digest)
+	err = in.db.InTx(ctx, func(tx *sql.Tx) error {
+		claimed, err := in.claim(ctx, tx, group, eventID, meta)
 		if err != nil {
-			return fmt.Errorf("inbox: insert %s/%s: %w", group, eventID, err)
+			return err
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("inbox: insert %s/%s: rows affected: %w", group, eventID, err)
+		if !claimed {
+			return errDuplicate
 		}
-		if n > 0 {
-			return fn(ctx, tx)
-		}
-		if digest.Valid {
-			var first Meta
-			var firstDigest sql.NullString
-			if err := tx.QueryRowContext(ctx, db.Rebind(firstSQL), group, eventID).Scan(&first.Topic, &first.Partition, &first.Offset, &firstDigest); err != nil {
-				return fmt.Errorf("inbox: read %s/%s: %w", group, eventID, err)
-			}
-			if firstDigest.Valid && firstDigest.String != digest.String {
-				first.Digest = firstDigest.String
-				conflict = &ConflictError{Group: group, EventID: eventID, First: first}
-			}
-		}
-		return errDuplicate
+		return fn(ctx, tx)
 	})
+	var conflict *ConflictError
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.Is(err, errDuplicate) && conflict != nil:
+	case errors.As(err, &conflict):
 		return false, conflict
 	case errors.Is(err, errDuplicate):
 		return false, nil
@@ -190,14 +239,53 @@ func Process(ctx context.Context, db *sqldb.DB, group, eventID string, meta Meta
 	}
 }
 
+// claim inserts the inbox row of (group, eventID) inside tx, the first
+// statement of the transaction that applies the event. It reports true when
+// the row was inserted (the caller applies the effect in tx), false when the
+// group already applied the event (nothing written; the caller skips it), or
+// a *ConflictError when that earlier event had another digest, or the
+// database error (wrapped, recognisable to sqldb.IsRetryable).
+func (in *Inbox) claim(ctx context.Context, tx *sql.Tx, group, eventID string, meta Meta) (bool, error) {
+	digest := sql.NullString{String: meta.Digest, Valid: meta.Digest != ""}
+	res, err := tx.ExecContext(ctx, in.insertSQL, group, eventID, meta.Topic, meta.Partition, meta.Offset, time.Now().UnixMilli(), digest)
+	if err != nil {
+		return false, fmt.Errorf("inbox: insert %s/%s: %w", group, eventID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("inbox: insert %s/%s: rows affected: %w", group, eventID, err)
+	}
+	if n > 0 {
+		return true, nil
+	}
+	if !digest.Valid {
+		return false, nil
+	}
+	var first Meta
+	var firstDigest sql.NullString
+	if err := tx.QueryRowContext(ctx, in.firstSQL, group, eventID).Scan(&first.Topic, &first.Partition, &first.Offset, &firstDigest); err != nil {
+		return false, fmt.Errorf("inbox: read %s/%s: %w", group, eventID, err)
+	}
+	if firstDigest.Valid && firstDigest.String != digest.String {
+		first.Digest = firstDigest.String
+		return false, &ConflictError{Group: group, EventID: eventID, First: first}
+	}
+	return false, nil
+}
+
+// Seen is [Inbox.Seen] on the table named DefaultTable of db.
+func Seen(ctx context.Context, db *sqldb.DB, group, eventID string) (bool, error) {
+	return newInbox(db, DefaultTable).Seen(ctx, group, eventID)
+}
+
 // Seen reports whether group has already processed eventID (its inbox row is
 // committed). It is a plain read, for diagnostics and tests: deciding whether
 // to apply an effect must go through Process, since the answer can change
 // right after Seen returns. It returns an error only if the query fails.
 // Safe for concurrent use.
-func Seen(ctx context.Context, db *sqldb.DB, group, eventID string) (bool, error) {
+func (in *Inbox) Seen(ctx context.Context, group, eventID string) (bool, error) {
 	var one int
-	err := db.QueryRowContext(ctx, db.Rebind(`SELECT 1 FROM inbox WHERE consumer_group = ? AND event_id = ?`), group, eventID).Scan(&one)
+	err := in.db.QueryRowContext(ctx, in.seenSQL, group, eventID).Scan(&one)
 	switch {
 	case err == nil:
 		return true, nil

@@ -4,51 +4,89 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 
 	"github.com/ordercast/ordercast/sqldb"
 )
 
-// tableDDL creates the inbox table: one row per (consumer group, event id)
-// applied. Its columns are those of the order system's schema (package store,
-// migrations 1 and 4), in the same order; a test compares them.
-const tableDDL = `CREATE TABLE IF NOT EXISTS inbox (
-			consumer_group TEXT NOT NULL,
-			event_id       TEXT NOT NULL,
-			topic          TEXT NOT NULL,
-			"partition"    INTEGER NOT NULL,
-			"offset"       BIGINT NOT NULL,
-			processed_at   BIGINT NOT NULL,
-			digest         TEXT,
-			PRIMARY KEY (consumer_group, event_id)
-		)`
+// tableDDL creates the inbox table (see the package doc for its layout);
+// {{TABLE}} is its name. The order system's schema has the same columns in
+// the same order; a test compares them.
+const tableDDL = `CREATE TABLE IF NOT EXISTS {{TABLE}} (
+    consumer_group TEXT NOT NULL,
+    event_id       TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    "partition"    INTEGER NOT NULL,
+    "offset"       BIGINT NOT NULL,
+    processed_at   BIGINT NOT NULL,
+    digest         TEXT,
+    PRIMARY KEY (consumer_group, event_id)
+)`
 
-// Migrate creates the table [Process] and [Seen] use, inbox(consumer_group,
-// event_id, topic, "partition", "offset", processed_at, digest) with primary
-// key (consumer_group, event_id), in db if it does not exist, and nothing
-// else: no other table, no schema_migrations record. It is for a database of
-// your own; a database the order system's migrations manage (store.Migrate)
-// already has the table and Migrate leaves it alone there.
+// Schema returns the SQL that creates the inbox table named table
+// (DefaultTable when empty) in dialect d, one statement ending with a
+// semicolon, for a migration tool of your own (golang-migrate, goose, Atlas,
+// a plain .sql file): the statement [Migrate] runs. It is idempotent
+// (CREATE TABLE IF NOT EXISTS), and the same in SQLite and PostgreSQL today;
+// d is taken so that a later layout may differ. It returns an error if table
+// is not a plain lower-case identifier (see sqldb.CheckTableName) or d is
+// unknown.
+func Schema(d sqldb.Dialect, table string) (string, error) {
+	stmts, err := schema(d, table)
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(stmts, ";\n\n") + ";\n", nil
+}
+
+// schema is Schema as statements without their semicolons.
+func schema(d sqldb.Dialect, table string) ([]string, error) {
+	if d != sqldb.SQLite && d != sqldb.Postgres {
+		return nil, fmt.Errorf("inbox: schema: unknown %v", d)
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := sqldb.CheckTableName(table); err != nil {
+		return nil, fmt.Errorf("inbox: schema: %w", err)
+	}
+	return []string{strings.ReplaceAll(tableDDL, "{{TABLE}}", table)}, nil
+}
+
+// Migrate is [Inbox.Migrate] for the table named DefaultTable of db.
+func Migrate(ctx context.Context, db *sqldb.DB) error {
+	return newInbox(db, DefaultTable).Migrate(ctx)
+}
+
+// Migrate creates the inbox's table in its database if it does not exist
+// (the statement of [Schema]), and nothing else: no other table, no record of
+// a schema version.
 //
-// It is idempotent (CREATE TABLE IF NOT EXISTS) and safe to call from several
-// processes at once: it runs in one [sqldb.DB.InSchemaTx] transaction, under
-// PostgreSQL's schema advisory lock or SQLite's write lock, so concurrent
-// calls serialise and a failure creates nothing. Both dialects, SQLite and
-// PostgreSQL, get the same table.
+// It is idempotent and safe to call from several processes at once: it runs
+// in one sqldb.DB.InSchemaTx transaction, under PostgreSQL's schema advisory
+// lock or SQLite's write lock, so concurrent calls serialise and a failure
+// creates nothing.
 //
 // It returns an error wrapped with "inbox: migrate" when the statement fails
-// or when an inbox table already exists without the digest column (one made
-// by a release of the schema before digests; add it with
-// `ALTER TABLE inbox ADD COLUMN digest TEXT`, which is what the order
-// system's migration 4 does): Migrate does not alter an existing table.
-func Migrate(ctx context.Context, db *sqldb.DB) error {
-	return db.InSchemaTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, tableDDL); err != nil {
-			return fmt.Errorf("inbox: migrate: create table inbox: %w", err)
+// or when a table of that name already exists without a column Process needs
+// (an inbox table from before digests lacks digest: add it with
+// `ALTER TABLE inbox ADD COLUMN digest TEXT`): Migrate does not alter an
+// existing table.
+func (in *Inbox) Migrate(ctx context.Context) error {
+	stmts, err := schema(in.db.Dialect, in.table)
+	if err != nil {
+		return fmt.Errorf("inbox: migrate: %w", err)
+	}
+	return in.db.InSchemaTx(ctx, func(tx *sql.Tx) error {
+		for _, stmt := range stmts {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("inbox: migrate: create table %s: %w", in.table, err)
+			}
 		}
 		// Every column Process and Seen read or write, so that a table of an
 		// older shape fails here rather than at the first event.
-		if _, err := tx.ExecContext(ctx, `SELECT consumer_group, event_id, topic, "partition", "offset", processed_at, digest FROM inbox WHERE 1 = 0`); err != nil {
-			return fmt.Errorf("inbox: migrate: the existing inbox table lacks a column Process needs (digest is added by ALTER TABLE inbox ADD COLUMN digest TEXT): %w", err)
+		if _, err := tx.ExecContext(ctx, `SELECT consumer_group, event_id, topic, "partition", "offset", processed_at, digest FROM `+in.table+` WHERE 1 = 0`); err != nil {
+			return fmt.Errorf("inbox: migrate: the existing table %s lacks a column Process needs (digest is added by ALTER TABLE %s ADD COLUMN digest TEXT): %w", in.table, in.table, err)
 		}
 		return nil
 	})

@@ -10,32 +10,48 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	_ "modernc.org/sqlite" // the application's SQLite driver: registers "sqlite"
 
 	"github.com/ordercast/ordercast/outbox"
 	"github.com/ordercast/ordercast/sqldb"
 )
 
-// A payment and its paymentProcessed record commit in one transaction; the
-// relay publishes the record to Kafka (here the in-process kfake broker).
+// A billing service records an invoice and its invoiceIssued record in one
+// transaction on a SQLite database of its own, in an outbox table of its own
+// naming; the relay publishes the record to Kafka (here the in-process kfake
+// broker).
 func ExampleRelay() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	dir, _ := os.MkdirTemp("", "outbox-example")
+	dir, err := os.MkdirTemp("", "outbox-example")
+	if err != nil {
+		panic(err)
+	}
 	defer os.RemoveAll(dir)
-	db, err := sqldb.Open(ctx, "sqlite:"+filepath.Join(dir, "example.db"))
+	sqlDB, err := sql.Open("sqlite", filepath.Join(dir, "billing.db")+
+		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		panic(err)
+	}
+	db, err := sqldb.New(sqlDB, sqldb.SQLite)
 	if err != nil {
 		panic(err)
 	}
 	defer db.Close()
-	// The outbox table and its index, and nothing else; the payments table
-	// is this example's own.
-	if err := outbox.Migrate(ctx, db); err != nil {
+	// The service's own migration: its invoices table and the outbox table.
+	if _, err := db.ExecContext(ctx, `CREATE TABLE invoices (
+		invoice_id TEXT PRIMARY KEY, customer TEXT NOT NULL, amount_cents BIGINT NOT NULL)`); err != nil {
 		panic(err)
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE payments (order_id TEXT PRIMARY KEY, status TEXT NOT NULL, amount_milli BIGINT NOT NULL)`); err != nil {
+	ob, err := outbox.New(db, "billing_outbox")
+	if err != nil {
 		panic(err)
 	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "paymentProcessed"))
+	if err := ob.Migrate(ctx); err != nil {
+		panic(err)
+	}
+
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "invoiceIssued"))
 	if err != nil {
 		panic(err)
 	}
@@ -46,20 +62,20 @@ func ExampleRelay() {
 	}
 	defer client.Close()
 
-	relay := outbox.NewRelay(db, client)
+	relay := outbox.NewRelay(db, client, outbox.WithTable("billing_outbox"))
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- relay.Run(relayCtx) }()
 
 	err = db.InTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, db.Rebind(`INSERT INTO payments (order_id, status, amount_milli) VALUES (?, ?, ?)`),
-			"ord_1", "PAID", 15300); err != nil {
+		if _, err := tx.ExecContext(ctx, db.Rebind(`INSERT INTO invoices (invoice_id, customer, amount_cents) VALUES (?, ?, ?)`),
+			"inv-1", "acme", 4200); err != nil {
 			return err
 		}
-		return outbox.Enqueue(ctx, tx, db, outbox.Message{
-			Topic:   "paymentProcessed",
-			Key:     []byte("17850"),
-			Value:   []byte(`{"eventId":"evt_pay_1","orderId":"ord_1","status":"PAID"}`),
+		return ob.Enqueue(ctx, tx, outbox.Message{
+			Topic:   "invoiceIssued",
+			Key:     []byte("acme"),
+			Value:   []byte(`{"eventId":"evt-7","invoiceId":"inv-1","amountCents":4200}`),
 			Headers: []outbox.Header{{Key: "content-type", Value: []byte("application/json")}},
 		})
 	})
@@ -69,23 +85,54 @@ func ExampleRelay() {
 	relay.Notify() // publish now rather than at the next poll
 
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...),
-		kgo.ConsumeTopics("paymentProcessed"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kgo.ConsumeTopics("invoiceIssued"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		panic(err)
 	}
 	defer consumer.Close()
 	for got := false; !got; {
-		consumer.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+		fetches := consumer.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			panic(err)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
 			fmt.Printf("%s key=%s %s\n", r.Topic, r.Key, r.Value)
 			got = true
 		})
 	}
-	for n, _ := relay.Pending(ctx); n != 0; n, _ = relay.Pending(ctx) {
-		time.Sleep(5 * time.Millisecond)
+	// The relay marks the row sent once Kafka acknowledged it.
+	for n, err := ob.Pending(ctx); n != 0; n, err = ob.Pending(ctx) {
+		if err != nil || ctx.Err() != nil {
+			panic(fmt.Sprint(err, ctx.Err()))
+		}
+		time.Sleep(5 * time.Millisecond) // polling, bounded by ctx
 	}
 	stopRelay()
 	fmt.Println("relay stopped:", <-relayDone)
 	// Output:
-	// paymentProcessed key=17850 {"eventId":"evt_pay_1","orderId":"ord_1","status":"PAID"}
+	// invoiceIssued key=acme {"eventId":"evt-7","invoiceId":"inv-1","amountCents":4200}
 	// relay stopped: <nil>
+}
+
+// The outbox table's statements for a migration tool of one's own, here for
+// PostgreSQL (SQLite's differ in the id and binary column types). Migrate
+// runs exactly these.
+func ExampleSchema() {
+	ddl, err := outbox.Schema(sqldb.Postgres, "billing_outbox")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Print(ddl)
+	// Output:
+	// CREATE TABLE IF NOT EXISTS billing_outbox (
+	//     id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	//     topic      TEXT NOT NULL,
+	//     record_key BYTEA,
+	//     value      BYTEA,
+	//     headers    TEXT,
+	//     created_at BIGINT NOT NULL,
+	//     sent_at    BIGINT
+	// );
+	//
+	// CREATE INDEX IF NOT EXISTS billing_outbox_unsent ON billing_outbox (id) WHERE sent_at IS NULL;
 }

@@ -10,52 +10,89 @@ import (
 )
 
 // schemaDDL creates the outbox table (records to publish, relayed in id
-// order) and its index of unsent rows; {{ID}} and {{BLOB}} are the dialect's
-// identity and binary column types. The columns and index are those of the
-// order system's schema (package store, migration 1); a test compares them.
+// order) and its index of unsent rows (see the package doc for the layout);
+// {{TABLE}} is the table's name, {{ID}} and {{BLOB}} the dialect's identity
+// and binary column types. The order system's schema has the same columns
+// and index; a test compares them.
 var schemaDDL = []string{
-	`CREATE TABLE IF NOT EXISTS outbox (
-			id         {{ID}},
-			topic      TEXT NOT NULL,
-			record_key {{BLOB}},
-			value      {{BLOB}},
-			headers    TEXT,
-			created_at BIGINT NOT NULL,
-			sent_at    BIGINT
-		)`,
-	`CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (id) WHERE sent_at IS NULL`,
+	`CREATE TABLE IF NOT EXISTS {{TABLE}} (
+    id         {{ID}},
+    topic      TEXT NOT NULL,
+    record_key {{BLOB}},
+    value      {{BLOB}},
+    headers    TEXT,
+    created_at BIGINT NOT NULL,
+    sent_at    BIGINT
+)`,
+	`CREATE INDEX IF NOT EXISTS {{TABLE}}_unsent ON {{TABLE}} (id) WHERE sent_at IS NULL`,
 }
 
-// Migrate creates what [Enqueue], [Pending], [Prune] and the relays use, in db
-// if it does not exist, and nothing else (no other table, no
-// schema_migrations record): the table outbox(id, topic, record_key, value,
-// headers, created_at, sent_at), whose id is an auto-increment BIGINT key
-// ([sqldb.DB.IdentityType]) and record_key and value binary
-// ([sqldb.DB.BlobType]), and the partial index outbox_unsent on the unsent
-// rows' ids. It is for a database of your own; a database the order system's
-// migrations manage (store.Migrate) already has both and Migrate leaves them
-// alone there. The transactional relay's progress lives in Kafka, not in a
-// table, so it needs nothing more.
-//
-// It is idempotent (CREATE TABLE/INDEX IF NOT EXISTS) and safe to call from
-// several processes at once: it runs in one [sqldb.DB.InSchemaTx]
-// transaction, under PostgreSQL's schema advisory lock or SQLite's write
-// lock, so concurrent calls serialise and a failure creates nothing. SQLite
-// and PostgreSQL are supported.
-//
-// It returns an error wrapped with "outbox: migrate" when a statement fails or
-// when an existing outbox table lacks a column the relay needs (Migrate does
-// not alter an existing table).
+// Schema returns the SQL that creates the outbox table named table
+// (DefaultTable when empty) and its index <table>_unsent in dialect d, two
+// statements each ending with a semicolon, for a migration tool of your own
+// (golang-migrate, goose, Atlas, a plain .sql file): the statements [Migrate]
+// runs. They are idempotent (CREATE ... IF NOT EXISTS). The dialects differ
+// in the id column ([sqldb.Dialect.IdentityType]) and the binary columns
+// ([sqldb.Dialect.BlobType]). It returns an error if table is not a plain
+// lower-case identifier (see sqldb.CheckTableName) or d is unknown.
+func Schema(d sqldb.Dialect, table string) (string, error) {
+	stmts, err := schema(d, table)
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(stmts, ";\n\n") + ";\n", nil
+}
+
+// schema is Schema as statements without their semicolons.
+func schema(d sqldb.Dialect, table string) ([]string, error) {
+	if d != sqldb.SQLite && d != sqldb.Postgres {
+		return nil, fmt.Errorf("outbox: schema: unknown %v", d)
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := sqldb.CheckTableName(table); err != nil {
+		return nil, fmt.Errorf("outbox: schema: %w", err)
+	}
+	r := strings.NewReplacer("{{TABLE}}", table, "{{ID}}", d.IdentityType(), "{{BLOB}}", d.BlobType())
+	out := make([]string, len(schemaDDL))
+	for i, s := range schemaDDL {
+		out[i] = r.Replace(s)
+	}
+	return out, nil
+}
+
+// Migrate is [Outbox.Migrate] for the table named DefaultTable of db.
 func Migrate(ctx context.Context, db *sqldb.DB) error {
-	types := strings.NewReplacer("{{ID}}", db.IdentityType(), "{{BLOB}}", db.BlobType())
-	return db.InSchemaTx(ctx, func(tx *sql.Tx) error {
-		for i, stmt := range schemaDDL {
-			if _, err := tx.ExecContext(ctx, types.Replace(stmt)); err != nil {
-				return fmt.Errorf("outbox: migrate: statement %d: %w", i+1, err)
+	return newOutbox(db, DefaultTable).Migrate(ctx)
+}
+
+// Migrate creates the outbox's table and index in its database if they do
+// not exist (the statements of [Schema]), and nothing else: no other table,
+// no record of a schema version. The transactional relay's progress lives in
+// Kafka, not in a table, so it needs nothing more.
+//
+// It is idempotent and safe to call from several processes at once: it runs
+// in one sqldb.DB.InSchemaTx transaction, under PostgreSQL's schema advisory
+// lock or SQLite's write lock, so concurrent calls serialise and a failure
+// creates nothing.
+//
+// It returns an error wrapped with "outbox: migrate" when a statement fails
+// or when a table of that name already exists without a column the relay
+// needs (Migrate does not alter an existing table).
+func (o *Outbox) Migrate(ctx context.Context) error {
+	stmts, err := schema(o.db.Dialect, o.table)
+	if err != nil {
+		return fmt.Errorf("outbox: migrate: %w", err)
+	}
+	return o.db.InSchemaTx(ctx, func(tx *sql.Tx) error {
+		for i, stmt := range stmts {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("outbox: migrate %s: statement %d: %w", o.table, i+1, err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `SELECT id, topic, record_key, value, headers, created_at, sent_at FROM outbox WHERE 1 = 0`); err != nil {
-			return fmt.Errorf("outbox: migrate: the existing outbox table lacks a column the relay needs: %w", err)
+		if _, err := tx.ExecContext(ctx, `SELECT id, topic, record_key, value, headers, created_at, sent_at FROM `+o.table+` WHERE 1 = 0`); err != nil {
+			return fmt.Errorf("outbox: migrate: the existing table %s lacks a column the relay needs: %w", o.table, err)
 		}
 		return nil
 	})

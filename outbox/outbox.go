@@ -2,14 +2,14 @@
 // to publish, reliably and in order: the transactional outbox pattern.
 //
 // A service writes its effect and the records announcing it in one database
-// transaction ([Enqueue] inside sqldb.DB.InTx, usually inside
+// transaction ([Outbox.Enqueue] inside sqldb.DB.InTx, usually inside
 // inbox.Process), so a record exists if and only if its effect committed. A
 // [Relay] then reads unsent rows in id order, produces them with a Kafka
 // client, and marks them sent.
 //
 // Two delivery modes:
 //
-//   - Exactly once ([NewTransactionalRelay], what the order system runs):
+//   - Exactly once ([NewTransactionalRelay]):
 //     each batch is produced in a Kafka transaction together with a progress
 //     marker record naming the batch's ids, on a compacted topic of the
 //     relay's own; the rows are marked sent after the commit, and a restarted
@@ -41,9 +41,26 @@
 // interleaving their order. Exactly once, several relays per database are
 // safe (one is active, the others are fenced and stand by).
 //
-// The package needs only package sqldb and one table, outbox, which [Migrate]
-// creates on a database of your own; the order system's schema (package
-// store) includes it.
+// # Database and table
+//
+// It works on a database of your own, SQLite or PostgreSQL, opened with the
+// database/sql driver you choose and wrapped with sqldb.New. Create the
+// outbox table with [Migrate] or [Outbox.Migrate], or put the statements
+// [Schema] returns into your own migrations; nothing else is created (the
+// exactly-once relay keeps its progress in Kafka). The table is DefaultTable
+// ("outbox") unless [New] and the relay ([WithTable]) are given another
+// name; its columns:
+//
+//	id          auto-increment BIGINT primary key (sqldb.Dialect.IdentityType): the relay order
+//	topic       TEXT NOT NULL   Message.Topic
+//	record_key  BLOB / BYTEA    Message.Key; NULL for none
+//	value       BLOB / BYTEA    Message.Value; NULL for a tombstone
+//	headers     TEXT            Message.Headers as JSON [{"k":key,"v":base64 value}]; NULL for none
+//	created_at  BIGINT NOT NULL when it was enqueued, unix milliseconds
+//	sent_at     BIGINT          when the relay marked it sent, unix milliseconds; NULL until then
+//
+// and the partial index <table>_unsent on id WHERE sent_at IS NULL, which
+// the relay reads. Sent rows are kept until [Prune] deletes them.
 package outbox
 
 import (
@@ -73,15 +90,67 @@ type Message struct {
 	Headers []Header // record headers, in order; stored as JSON
 }
 
-// Enqueue writes m to the outbox inside the caller's transaction tx on db
-// (db gives the dialect; it is not used for the write). The row becomes
+// DefaultTable is the outbox table's name when none is chosen: the table
+// [Enqueue], [Pending], [Prune], [Migrate] and the relays use by default, and
+// [New] with an empty name.
+const DefaultTable = "outbox"
+
+// Outbox is the outbox table of one database. Make it with [New]; it is safe
+// for concurrent use and cheap to keep (it holds the queries, built once).
+type Outbox struct {
+	db    *sqldb.DB
+	table string
+	// The statements, with the table name and the dialect's placeholders.
+	insertSQL, pendingSQL, pruneSQL string
+}
+
+// New returns the outbox kept in table of db: DefaultTable when table is
+// empty. It creates nothing (see [Outbox.Migrate]) and does not touch the
+// database. A relay publishing it needs the same name: [WithTable]. It
+// returns an error if db is nil or table is not a plain lower-case
+// identifier (sqldb.CheckTableName says why).
+func New(db *sqldb.DB, table string) (*Outbox, error) {
+	if db == nil {
+		return nil, errors.New("outbox: nil *sqldb.DB")
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := sqldb.CheckTableName(table); err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	return newOutbox(db, table), nil
+}
+
+// newOutbox is New without the checks.
+func newOutbox(db *sqldb.DB, table string) *Outbox {
+	return &Outbox{
+		db:         db,
+		table:      table,
+		insertSQL:  db.Rebind(`INSERT INTO ` + table + ` (topic, record_key, value, headers, created_at) VALUES (?, ?, ?, ?, ?)`),
+		pendingSQL: `SELECT COUNT(*) FROM ` + table + ` WHERE sent_at IS NULL`,
+		pruneSQL:   db.Rebind(`DELETE FROM ` + table + ` WHERE sent_at IS NOT NULL AND sent_at < ?`),
+	}
+}
+
+// Table returns the name of the outbox's table.
+func (o *Outbox) Table() string { return o.table }
+
+// Enqueue is [Outbox.Enqueue] on the table named DefaultTable of db (db gives
+// the dialect; it is not used for the write).
+func Enqueue(ctx context.Context, tx *sql.Tx, db *sqldb.DB, m Message) error {
+	return newOutbox(db, DefaultTable).Enqueue(ctx, tx, m)
+}
+
+// Enqueue writes m to the outbox inside the caller's transaction tx, which
+// must be a transaction on the outbox's database. The row becomes
 // visible to the relay only when tx commits, and vanishes if it rolls back.
 // Call [Relay.Notify] after the commit to publish it without waiting for the
 // next poll. It returns an error if m.Topic is empty, the headers cannot be
 // encoded, or the insert fails (wrapped; a retryable database error stays
 // recognisable to sqldb.DB.InTx). Safe for concurrent use on different
 // transactions.
-func Enqueue(ctx context.Context, tx *sql.Tx, db *sqldb.DB, m Message) error {
+func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, m Message) error {
 	if m.Topic == "" {
 		return errors.New("outbox: enqueue: empty topic")
 	}
@@ -93,8 +162,7 @@ func Enqueue(ctx context.Context, tx *sql.Tx, db *sqldb.DB, m Message) error {
 		}
 		headers = string(b)
 	}
-	_, err := tx.ExecContext(ctx,
-		db.Rebind(`INSERT INTO outbox (topic, record_key, value, headers, created_at) VALUES (?, ?, ?, ?, ?)`),
+	_, err := tx.ExecContext(ctx, o.insertSQL,
 		m.Topic, m.Key, m.Value, headers, time.Now().UnixMilli())
 	if err != nil {
 		return fmt.Errorf("outbox: enqueue to %s: %w", m.Topic, err)
@@ -102,25 +170,35 @@ func Enqueue(ctx context.Context, tx *sql.Tx, db *sqldb.DB, m Message) error {
 	return nil
 }
 
+// Pending is [Outbox.Pending] on the table named DefaultTable of db.
+func Pending(ctx context.Context, db *sqldb.DB) (int, error) {
+	return newOutbox(db, DefaultTable).Pending(ctx)
+}
+
 // Pending returns the number of outbox rows not yet marked sent: records
 // waiting for the relay (or failing to be produced). For health checks,
 // metrics and tests. Safe for concurrent use.
-func Pending(ctx context.Context, db *sqldb.DB) (int, error) {
+func (o *Outbox) Pending(ctx context.Context) (int, error) {
 	var n int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL`).Scan(&n); err != nil {
+	if err := o.db.QueryRowContext(ctx, o.pendingSQL).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: pending: %w", err)
 	}
 	return n, nil
+}
+
+// Prune is [Outbox.Prune] on the table named DefaultTable of db.
+func Prune(ctx context.Context, db *sqldb.DB, sentBefore time.Time) (int64, error) {
+	return newOutbox(db, DefaultTable).Prune(ctx, sentBefore)
 }
 
 // Prune deletes the rows marked sent before the given time and returns how
 // many it deleted. Sent rows are kept for inspection until pruned; nothing
 // prunes them automatically. Safe for concurrent use, also while a relay
 // runs (it never touches unsent rows).
-func Prune(ctx context.Context, db *sqldb.DB, sentBefore time.Time) (int64, error) {
+func (o *Outbox) Prune(ctx context.Context, sentBefore time.Time) (int64, error) {
 	var n int64
-	err := db.InTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, db.Rebind(`DELETE FROM outbox WHERE sent_at IS NOT NULL AND sent_at < ?`), sentBefore.UnixMilli())
+	err := o.db.InTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, o.pruneSQL, sentBefore.UnixMilli())
 		if err != nil {
 			return err
 		}

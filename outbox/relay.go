@@ -37,6 +37,11 @@ const (
 type Relay struct {
 	db     *sqldb.DB
 	client *kgo.Client
+	// table is the outbox table's name (WithTable), ob the outbox on it;
+	// tableErr, when set, is returned by Run (an invalid WithTable name).
+	table    string
+	ob       *Outbox
+	tableErr error
 
 	batchSize              int
 	pollInterval           time.Duration
@@ -100,6 +105,15 @@ func WithBackoff(min, max time.Duration) Opt {
 	}
 }
 
+// WithTable sets the name of the outbox table the relay publishes (default
+// DefaultTable, "outbox"): the table given to [New] for Enqueue. A name that
+// is not a plain lower-case identifier (sqldb.CheckTableName) makes
+// NewTransactionalRelay return an error, and Run of a relay made with
+// NewRelay return it at once.
+func WithTable(name string) Opt {
+	return func(r *Relay) { r.table = name }
+}
+
 // WithLogger sets the logger for failed steps (default slog.Default()).
 func WithLogger(l *slog.Logger) Opt {
 	return func(r *Relay) {
@@ -134,11 +148,25 @@ func NewRelay(db *sqldb.DB, client *kgo.Client, opts ...Opt) *Relay {
 		maxBackoff:   DefaultMaxBackoff,
 		logger:       slog.Default(),
 		wake:         make(chan struct{}, 1),
+		table:        DefaultTable,
 	}
 	for _, o := range opts {
 		o(r)
 	}
+	r.tableErr = r.bindTable()
 	return r
+}
+
+// bindTable checks r.table and makes r.ob, the outbox on it (the default
+// table's if the name is invalid, so that Pending still answers).
+func (r *Relay) bindTable() error {
+	ob, err := New(r.db, r.table)
+	if err != nil {
+		r.ob = newOutbox(r.db, DefaultTable)
+		return err
+	}
+	r.ob = ob
+	return nil
 }
 
 // Notify wakes the relay to look for new rows now instead of at the next
@@ -153,9 +181,9 @@ func (r *Relay) Notify() {
 	}
 }
 
-// Pending returns the number of rows of the relay's outbox not yet marked
-// sent; see the package function [Pending].
-func (r *Relay) Pending(ctx context.Context) (int, error) { return Pending(ctx, r.db) }
+// Pending returns the number of rows of the relay's outbox table not yet
+// marked sent; see [Outbox.Pending].
+func (r *Relay) Pending(ctx context.Context) (int, error) { return r.ob.Pending(ctx) }
 
 // Run publishes the outbox until ctx is done, then returns nil. Each step
 // reads up to the batch size of unsent rows in id order, produces them with
@@ -176,13 +204,17 @@ func (r *Relay) Pending(ctx context.Context) (int, error) { return Pending(ctx, 
 // UPDATE runs even when ctx ends during the step (bounded to 10 s), so a
 // clean shutdown does not re-publish what it already published.
 //
-// Run returns ErrRunning if the relay is already running, and an error
-// wrapping kgo.ErrClientClosed if the client was closed.
+// Run returns ErrRunning if the relay is already running, the error of an
+// invalid WithTable name at once, and an error wrapping kgo.ErrClientClosed
+// if the client was closed.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer r.running.Store(false)
+	if r.tableErr != nil {
+		return r.tableErr
+	}
 	if r.txn != nil {
 		return r.runTxn(ctx)
 	}
@@ -318,7 +350,7 @@ func (r *Relay) step(ctx context.Context, limit int) (int, error) {
 
 // load reads up to limit unsent rows in id order.
 func (r *Relay) load(ctx context.Context, limit int) ([]row, error) {
-	q := r.db.Rebind(`SELECT id, topic, record_key, value, headers FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT ?`)
+	q := r.db.Rebind(`SELECT id, topic, record_key, value, headers FROM ` + r.ob.table + ` WHERE sent_at IS NULL ORDER BY id LIMIT ?`)
 	rs, err := r.db.QueryContext(ctx, q, limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read unsent rows: %w", err)
@@ -358,7 +390,7 @@ func (r *Relay) load(ctx context.Context, limit int) ([]row, error) {
 // range: on PostgreSQL a row with an id inside the range may have committed
 // after the batch was read, and must not be marked unsent-but-sent.)
 func (r *Relay) markSent(ctx context.Context, ids []int64) error {
-	q := `UPDATE outbox SET sent_at = ? WHERE id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
+	q := `UPDATE ` + r.ob.table + ` SET sent_at = ? WHERE id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
 	args := make([]any, 0, len(ids)+1)
 	args = append(args, time.Now().UnixMilli())
 	for _, id := range ids {

@@ -170,6 +170,9 @@ func NewTransactionalRelay(db *sqldb.DB, name string, clientOpts []kgo.Opt, opts
 	for _, o := range opts {
 		o(r)
 	}
+	if err := r.bindTable(); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -285,7 +288,7 @@ func (r *Relay) awaitTakeover(ctx context.Context) bool {
 			return false
 		}
 		var oldest sql.NullInt64
-		if err := r.db.QueryRowContext(ctx, `SELECT MIN(id) FROM outbox WHERE sent_at IS NULL`).Scan(&oldest); err != nil {
+		if err := r.db.QueryRowContext(ctx, `SELECT MIN(id) FROM `+r.ob.table+` WHERE sent_at IS NULL`).Scan(&oldest); err != nil {
 			continue
 		}
 		if !oldest.Valid || oldest.Int64 != last {
@@ -491,7 +494,7 @@ func (r *Relay) recover(ctx context.Context, cl *kgo.Client) error {
 // loadForCheck reads the rows of the given id ranges: all of them for the
 // checksum, and the ids of those not marked sent.
 func (r *Relay) loadForCheck(ctx context.Context, ranges [][2]int64) (rows []rowSum, unsent []int64, err error) {
-	q := r.db.Rebind(`SELECT id, topic, record_key, value, sent_at FROM outbox WHERE id >= ? AND id <= ? ORDER BY id`)
+	q := r.db.Rebind(`SELECT id, topic, record_key, value, sent_at FROM ` + r.ob.table + ` WHERE id >= ? AND id <= ? ORDER BY id`)
 	for _, rg := range ranges {
 		rs, err := r.db.QueryContext(ctx, q, rg[0], rg[1])
 		if err != nil {
