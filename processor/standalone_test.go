@@ -16,7 +16,9 @@ import (
 // ddlRE matches a schema statement in an SQL string and captures the table it
 // creates or changes: the table of CREATE/ALTER/DROP TABLE, or the ON table
 // of CREATE INDEX.
-var ddlRE = regexp.MustCompile(`(?is)\b(?:CREATE|ALTER|DROP)\s+(?:TABLE(?:\s+IF\s+(?:NOT\s+)?EXISTS)?\s+"?(\w+)|(?:UNIQUE\s+)?INDEX(?:\s+IF\s+(?:NOT\s+)?EXISTS)?\s+\w+\s+ON\s+"?(\w+))`)
+// The table may be the placeholder {{TABLE}} of a table name the user
+// chooses (inbox.New, outbox.New), which stands for the package's own table.
+var ddlRE = regexp.MustCompile(`(?is)\b(?:CREATE|ALTER|DROP)\s+(?:TABLE(?:\s+IF\s+(?:NOT\s+)?EXISTS)?\s+"?(\w+|\{\{TABLE\}\})|(?:UNIQUE\s+)?INDEX(?:\s+IF\s+(?:NOT\s+)?EXISTS)?\s+[\w{}]+\s+ON\s+"?(\w+|\{\{TABLE\}\}))`)
 
 // TestRuntimeStandsAlone: the runtime (processor, inbox, outbox) imports
 // nothing of the order system, directly or through another package of this
@@ -32,7 +34,7 @@ var ddlRE = regexp.MustCompile(`(?is)\b(?:CREATE|ALTER|DROP)\s+(?:TABLE(?:\s+IF\
 func TestRuntimeStandsAlone(t *testing.T) {
 	const module = "github.com/ordercast/ordercast/"
 	allowed := map[string]bool{"processor": true, "inbox": true, "outbox": true, "sqldb": true}
-	ownTables := map[string][]string{"inbox": {"inbox"}, "outbox": {"outbox"}}
+	ownTables := map[string][]string{"inbox": {"inbox", "{{table}}"}, "outbox": {"outbox", "{{table}}"}}
 	root := ".." // this package's directory is <module>/processor
 	seen := map[string]bool{}
 	ddl := map[string]int{} // DDL statements found per package

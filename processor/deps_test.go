@@ -1,0 +1,99 @@
+package processor
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestRuntimeLinksNoDriver: what `go list -deps` says a program importing
+// processor, inbox and outbox links contains no package of the order system
+// (only processor, inbox, outbox and sqldb of this module: not sqldb/drivers,
+// order, store, service, system, schema, ...), no SQL driver (the user brings
+// theirs: no pgx, lib/pq, modernc.org/sqlite, mattn/go-sqlite3), no Avro
+// library and no cobra. A failure names the chain of imports that pulls the
+// package in. Test imports are not counted: they are not linked into a
+// user's binary.
+func TestRuntimeLinksNoDriver(t *testing.T) {
+	const module = "github.com/ordercast/ordercast/"
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("this test runs `go list -deps` and needs the go command on PATH: %v", err)
+	}
+	roots := []string{module + "processor", module + "inbox", module + "outbox"}
+	cmd := exec.Command(goBin, append([]string{"list", "-deps", "-f", `{{.ImportPath}} {{join .Imports " "}}`}, roots...)...)
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("go list -deps: %v\n%s", err, stderr)
+	}
+	allowed := map[string]bool{"processor": true, "inbox": true, "outbox": true, "sqldb": true}
+	forbidden := []string{
+		"github.com/jackc/",           // pgx
+		"github.com/lib/pq",           // lib/pq
+		"modernc.org/sqlite",          // modernc SQLite (and modernc.org/libc below it)
+		"modernc.org/libc",            //
+		"github.com/mattn/go-sqlite3", // cgo SQLite
+		"github.com/hamba/avro",       // the order system's Avro library
+		"github.com/linkedin/goavro",  //
+		"github.com/spf13/cobra",      // the CLI
+	}
+	importedBy := map[string]string{} // package -> one package importing it
+	var deps []string
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		deps = append(deps, f[0])
+		for _, imp := range f[1:] {
+			if _, ok := importedBy[imp]; !ok {
+				importedBy[imp] = f[0]
+			}
+		}
+	}
+	chain := func(pkg string) string {
+		c := []string{pkg}
+		for p := pkg; !slices.Contains(roots, p); {
+			next, ok := importedBy[p]
+			if !ok || len(c) > 50 {
+				break
+			}
+			c = append(c, next)
+			p = next
+		}
+		slices.Reverse(c)
+		return strings.Join(c, " -> ")
+	}
+	for _, root := range roots {
+		if !slices.Contains(deps, root) {
+			t.Fatalf("go list -deps did not list %s itself: %q", root, out)
+		}
+	}
+	bad := func(pkg string) string {
+		if rel, ok := strings.CutPrefix(pkg, module); ok {
+			if !allowed[rel] {
+				return "only processor, inbox, outbox and sqldb of this module may be linked"
+			}
+			return ""
+		}
+		for _, f := range forbidden {
+			if strings.HasPrefix(pkg, f) {
+				return "the user brings their own SQL driver, and the order system's libraries stay out"
+			}
+		}
+		return ""
+	}
+	for _, dep := range deps {
+		// Report where the chain first leaves the allowed set, not every
+		// package below it.
+		if why := bad(dep); why != "" && bad(importedBy[dep]) == "" {
+			t.Errorf("the runtime links %s (%s): %s", dep, chain(dep), why)
+		}
+	}
+}
