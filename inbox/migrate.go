@@ -10,8 +10,8 @@ import (
 )
 
 // tableDDL creates the inbox table (see the package doc for its layout);
-// {{TABLE}} is its name. The order system's schema has the same columns in
-// the same order; a test compares them.
+// {{TABLE}} is its name. (This repository's order system creates the same
+// columns in its own migrations; a test of package store compares them.)
 const tableDDL = `CREATE TABLE IF NOT EXISTS {{TABLE}} (
     consumer_group TEXT NOT NULL,
     event_id       TEXT NOT NULL,

@@ -12,8 +12,9 @@ import (
 // schemaDDL creates the outbox table (records to publish, relayed in id
 // order) and its index of unsent rows (see the package doc for the layout);
 // {{TABLE}} is the table's name, {{ID}} and {{BLOB}} the dialect's identity
-// and binary column types. The order system's schema has the same columns
-// and index; a test compares them.
+// and binary column types. (This repository's order system creates the same
+// columns and index in its own migrations; a test of package store compares
+// them.)
 var schemaDDL = []string{
 	`CREATE TABLE IF NOT EXISTS {{TABLE}} (
     id         {{ID}},

@@ -90,9 +90,9 @@ func WithTransactionTimeout(d time.Duration) Opt {
 
 // WithTransactionalIDSuffix appends suffix to the relay's transactional id
 // (TransactionalID(name)+suffix); the marker topic keeps its name. Only for
-// an embedded broker that dies with this process (ordercast up): there a
-// fresh id per start avoids a defect of kfake's crash recovery (see
-// system.Config.TransactionalIDSuffix). On a real cluster the id must stay
+// an embedded kfake broker that dies with this process: there a fresh id per
+// start avoids a defect of kfake's recovery of transactions left open by a
+// crashed producer. On a real cluster the id must stay
 // the same across restarts, or a zombie relay is no longer fenced. Ignored by
 // a relay made with NewRelay.
 func WithTransactionalIDSuffix(suffix string) Opt {

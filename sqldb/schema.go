@@ -3,12 +3,14 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 )
 
 // SchemaLockKey is the PostgreSQL advisory lock [DB.InSchemaTx] holds
-// ("ordercas" in ASCII, the key the order system's migrations have always
-// taken, so that they and the runtime's table creation serialise).
+// ("ordercas" in ASCII). A migration tool of one's own that takes the same
+// transaction-scoped lock (pg_advisory_xact_lock) serialises with the inbox
+// and outbox Migrate.
 const SchemaLockKey = 0x6f72646572636173
 
 // InSchemaTx runs fn like [DB.InTx] (same retries, rollback and error rules),
@@ -31,4 +33,35 @@ func (db *DB) InSchemaTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		}
 		return fn(tx)
 	})
+}
+
+// MaxTableNameLen is the longest table name [CheckTableName] accepts: 48
+// bytes, leaving room within PostgreSQL's 63-byte identifiers (NAMEDATALEN
+// - 1) for the names of indexes derived from it.
+const MaxTableNameLen = 48
+
+// CheckTableName returns an error, saying what is wrong, unless name is a
+// plain SQL identifier that needs no quoting in either dialect: an ASCII
+// letter or underscore, then letters, digits or underscores, at most
+// MaxTableNameLen bytes, and lower case (PostgreSQL folds unquoted names to
+// lower case, so "Inbox" would name the table inbox there and Inbox on
+// SQLite). A schema-qualified name is refused: put the tables in a schema by
+// the connection's search_path instead. The inbox and outbox check the table
+// names they are given with it.
+func CheckTableName(name string) error {
+	if name == "" {
+		return errors.New("sqldb: empty table name")
+	}
+	if len(name) > MaxTableNameLen {
+		return fmt.Errorf("sqldb: table name %q is %d bytes, at most %d", name, len(name), MaxTableNameLen)
+	}
+	for i, c := range name {
+		switch {
+		case c == '_', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return fmt.Errorf("sqldb: table name %q: want lower-case letters, digits and '_', not starting with a digit (a plain identifier that needs no quoting)", name)
+		}
+	}
+	return nil
 }
