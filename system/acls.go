@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/ordercast/ordercast/ops"
 	"github.com/ordercast/ordercast/outbox"
@@ -400,4 +402,19 @@ func isUntrustedCert(err error) bool {
 		cve *tls.CertificateVerificationError
 	)
 	return errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci) || errors.As(err, &cve)
+}
+
+// describeRegistryErr names the cause of a failed first request to the
+// schema registry: credentials it refuses (HTTP 401 or 403) or a TLS
+// certificate the client does not trust. Other errors are returned as they
+// are.
+func describeRegistryErr(err error) error {
+	var re *sr.ResponseError
+	switch {
+	case errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden):
+		return fmt.Errorf("the schema registry refused this client's credentials with HTTP %d (wrong user or password? --registry-user, --registry-password, SCHEMA_REGISTRY_USER, SCHEMA_REGISTRY_PASSWORD): %w", re.StatusCode, err)
+	case isUntrustedCert(err):
+		return fmt.Errorf("the schema registry's TLS certificate is not trusted by this client (give the CA that signed it with --registry-tls-ca or SCHEMA_REGISTRY_TLS_CA; default: the system roots): %w", err)
+	}
+	return err
 }

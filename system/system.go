@@ -89,7 +89,7 @@ type Config struct {
 	// errors only: a refused login or a missing right names it. Empty: the
 	// errors say the principal is unknown.
 	Principal string
-	Logger     *slog.Logger
+	Logger    *slog.Logger
 	// Registerer receives all metrics; default a new registry served on
 	// /metrics.
 	Registry *prometheus.Registry
@@ -293,7 +293,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		if len(serdeOpts) > 0 {
 			return nil, fmt.Errorf("schema registry %q (--registry), schema versions %v, written %v (--schema-version): %w", cfg.RegistryURL, cfg.SchemaVersions, cfg.WriterSchemaVersions, err)
 		}
-		return nil, fmt.Errorf("schema registry %q (--registry): %w", cfg.RegistryURL, err)
+		return nil, fmt.Errorf("schema registry %q (--registry): %w", cfg.RegistryURL, describeRegistryErr(err))
 	}
 	if len(serdeOpts) > 0 {
 		log.Info("schema versions pinned", "read_and_written", cfg.SchemaVersions, "written", cfg.WriterSchemaVersions)
