@@ -1,7 +1,7 @@
 # Targets named in the README. CI runs `make ci` through .ci/run.
 GO ?= go
 
-.PHONY: build test test-race test-short test-kafka test-kafka-3 bench bench-compare lint ci
+.PHONY: build test test-race test-short test-kafka test-kafka-3 test-kafka-secure bench bench-compare lint ci
 
 build:
 	$(GO) build -o bin/ordercast ./cmd/ordercast
@@ -29,6 +29,22 @@ test-kafka-3:
 	scripts/kafka.sh start --clean --brokers 3 || exit 1; \
 	ORDERCAST_TEST_BROKERS=$$(scripts/kafka.sh brokers) ORDERCAST_TEST_KAFKA_SCRIPT=$(CURDIR)/scripts/kafka.sh \
 	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKA3_RUN)' ./cmd/ordercast/; rc=$$?; \
+	scripts/kafka.sh stop --clean; exit $$rc
+
+# Secured: starts a fresh 1-node Kafka with SASL_SSL, SCRAM-SHA-512 and the StandardAuthorizer
+# (scripts/kafka.sh start --secure; state $(KAFKASEC_STATE), ports $(KAFKASEC_PORT)..+1), runs
+# TestSecureCluster on it (each service as its own principal with the ACLs of `ordercast acls`;
+# a wrong password, an untrusted certificate and a missing ACL refused at start), then stops and
+# deletes the cluster.
+KAFKASEC_STATE ?= /tmp/ordercast-kafka-secure
+KAFKASEC_PORT ?= 19292
+test-kafka-secure:
+	@export ORDERCAST_KAFKA_STATE=$(KAFKASEC_STATE) ORDERCAST_KAFKA_PORT=$(KAFKASEC_PORT) \
+	  ORDERCAST_KAFKA_EXTRA_PROPS=group.min.session.timeout.ms=100; \
+	scripts/kafka.sh start --clean --secure --brokers 1 || exit 1; \
+	ORDERCAST_TEST_SECURE_BROKERS=$$(scripts/kafka.sh brokers) ORDERCAST_TEST_SECURE_CA=$(KAFKASEC_STATE)/tls/ca.pem \
+	  ORDERCAST_TEST_SECURE_ADMIN_PASSWORD=$$(cat $(KAFKASEC_STATE)/tls/admin.password) \
+	  $(GO) test -count=1 -timeout 10m -v -run 'TestSecureCluster' ./cmd/ordercast/; rc=$$?; \
 	scripts/kafka.sh stop --clean; exit $$rc
 
 test-short:

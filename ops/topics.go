@@ -265,6 +265,25 @@ func describeExisting(ctx context.Context, adm *kadm.Client, names []string, out
 // ones as they are (it never changes partitions or configs). It returns an
 // error naming each topic that could not be created, with the broker's reason.
 func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec) (created []string, err error) {
+	// Only the missing ones are created: Kafka refuses CreateTopics for a
+	// topic that exists with TOPIC_AUTHORIZATION_FAILED when the principal
+	// lacks CREATE, and a service's principal has no CREATE (system.Rights).
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	if td, lerr := adm.ListTopics(ctx, names...); lerr == nil {
+		missing := specs[:0:0]
+		for _, s := range specs {
+			if d, ok := td[s.Name]; !ok || d.Err != nil {
+				missing = append(missing, s)
+			}
+		}
+		specs = missing
+	}
+	if len(specs) == 0 {
+		return nil, nil
+	}
 	res, err := CreateTopics(ctx, adm, specs, nil)
 	for _, r := range res {
 		if r.Status == "created" {

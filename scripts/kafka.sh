@@ -3,11 +3,12 @@
 # development and tests, on loopback only. Needs Java 17+ and Maven (Maven Central).
 #
 #   scripts/kafka.sh fetch                       download Kafka jars into the cache (idempotent)
-#   scripts/kafka.sh start [--brokers 1|3] [--clean]
+#   scripts/kafka.sh start [--brokers 1|3] [--clean] [--secure]
 #                                                start the cluster (or the nodes of the existing one
 #                                                that are down) and wait until every broker answers
 #                                                an admin client; prints KAFKA_BROKERS=...
 #                                                --clean: delete the previous state first
+#                                                --secure (new cluster only): SASL_SSL, see "Secure mode"
 #   scripts/kafka.sh stop [--clean]              stop every node (SIGTERM, SIGKILL after 60 s);
 #                                                --clean also deletes the state dir
 #   scripts/kafka.sh status                      which nodes run (pid, ports, RSS); exit 0 if all
@@ -42,6 +43,19 @@
 #   ORDERCAST_KAFKA_EXTRA_PROPS    extra server.properties lines (newline separated key=value),
 #                                  appended to every node's config when it is written
 #   JAVA                           java binary (default: java on PATH / $JAVA_HOME/bin/java)
+#   ORDERCAST_KAFKA_SCRAM_USERS    with --secure: more SCRAM-SHA-512 users created at format time,
+#                                  comma separated name=password (default none; the admin always)
+#
+# Secure mode (start --secure): the client listener is SASL_SSL (SCRAM-SHA-512 over TLS 1.2+)
+# with a CA and a broker certificate (127.0.0.1, localhost) made by openssl in $STATE/tls (PEM,
+# ssl.keystore.type=PEM); the controller listener is SSL with client certificates (the broker's
+# own, principal User:broker), so no listener takes unauthenticated connections. The
+# StandardAuthorizer runs with allow.everyone.if.no.acl.found=false; super.users are User:admin
+# (SCRAM, password in $STATE/tls/admin.password) and User:broker. The user admin exists from the
+# format on; other users come from ORDERCAST_KAFKA_SCRAM_USERS or later (kafka-configs, or
+# `ordercast acls --apply --create-users`). Files for clients: $STATE/tls/ca.pem (the CA to
+# trust) and $STATE/tls/admin.properties (a tool's --command-config as admin); `start` prints
+# them as KAFKA_TLS_CA=... and KAFKA_ADMIN_CONFIG=....
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -217,6 +231,7 @@ read_conf() { # sets BROKERS, CLUSTER_ID, BASE_PORT from $CONF; returns 1 if the
   CLUSTER_ID=$(sed -n 's/^CLUSTER_ID=//p' "$CONF")
   CONF_PORT=$(sed -n 's/^PORT=//p' "$CONF")
   CONF_PORT=${CONF_PORT:-19092}
+  SECURE=$(sed -n 's/^SECURE=//p' "$CONF")
   if [[ ! "$BROKERS" =~ ^[0-9]+$ || -z "$CLUSTER_ID" || ! "$CONF_PORT" =~ ^[0-9]+$ ]]; then
     # still let 'stop' find the nodes by their pid files
     BROKERS=$(find "$STATE" -maxdepth 1 -name 'node-*' -type d | wc -l)
@@ -280,10 +295,95 @@ format_node() { # format_node NODE: format the storage once (skipped if already 
   local dir out
   dir=$(node_dir "$1")
   [[ -f "$dir/data/meta.properties" ]] && return 0
-  if ! out=$(run_tool kafka.tools.StorageTool format -t "$CLUSTER_ID" -c "$dir/server.properties" 2>&1); then
+  scram_format_args
+  if ! out=$(run_tool kafka.tools.StorageTool format -t "$CLUSTER_ID" -c "$dir/server.properties" "${SCRAM_ARGS[@]}" 2>&1); then
     echo "$out" >&2
     die "formatting the storage of node $1 failed"
   fi
+}
+
+# ---------------------------------------------------------------- secure mode (start --secure)
+
+secure() { [[ "${SECURE:-0}" == 1 ]]; }
+tls_dir() { echo "$STATE/tls"; }
+
+make_certs() { # a CA and one broker certificate (127.0.0.1, localhost; server and client auth), PEM
+  local d
+  d=$(tls_dir)
+  command -v openssl >/dev/null 2>&1 || die "--secure needs openssl to make the test certificates"
+  mkdir -p "$d"
+  chmod 700 "$d"
+  (
+    set -e
+    cd "$d"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=ordercast test CA" \
+      -keyout ca.key -out ca.pem -addext basicConstraints=critical,CA:TRUE \
+      -addext keyUsage=critical,keyCertSign,cRLSign
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out broker.key # PKCS#8, as Kafka's PEM store wants
+    openssl req -new -key broker.key -subj "/CN=broker" -out broker.csr
+    printf '%s\n' "subjectAltName=IP:$HOST,DNS:localhost" "extendedKeyUsage=serverAuth,clientAuth" \
+      "keyUsage=critical,digitalSignature,keyEncipherment" >broker.ext
+    openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 -sha256 \
+      -extfile broker.ext -out broker.pem
+    cat broker.key broker.pem ca.pem >broker-keystore.pem
+    rm -f broker.csr broker.ext ca.srl
+  ) >"$d/openssl.log" 2>&1 || { cat "$d/openssl.log" >&2; die "openssl could not make the test certificates in $d"; }
+  od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$d/admin.password"
+  cat >"$d/admin.properties" <<EOF
+# scripts/kafka.sh --secure: a Kafka tool's --command-config, as the super user admin
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$(<"$d/admin.password")";
+ssl.truststore.type=PEM
+ssl.truststore.location=$d/ca.pem
+EOF
+  chmod 600 "$d"/*.key "$d/admin.password" "$d/admin.properties" "$d/broker-keystore.pem"
+}
+
+write_secure_properties() { # write_secure_properties NODE: override the listeners (later keys win)
+  local i=$1 d dir
+  d=$(tls_dir)
+  dir=$(node_dir "$i")
+  cat >>"$dir/server.properties" <<EOF
+
+# scripts/kafka.sh --secure: clients on SASL_SSL (SCRAM-SHA-512), the controllers on mutual TLS
+listeners=SASL_SSL://$HOST:$(broker_port "$i"),CONTROLLER://$HOST:$(controller_port "$i")
+advertised.listeners=SASL_SSL://$HOST:$(broker_port "$i"),CONTROLLER://$HOST:$(controller_port "$i")
+listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL
+inter.broker.listener.name=SASL_SSL
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$(<"$d/admin.password")";
+ssl.keystore.type=PEM
+ssl.keystore.location=$d/broker-keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$d/ca.pem
+ssl.enabled.protocols=TLSv1.3,TLSv1.2
+listener.name.controller.ssl.client.auth=required
+ssl.principal.mapping.rules=RULE:^CN=([^,]+)(,.*)?\$/\$1/,DEFAULT
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:admin;User:broker
+EOF
+}
+
+scram_format_args() { # sets SCRAM_ARGS: kafka-storage format --add-scram for admin and ORDERCAST_KAFKA_SCRAM_USERS
+  SCRAM_ARGS=()
+  secure || return 0
+  local u name pass users
+  SCRAM_ARGS+=(--add-scram "SCRAM-SHA-512=[name=admin,password=$(<"$(tls_dir)/admin.password")]")
+  IFS=',' read -ra users <<<"${ORDERCAST_KAFKA_SCRAM_USERS:-}"
+  for u in "${users[@]}"; do
+    name=${u%%=*}
+    pass=${u#*=}
+    [[ "$u" == *=* && "$name" =~ ^[A-Za-z0-9._-]+$ && "$pass" =~ ^[A-Za-z0-9._-]+$ ]] ||
+      die "ORDERCAST_KAFKA_SCRAM_USERS: '$u' is not name=password (letters, digits, '.', '_', '-')"
+    SCRAM_ARGS+=(--add-scram "SCRAM-SHA-512=[name=$name,password=$pass]")
+  done
+}
+
+tool_auth() { # the --command-config a tool needs on a secure cluster (nothing otherwise)
+  if secure; then echo --command-config; echo "$(tls_dir)/admin.properties"; fi
 }
 
 launch_node() { # launch_node NODE: start the JVM in the background (does not wait)
@@ -355,7 +455,7 @@ wait_ready() {
   while :; do
     count=0
     if out=$(run_tool org.apache.kafka.tools.BrokerApiVersionsCommand \
-        --bootstrap-server "$(bootstrap "$BROKERS")" 2>&1); then
+        --bootstrap-server "$(bootstrap "$BROKERS")" $(tool_auth) 2>&1); then
       count=$(grep -c '(id: [0-9]* rack: .*) -> (' <<<"$out" || true)
     fi
     ((count >= BROKERS)) && return 0
@@ -370,7 +470,7 @@ wait_ready() {
 wait_in_sync() { # wait until the cluster has no under-replicated partitions
   local deadline=$((SECONDS + START_TIMEOUT)) out
   while :; do
-    if out=$(run_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$(bootstrap "$BROKERS")" \
+    if out=$(run_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$(bootstrap "$BROKERS")" $(tool_auth) \
         --describe --under-replicated-partitions 2>&1) && [[ -z "$out" ]]; then
       return 0
     fi
@@ -422,12 +522,13 @@ stop_pids() { # stop_pids SIGNAL NODE...: signal the running nodes and wait for 
 }
 
 cmd_start() {
-  local n="" clean=0 i t0=$SECONDS
+  local n="" clean=0 i t0=$SECONDS want_secure=0
   while (($#)); do
     case "$1" in
       --brokers) [[ $# -ge 2 ]] || die "--brokers needs a value"; n=$2; shift 2 ;;
       --brokers=*) n=${1#--brokers=}; shift ;;
       --clean) clean=1; shift ;;
+      --secure) want_secure=1; shift ;;
       *) die "start: unknown option $1" ;;
     esac
   done
@@ -444,7 +545,11 @@ cmd_start() {
     if [[ -n "${ORDERCAST_KAFKA_PORT:-}" && "$ORDERCAST_KAFKA_PORT" != "$CONF_PORT" ]]; then
       die "$STATE holds a cluster on port $CONF_PORT, not $ORDERCAST_KAFKA_PORT; run '$0 stop --clean' first (or start --clean)"
     fi
+    if ((want_secure)) && ! secure; then
+      die "$STATE holds a cluster without --secure; run '$0 stop --clean' first (or start --clean --secure)"
+    fi
   else
+    SECURE=$want_secure
     BROKERS=${n:-1}
     CLUSTER_ID=$(new_cluster_id)
     [[ "$CLUSTER_ID" =~ ^[A-Za-z0-9_-]{22}$ ]] || die "could not generate a cluster id (got '$CLUSTER_ID')"
@@ -455,10 +560,14 @@ cmd_start() {
       done
     done
     write_log4j
-    for ((i = 1; i <= BROKERS; i++)); do write_server_properties "$i" "$BROKERS"; done
+    if secure; then make_certs; fi
+    for ((i = 1; i <= BROKERS; i++)); do
+      write_server_properties "$i" "$BROKERS"
+      if secure; then write_secure_properties "$i"; fi
+    done
     for ((i = 1; i <= BROKERS; i++)); do format_node "$i"; done
-    printf 'BROKERS=%s\nCLUSTER_ID=%s\nPORT=%s\nKAFKA_VERSION=%s\n' \
-      "$BROKERS" "$CLUSTER_ID" "$BASE_PORT" "$KAFKA_VERSION" >"$CONF"
+    printf 'BROKERS=%s\nCLUSTER_ID=%s\nPORT=%s\nKAFKA_VERSION=%s\nSECURE=%s\n' \
+      "$BROKERS" "$CLUSTER_ID" "$BASE_PORT" "$KAFKA_VERSION" "$SECURE" >"$CONF"
     log "formatted a $BROKERS-node KRaft cluster (id $CLUSTER_ID) in $STATE"
   fi
   local all=()
@@ -466,6 +575,10 @@ cmd_start() {
   wait_ready "${all[@]}"
   log "ready: $BROKERS node(s) of Kafka $KAFKA_VERSION in $((SECONDS - t0)) s"
   echo "KAFKA_BROKERS=$(bootstrap "$BROKERS")"
+  if secure; then
+    echo "KAFKA_TLS_CA=$(tls_dir)/ca.pem"
+    echo "KAFKA_ADMIN_CONFIG=$(tls_dir)/admin.properties"
+  fi
 }
 
 cmd_stop() {

@@ -84,7 +84,12 @@ type Config struct {
 	SeedFile string
 	// ClientOpts add franz-go options (TLS, SASL) to every Kafka client.
 	ClientOpts []kgo.Opt
-	Logger     *slog.Logger
+	// Principal is the Kafka principal ClientOpts authenticate as, such as
+	// "User:ordercast-payments" (SASL user u is principal User:u), for
+	// errors only: a refused login or a missing right names it. Empty: the
+	// errors say the principal is unknown.
+	Principal string
+	Logger    *slog.Logger
 	// Registerer receives all metrics; default a new registry served on
 	// /metrics.
 	Registry *prometheus.Registry
@@ -162,6 +167,7 @@ type System struct {
 	Relay    *outbox.Relay
 	probe    *brokerProbe
 
+	rights   []Right // the ACLs the services of this process need (Rights)
 	procs    []*processor.Processor
 	txns     []*processor.TxnProcessor
 	httpSrv  *http.Server
@@ -287,7 +293,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		if len(serdeOpts) > 0 {
 			return nil, fmt.Errorf("schema registry %q (--registry), schema versions %v, written %v (--schema-version): %w", cfg.RegistryURL, cfg.SchemaVersions, cfg.WriterSchemaVersions, err)
 		}
-		return nil, fmt.Errorf("schema registry %q (--registry): %w", cfg.RegistryURL, err)
+		return nil, fmt.Errorf("schema registry %q (--registry): %w", cfg.RegistryURL, describeRegistryErr(err))
 	}
 	if len(serdeOpts) > 0 {
 		log.Info("schema versions pinned", "read_and_written", cfg.SchemaVersions, "written", cfg.WriterSchemaVersions)
@@ -300,10 +306,26 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	}
 	s.Admin = kadm.NewClient(s.adminCl)
 	s.probe.cl = s.adminCl
+	// Before anything is read or written: a refused login, an untrusted
+	// certificate or a missing ACL stops the start with an error naming it.
+	if err := s.probe.check(ctx); err != nil {
+		s.close()
+		return nil, describeKafkaErr(err, s.probe.lastDialErr(), cfg.Principal)
+	}
+	for _, svc := range cfg.Services {
+		s.rights = append(s.rights, Rights(svc, cfg.Layout)...)
+	}
+	if err := checkRights(ctx, s.adminCl, cfg.Principal, cfg.Services, s.rights, cfg.MemberID+cfg.TransactionalIDSuffix); err != nil {
+		s.close()
+		return nil, err
+	}
 	s.registerOpsMetrics()
-	created, err := ops.EnsureTopics(ctx, s.Admin, ops.SystemTopics(cfg.Layout))
+	created, err := ops.EnsureTopics(ctx, s.Admin, topicsOf(cfg.Services, cfg.Layout))
 	if err != nil {
 		s.close()
+		if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+			return nil, fmt.Errorf("topics: kafka principal %s may not create the missing ones (its services need no CREATE right when they exist): create them as an admin with `ordercast topics create --system`: %w", principalName(cfg.Principal), err)
+		}
 		return nil, fmt.Errorf("topics (is the broker at %v reachable? --brokers): %w", cfg.Brokers, err)
 	}
 	if len(created) > 0 {
@@ -351,8 +373,8 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		topics  []string
 		handler processor.Handler
 	}{
-		{ServiceOrders, orders.Topics, (&orders.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}).Handle},
-		{ServiceNotifications, notifications.Topics, (&notifications.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}).Handle},
+		{ServiceOrders, consumes[ServiceOrders], (&orders.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}).Handle},
+		{ServiceNotifications, consumes[ServiceNotifications], (&notifications.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}).Handle},
 	}
 	if cfg.runs(ServicePayments) {
 		// Exactly once for read_committed readers: a duplicate
@@ -370,7 +392,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			name    string
 			topics  []string
 			handler processor.Handler
-		}{ServicePayments, payments.Topics, (&payments.Service{DB: s.DB, Serde: s.Serde, Logger: log, Relay: s.Relay, Metrics: svcMetrics}).Handle})
+		}{ServicePayments, consumes[ServicePayments], (&payments.Service{DB: s.DB, Serde: s.Serde, Logger: log, Relay: s.Relay, Metrics: svcMetrics}).Handle})
 		s.goRun("outbox relay", s.Relay.Run)
 	}
 	for _, c := range consumers {
@@ -392,14 +414,17 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		f := &fulfillment.Service{Serde: s.Serde, Logger: log}
 		for i := range cfg.instances(ServiceFulfillment) {
 			txnID := fmt.Sprintf("ordercast-fulfillment-%s-%d%s", cfg.MemberID, i+1, cfg.TransactionalIDSuffix)
-			if err := fenceTransactionalID(ctx, kopts, txnID, cfg.TransactionTimeout); errors.Is(err, kerr.InvalidTransactionTimeout) {
+			if err := fenceTransactionalID(ctx, kopts, txnID, cfg.TransactionTimeout); errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+				s.Stop(context.Background())
+				return nil, fmt.Errorf("fulfillment: transactional id %s: %w", txnID, explainAuth(err, cfg.Principal, ServiceFulfillment, s.rights))
+			} else if errors.Is(err, kerr.InvalidTransactionTimeout) {
 				s.Stop(context.Background())
 				return nil, fmt.Errorf("fulfillment: the broker refuses transaction timeout %v (--transaction-timeout): it is above the broker's transaction.max.timeout.ms (Kafka's default 15m); lower the flag or raise the broker setting: %w", effectiveTxnTimeout(cfg.TransactionTimeout), err)
 			} else if err != nil {
 				log.Warn("could not fence the previous incarnation's transactions; they end at their timeout", "transactional_id", txnID, "error", err)
 			}
 			t, err := processor.NewTransactional(txnID, flt.txnHandler(txnID, f.Transform),
-				append(popts(ServiceFulfillment, fulfillment.Topics, processor.OrderPartition, false), processor.ClientOpts(flt.txnHooks(txnID)...), txnTimeout(cfg.TransactionTimeout))...)
+				append(popts(ServiceFulfillment, consumes[ServiceFulfillment], processor.OrderPartition, false), processor.ClientOpts(flt.txnHooks(txnID)...), txnTimeout(cfg.TransactionTimeout))...)
 			if err != nil {
 				s.Stop(context.Background())
 				return nil, err
@@ -470,6 +495,7 @@ func (s *System) goRun(name string, run func(context.Context) error) {
 	go func() {
 		defer s.wg.Done()
 		if err := run(s.runCtx); err != nil && !errors.Is(err, context.Canceled) {
+			err = explainAuth(err, s.cfg.Principal, name, s.rights)
 			if errors.Is(err, kerr.InvalidSessionTimeout) {
 				st := s.cfg.SessionTimeout
 				if st == 0 {

@@ -30,7 +30,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newUp(), newRun(), newReplay(), newLoad())
-	root.AddCommand(newTopics(), newGroups(), newDLQ())
+	root.AddCommand(newTopics(), newGroups(), newDLQ(), newACLs())
 	root.AddCommand(newDevstack(), newChaos(), newVersion())
 	// Inherited by every subcommand (cobra looks up the parents'), so
 	// that every numeric, duration and boolean flag of the CLI names
@@ -180,6 +180,9 @@ func (c *common) config() (system.Config, error) {
 	}
 	if cfg.ClientOpts, err = c.sec.kafkaOpts(); err != nil {
 		return cfg, err
+	}
+	if c.sec.saslUser != "" {
+		cfg.Principal = "User:" + c.sec.saslUser
 	}
 	if c.sec.registryCA != "" && !strings.HasPrefix(c.registry, "https://") {
 		return cfg, fmt.Errorf("--registry-tls-ca needs an https --registry (or SCHEMA_REGISTRY_URL); the registry here is %q", c.registry)

@@ -27,6 +27,10 @@ const markTimeout = 10 * time.Second
 //
 // The produce does not use the request's cancellation: a client that hangs
 // up does not abort a publication half-way (the outcome is still recorded).
+// Produces are the event topics checkout writes; system.Rights grants
+// WRITE on them.
+var Produces = []string{order.TopicOrderCreated}
+
 func (s *Service) publish(ctx context.Context, d *decision, release func()) (*outcome, *apiError) {
 	ev := d.event
 	rec := &kgo.Record{

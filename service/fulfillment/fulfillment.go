@@ -28,6 +28,10 @@ import (
 // Topics are the topics the fulfillment group consumes.
 var Topics = []string{order.TopicPaymentProcessed}
 
+// Produces are the event topics fulfillment writes (in its transactions);
+// system.Rights grants WRITE on them.
+var Produces = []string{order.TopicShipmentRequested}
+
 // Service is the fulfillment transform. Safe for concurrent use.
 type Service struct {
 	Serde  *schema.Serde

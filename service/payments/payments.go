@@ -29,6 +29,10 @@ import (
 // Topics are the topics the payments group consumes.
 var Topics = []string{order.TopicOrderCreated}
 
+// Produces are the event topics payments writes (through its outbox
+// relay); system.Rights grants WRITE on them.
+var Produces = []string{order.TopicPaymentProcessed}
+
 // Refusal reasons carried by a REFUSED paymentProcessed.
 const (
 	ReasonInsufficientCredit = "insufficient_credit"
