@@ -3,8 +3,8 @@ package checkout
 import (
 	"errors"
 	"fmt"
-	"math"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
