@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"strings"
@@ -226,45 +227,62 @@ func (a *authFlags) devKeyPath(dataDir string) string {
 
 // devTokens are the --auth/--data-dir flags of a client of checkout
 // (replay, load): with dev, each customer's order carries a development
-// token signed by the key of 'ordercast up'.
+// token signed by the key of 'ordercast up'; auto (the default) is dev when
+// that key exists and none otherwise.
 type devTokens struct {
 	mode    string
 	dataDir string
 	devKey  string
+	fs      *pflag.FlagSet
 }
+
+const authAuto = "auto"
 
 func (d *devTokens) register(f *pflag.FlagSet) {
-	f.StringVar(&d.mode, "auth", authDev, "tokens to send: dev (a development token for each order's customer, signed by the key of 'ordercast up', see --data-dir) or none (no Authorization header: for a checkout run with --auth none)")
-	f.StringVar(&d.dataDir, "data-dir", defaultDataDir, "with --auth dev: the --data-dir of 'ordercast up', whose auth/"+authn.DevKeyFile+" signs the tokens")
-	f.StringVar(&d.devKey, "auth-dev-key", "", "with --auth dev: the development key file (default <--data-dir>/auth/"+authn.DevKeyFile+")")
+	d.fs = f
+	f.StringVar(&d.mode, "auth", authAuto, "tokens to send: dev (a development token for each order's customer, signed by the key of 'ordercast up', see --data-dir), none (no Authorization header: for a checkout with --auth none) or auto (dev if that key exists, else none, saying so)")
+	f.StringVar(&d.dataDir, "data-dir", defaultDataDir, "with --auth dev or auto: the --data-dir of 'ordercast up', whose auth/"+authn.DevKeyFile+" signs the tokens")
+	f.StringVar(&d.devKey, "auth-dev-key", "", "with --auth dev or auto: the development key file (default <--data-dir>/auth/"+authn.DevKeyFile+")")
 }
 
-// tokens returns the function giving a customer's token, or nil for --auth
-// none.
-func (d *devTokens) tokens() (func(string) (string, error), error) {
+// tokens returns the function giving a customer's token, or nil when none
+// are sent (--auth none, or auto without a key: then it says so on
+// stderr).
+func (d *devTokens) tokens(stderr io.Writer) (func(string) (string, error), error) {
 	switch d.mode {
 	case authNone:
+		if d.fs != nil && (d.fs.Changed("data-dir") || d.fs.Changed("auth-dev-key")) {
+			return nil, errors.New("--data-dir and --auth-dev-key need --auth dev or auto: with --auth none no token is sent")
+		}
 		return nil, nil
-	case authDev:
+	case authDev, authAuto:
 	default:
-		return nil, fmt.Errorf("--auth %q: want dev or none", d.mode)
+		return nil, fmt.Errorf("--auth %q: want dev, none or auto", d.mode)
 	}
 	k, err := d.key()
+	if err != nil && d.mode == authAuto && errors.Is(err, authn.ErrNoDevKey) {
+		fmt.Fprintf(stderr, "no development key at %s: sending no tokens, so a checkout with --auth dev or jwt refuses the customers' orders (401); guests' orders need none (--auth none to say so, --data-dir for up's key)\n", d.keyPath())
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	return k.Tokens(authn.DevTokenTTL), nil
 }
 
+func (d *devTokens) keyPath() string {
+	if d.devKey != "" {
+		return d.devKey
+	}
+	return authn.DevKeyPath(d.dataDir)
+}
+
 // key loads the development key of 'ordercast up'.
 func (d *devTokens) key() (*authn.DevKey, error) {
-	path := d.devKey
-	if path == "" {
-		path = authn.DevKeyPath(d.dataDir)
-	}
+	path := d.keyPath()
 	k, err := authn.LoadDevKey(path)
 	if errors.Is(err, authn.ErrNoDevKey) {
-		return nil, fmt.Errorf("--auth dev: no development key at %s: is it the --data-dir of 'ordercast up' (which makes it at its first start)? For a checkout with --auth none, pass --auth none", path)
+		return nil, fmt.Errorf("--auth dev: no development key at %s: is it the --data-dir of 'ordercast up' (which makes it at its first start)? For a checkout with --auth none, pass --auth none: %w", path, authn.ErrNoDevKey)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("--auth dev: %w", err)

@@ -65,8 +65,10 @@ func TestAuthFlagErrors(t *testing.T) {
 		{[]string{"token", "--customer", "17 850"}, `--customer "17 850": want a customer id`},
 		{[]string{"token", "--customer", "17850", "--ttl", "0s"}, "--ttl 0s: want a duration from 1s to 24h"},
 		{[]string{"token", "--customer", "17850", "--data-dir", t.TempDir()}, "--auth dev: no development key at"},
-		{[]string{"replay", oneDay, "--auth", "basic"}, `--auth "basic": want dev or none`},
-		{[]string{"replay", oneDay, "--data-dir", t.TempDir()}, "--auth dev: no development key at"},
+		{[]string{"replay", oneDay, "--auth", "basic"}, `--auth "basic": want dev, none or auto`},
+		{[]string{"replay", oneDay, "--auth", "dev", "--data-dir", t.TempDir()}, "--auth dev: no development key at"},
+		{[]string{"replay", oneDay, "--auth", "none", "--data-dir", t.TempDir()}, "--data-dir and --auth-dev-key need --auth dev or auto"},
+		{[]string{"load", "--auth", "dev", "--data-dir", t.TempDir()}, "--auth dev: no development key at"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			root := newRoot()

@@ -188,7 +188,7 @@ var stockCode = regexp.MustCompile(`^[0-9]{5}[A-Z]?$`)
 
 func runLoad(ctx context.Context, f *loadFlags, stdout, stderr io.Writer) error {
 	start := time.Now()
-	tokens, err := f.auth.tokens()
+	tokens, err := f.auth.tokens(stderr)
 	if err != nil {
 		return err
 	}

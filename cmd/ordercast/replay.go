@@ -34,7 +34,7 @@ func newReplay() *cobra.Command {
 		Long: `Groups lines by InvoiceNo, sends each sale invoice to POST /orders with the Idempotency-Key
 invoice-<InvoiceNo> (so a second replay of the same file creates no new orders), and counts
 cancellations, adjustments, write-offs and checkout's rejections by reason. With --auth dev
-(the default) each customer's order carries a development token for that customer, signed by
+(or auto, the default, when the key exists) each customer's order carries a development token for that customer, signed by
 the key of 'ordercast up' in --data-dir; guest orders carry none.
 
 A request without a usable answer (a network error, no answer within --timeout, a 429 or a 5xx)
@@ -68,10 +68,6 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 					return err
 				}
 			}
-			tokens, err := auth.tokens()
-			if err != nil {
-				return err
-			}
 			rc, err := replay.Open(args[0])
 			if err != nil {
 				return err
@@ -86,6 +82,10 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 			if err := replay.Tally(invoices).CheckInput(maxRowErrors); err != nil {
 				fmt.Fprint(cmd.ErrOrStderr(), replay.Tally(invoices).String())
 				return &exitError{code: 1, msg: inputErrorMsg(args[0], err)}
+			}
+			tokens, err := auth.tokens(cmd.ErrOrStderr())
+			if err != nil {
+				return err
 			}
 			parent := cmd.Context()
 			if parent == nil {

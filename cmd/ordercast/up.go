@@ -211,12 +211,6 @@ func runUp(parent context.Context, f *upFlags) error {
 	if err := checkListenAddr("registry-addr", f.registryAddr); err != nil {
 		return err
 	}
-	// Before anything is started or created: a wrong key file or JWKS
-	// URL stops up here. The dev key is made in --data-dir.
-	authLine, err := f.auth.apply(ctx, &cfg, f.dataDir)
-	if err != nil {
-		return err
-	}
 	var invoices []*replay.Invoice
 	if f.replayFile != "" {
 		if invoices, err = readInvoices(f.replayFile); err != nil {
@@ -236,6 +230,12 @@ func runUp(parent context.Context, f *upFlags) error {
 			}
 			return &exitError{code: 1, msg: "up: " + msg}
 		}
+	}
+	// Before anything is started: a wrong key file or JWKS URL stops up
+	// here. The dev key is made in --data-dir (the first thing created).
+	authLine, err := f.auth.apply(ctx, &cfg, f.dataDir)
+	if err != nil {
+		return err
 	}
 	var stack *devstack.Stack
 	if len(cfg.Brokers) == 0 || cfg.RegistryURL == "" {
