@@ -36,6 +36,7 @@ import (
 	"github.com/ordercast/ordercast/schema"
 	"github.com/ordercast/ordercast/service"
 	"github.com/ordercast/ordercast/service/checkout"
+	"github.com/ordercast/ordercast/service/checkout/authn"
 	"github.com/ordercast/ordercast/service/fulfillment"
 	"github.com/ordercast/ordercast/service/notifications"
 	"github.com/ordercast/ordercast/service/orders"
@@ -153,6 +154,19 @@ type Config struct {
 	// mid-replay hid half the shipments). A new transactional id gets a
 	// new producer id.
 	TransactionalIDSuffix string
+	// CheckoutAuth verifies checkout's bearer tokens (checkout.Config.Auth):
+	// nil, the zero value, means no authentication (--auth none). The CLI
+	// builds it from --auth (dev by default).
+	CheckoutAuth *authn.Verifier
+	// CheckoutAuthRequired refuses guest orders and anonymous GETs
+	// (checkout.Config.AuthRequired, --auth-required); needs CheckoutAuth.
+	CheckoutAuthRequired bool
+	// CheckoutRateLimit and CheckoutRateBurst are checkout's per-client
+	// rate limit in requests per second and its burst
+	// (checkout.Config.RateLimit, RateBurst; --rate-limit, --rate-burst).
+	// Zero: no limit.
+	CheckoutRateLimit float64
+	CheckoutRateBurst int
 }
 
 // System is a running order system.
@@ -436,7 +450,8 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	s.registerMetrics()
 	mux := http.NewServeMux()
 	if cfg.runs(ServiceCheckout) {
-		s.Checkout, err = checkout.New(ctx, checkout.Config{DB: s.DB, Serde: s.Serde, Producer: s.Producer, Logger: log, Registerer: cfg.Registry})
+		s.Checkout, err = checkout.New(ctx, checkout.Config{DB: s.DB, Serde: s.Serde, Producer: s.Producer, Logger: log, Registerer: cfg.Registry,
+			Auth: cfg.CheckoutAuth, AuthRequired: cfg.CheckoutAuthRequired, RateLimit: cfg.CheckoutRateLimit, RateBurst: cfg.CheckoutRateBurst})
 		if err != nil {
 			s.Stop(context.Background())
 			return nil, err

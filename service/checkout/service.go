@@ -32,6 +32,7 @@ type Service struct {
 	keys     keyLocks
 	dbHealth dbHealth
 	bodies   bodyReads
+	limits   *clientLimits
 
 	// background counts produce completions followed after their request
 	// answered 503 (see publish); Close waits for them.
@@ -66,6 +67,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg:      cfg,
 		metrics:  m,
 		now:      time.Now,
+		limits:   newClientLimits(cfg.RateLimit, cfg.RateBurst),
 	}
 	if err := s.ReloadCatalog(ctx); err != nil {
 		return nil, err
@@ -134,6 +136,9 @@ func (s *Service) writeError(w http.ResponseWriter, e *apiError) { writeError(w,
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
+	}
+	if e.challenge != "" {
+		w.Header().Set("WWW-Authenticate", e.challenge)
 	}
 	body := order.ErrorResponse{Code: e.code, Error: e.message}
 	if e.orderID != "" {
