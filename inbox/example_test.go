@@ -38,7 +38,7 @@ func ExampleProcess() {
 		panic(err)
 	}
 
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "credits"))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "credits", "ledger.dlq"))
 	if err != nil {
 		panic(err)
 	}

@@ -91,6 +91,9 @@ type cfg struct {
 	backoffMax     time.Duration
 	retryDelays    []time.Duration
 	dlq            bool
+	dlqTopic       string // resolved by validate: DLQTopic(group) unless DeadLetterTopic
+	createTopics   bool
+	onDeadLetter   func(r *kgo.Record, reason error)
 	commitInterval time.Duration
 	commitRefresh  time.Duration
 	metaMaxBytes   int
@@ -104,7 +107,9 @@ type cfg struct {
 	txnTimeout     time.Duration
 	logger         *slog.Logger
 	metrics        *Metrics
-	clientOpts     []kgo.Opt
+	clientOpts     []kgo.Opt // both clients (ClientOpts)
+	consumerOpts   []kgo.Opt
+	producerOpts   []kgo.Opt
 	start          Start
 	producer       *kgo.Client
 	errorMsgMax    int
@@ -223,8 +228,20 @@ func (c *cfg) validate() error {
 	if err := refusedClientOpts(c.clientOpts); err != nil {
 		errs = append(errs, err)
 	}
+	if err := refusedClientOpts(c.consumerOpts); err != nil {
+		errs = append(errs, fmt.Errorf("ConsumerOpts: %w", err))
+	}
+	if err := refusedClientOpts(c.producerOpts); err != nil {
+		errs = append(errs, fmt.Errorf("ProducerOpts: %w", err))
+	}
+	if c.producer != nil && len(c.producerOpts) > 0 {
+		errs = append(errs, errors.New("ProducerOpts: not used with Producer (the given client is used as it is): drop one"))
+	}
 	if c.groupProtocol != "classic" && c.groupProtocol != "consumer" {
 		errs = append(errs, fmt.Errorf("GroupProtocol: %q, want classic or consumer (KIP-848)", c.groupProtocol))
+	}
+	if c.dlqTopic == "" {
+		c.dlqTopic = DLQTopic(c.group)
 	}
 	return errors.Join(errs...)
 }
@@ -441,6 +458,14 @@ func InstanceID(id string) Opt { return opt(func(c *cfg) { c.instanceID = id }) 
 // NewTransactional.
 func ClientID(id string) Opt { return opt(func(c *cfg) { c.clientID = id }) }
 
+// dlqTarget is the DLQ topic, or "" when the DLQ is disabled.
+func (c *cfg) dlqTarget() string {
+	if !c.dlq {
+		return ""
+	}
+	return c.dlqTopic
+}
+
 // randomID returns 8 random hex digits, for default client ids.
 func randomID() string {
 	var b [4]byte
@@ -461,11 +486,20 @@ func Logger(l *slog.Logger) Opt { return opt(func(c *cfg) { c.logger = l }) }
 // One *Metrics may be shared by every processor of a process.
 func WithMetrics(m *Metrics) Opt { return opt(func(c *cfg) { c.metrics = m }) }
 
-// ClientOpts adds franz-go options to the consumer client and to the producer
-// client the processor creates (TLS, SASL, dialer, hooks, timeouts, fetch
-// sizes...). The runtime's defaults for kgo.FetchMaxWait,
-// kgo.HeartbeatInterval, kgo.FetchMaxBytes and kgo.FetchMaxPartitionBytes
-// are set before these, so these win.
+// ClientOpts adds franz-go options to both clients of New, the consumer and
+// the producer of retry-topic and DLQ records (unless Producer gives one),
+// and to the one client of NewTransactional: the options both need, such as
+// TLS (kgo.DialTLSConfig), SASL (kgo.SASL), a dialer or timeouts.
+//
+// Each option is applied to each client, so an option that holds state must
+// not be given here: a kgo.WithHooks with a plugin such as kprom.Metrics or
+// kotel registers the one instance on two clients, which those plugins do
+// not support (data races, series of the two clients mixed). Give such
+// options to ConsumerOpts or ProducerOpts, one instance each.
+//
+// The runtime's defaults for kgo.FetchMaxWait, kgo.HeartbeatInterval,
+// kgo.FetchMaxBytes and kgo.FetchMaxPartitionBytes are set before these, so
+// these win.
 //
 // An option the runtime sets itself (group, topics, start and reset offsets,
 // isolation level, auto-commit, rebalance callbacks and blocking, session and
@@ -479,6 +513,26 @@ func WithMetrics(m *Metrics) Opt { return opt(func(c *cfg) { c.metrics = m }) }
 // those clients created and closed.
 func ClientOpts(opts ...kgo.Opt) Opt {
 	return opt(func(c *cfg) { c.clientOpts = append(c.clientOpts, opts...) })
+}
+
+// ConsumerOpts adds franz-go options to the consumer client only (after
+// ClientOpts): hooks and metrics plugins of the consumer (kgo.WithHooks with
+// a kprom.Metrics), fetch sizes and waits. The options ClientOpts refuses
+// are refused here too, with an error wrapping ErrClientOpt. With
+// NewTransactional, whose one client consumes and produces, ConsumerOpts and
+// ProducerOpts both go to that client.
+func ConsumerOpts(opts ...kgo.Opt) Opt {
+	return opt(func(c *cfg) { c.consumerOpts = append(c.consumerOpts, opts...) })
+}
+
+// ProducerOpts adds franz-go options to the producer client New creates for
+// retry-topic and DLQ records (after ClientOpts): its hooks, batching and
+// retries (kgo.RecordRetries, kgo.UnknownTopicRetries...). acks (always
+// all) and linger (always 0) are refused, as with ClientOpts. It is an error
+// together with Producer, whose client is used as given. See ConsumerOpts
+// for NewTransactional.
+func ProducerOpts(opts ...kgo.Opt) Opt {
+	return opt(func(c *cfg) { c.producerOpts = append(c.producerOpts, opts...) })
 }
 
 // Producer sets the client used to write retry-topic and DLQ records. Default:

@@ -17,7 +17,7 @@ import (
 // A group member that handles every record of a topic. The embedded kfake
 // broker stands in for Kafka; with a real cluster only Brokers changes.
 func ExampleNew() {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "greetings"))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "greetings", "greeter.dlq"))
 	if err != nil {
 		panic(err)
 	}
@@ -70,7 +70,7 @@ func ExampleNew() {
 // of the output sees every output exactly once, even across crashes and
 // rebalances.
 func ExampleNewTransactional() {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "words", "shouted"))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "words", "shouted", "shouter.dlq"))
 	if err != nil {
 		panic(err)
 	}

@@ -167,7 +167,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // records failed (by the runtime's own classes), retried, dead-lettered,
 // forward failures to the DLQ and each retry topic, retry-topic writes,
 // commit and fetch errors, dropped stale records.
-func (m *Metrics) initGroup(group string, topics, retryTopics []string, dlq bool) {
+func (m *Metrics) initGroup(group string, topics, retryTopics []string, dlq string) {
 	if m == nil {
 		return
 	}
@@ -184,9 +184,9 @@ func (m *Metrics) initGroup(group string, topics, retryTopics []string, dlq bool
 		m.retryTopic.WithLabelValues(group, rt)
 		m.fwdFailed.WithLabelValues(group, rt)
 	}
-	if dlq {
+	if dlq != "" {
 		m.deadLettered.WithLabelValues(group)
-		m.fwdFailed.WithLabelValues(group, DLQTopic(group))
+		m.fwdFailed.WithLabelValues(group, dlq)
 	}
 	m.commitErrs.WithLabelValues(group)
 	m.fetchErrors.WithLabelValues(group)

@@ -171,7 +171,7 @@ func New(opts ...Opt) (*Processor, error) {
 		p.retryIndex[t] = i
 	}
 	topics := append(append([]string{}, c.topics...), p.retryTopics...)
-	c.metrics.initGroup(c.group, c.topics, p.retryTopics, c.dlq)
+	c.metrics.initGroup(c.group, c.topics, p.retryTopics, c.dlqTarget())
 
 	// Kafka's fetch.max.wait.ms default (franz-go's is 5s): a partition
 	// resumed after a pause joins the next fetch only once the fetch in
@@ -195,6 +195,7 @@ func New(opts ...Opt) (*Processor, error) {
 		kgo.WithHooks(sizer),
 	}
 	kopts = append(kopts, c.clientOpts...)
+	kopts = append(kopts, c.consumerOpts...)
 	start := newStarter(&c, p.retryTopics, p.groupStart)
 	kopts = append(kopts, start.opts()...)
 	kopts = append(kopts,
@@ -239,7 +240,7 @@ func New(opts ...Opt) (*Processor, error) {
 	if c.producer != nil {
 		p.prod = c.producer
 	} else {
-		popts := append([]kgo.Opt{}, c.clientOpts...)
+		popts := append(append([]kgo.Opt{}, c.clientOpts...), c.producerOpts...)
 		popts = append(popts,
 			kgo.SeedBrokers(c.brokers...),
 			kgo.ClientID(c.clientID+"-dlq"),
@@ -278,6 +279,18 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	p.ran = true
 	p.mu.Unlock()
+
+	if err := ensureTopics(ctx, p.cl, &p.cfg, p.cfg.writeTopics(p.retryTopics)); err != nil {
+		p.cl.Close()
+		p.cancel()
+		if p.ownProd {
+			p.prod.Close()
+		}
+		if ctx.Err() != nil {
+			return nil // cancelled during the check: nothing was consumed
+		}
+		return err
+	}
 
 	p.cfg.metrics.track(p)
 	defer p.cfg.metrics.untrack(p)

@@ -40,12 +40,12 @@ func (p *Processor) nextTarget(it *item, permanent bool) string {
 		}
 	}
 	if p.cfg.dlq {
-		return DLQTopic(p.cfg.group)
+		return p.cfg.dlqTopic
 	}
 	return ""
 }
 
-func (p *Processor) isDLQ(topic string) bool { return topic == DLQTopic(p.cfg.group) }
+func (p *Processor) isDLQ(topic string) bool { return p.cfg.dlq && topic == p.cfg.dlqTopic }
 
 // restoreFromRetry prepares a record fetched from one of the group's retry
 // topics: its due time, the attempts and failure times of earlier hops, and a
