@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -93,6 +94,9 @@ type cfg struct {
 	dlq            bool
 	dlqTopic       string // resolved by validate: DLQTopic(group) unless DeadLetterTopic
 	createTopics   bool
+	retryPrefix    string // resolved by validate: "<group>.retry." unless RetryTopicPrefix
+	headerPrefix   string
+	hdr            headerNames // resolved by validate from headerPrefix
 	onDeadLetter   func(r *kgo.Record, reason error)
 	commitInterval time.Duration
 	commitRefresh  time.Duration
@@ -161,6 +165,7 @@ func defaultCfg() cfg {
 		txnTimeout:     60 * time.Second,
 		logger:         slog.New(slog.DiscardHandler),
 		errorMsgMax:    1024,
+		headerPrefix:   DefaultHeaderPrefix,
 	}
 }
 
@@ -240,9 +245,24 @@ func (c *cfg) validate() error {
 	if c.groupProtocol != "classic" && c.groupProtocol != "consumer" {
 		errs = append(errs, fmt.Errorf("GroupProtocol: %q, want classic or consumer (KIP-848)", c.groupProtocol))
 	}
+	if c.headerPrefix == "" {
+		errs = append(errs, errors.New(`HeaderPrefix: empty, want a prefix such as "ordercast-"`))
+	}
 	if c.dlqTopic == "" {
 		c.dlqTopic = DLQTopic(c.group)
 	}
+	if c.retryPrefix == "" {
+		c.retryPrefix = c.group + ".retry."
+	}
+	for _, t := range c.retryTopicNames() {
+		if t == c.dlqTopic || slices.Contains(c.topics, t) {
+			errs = append(errs, fmt.Errorf("RetryTopics: retry topic %q is also the DLQ or a source topic", t))
+		}
+	}
+	if c.dlq && slices.Contains(c.topics, c.dlqTopic) {
+		errs = append(errs, fmt.Errorf("DeadLetterTopic: %q is also a source topic", c.dlqTopic))
+	}
+	c.hdr = newHeaderNames(c.headerPrefix)
 	return errors.Join(errs...)
 }
 
@@ -540,10 +560,29 @@ func ProducerOpts(opts ...kgo.Opt) Opt {
 // shutdown; a given producer is not closed.
 func Producer(cl *kgo.Client) Opt { return opt(func(c *cfg) { c.producer = cl }) }
 
-// DLQTopic returns the dead-letter topic of a group: "<group>.dlq".
+// DeadLetterTopic sets the DLQ topic. Default DLQTopic(group),
+// "<group>.dlq". Kafka has no setting of its own for it (Kafka Connect's is
+// errors.deadletterqueue.topic.name).
+func DeadLetterTopic(name string) Opt { return opt(func(c *cfg) { c.dlqTopic = name }) }
+
+// RetryTopicPrefix sets the prefix of the retry topics: RetryTopics' n-th
+// delay uses "<prefix><n>" (n from 1). Default "<group>.retry.", as
+// RetryTopicNames.
+func RetryTopicPrefix(prefix string) Opt { return opt(func(c *cfg) { c.retryPrefix = prefix }) }
+
+// retryTopicNames returns the retry topics, one per delay.
+func (c *cfg) retryTopicNames() []string {
+	out := make([]string, len(c.retryDelays))
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", c.retryPrefix, i+1)
+	}
+	return out
+}
+
+// DLQTopic returns the default dead-letter topic of a group: "<group>.dlq".
 func DLQTopic(group string) string { return group + ".dlq" }
 
-// RetryTopicNames returns the retry topics of a group for n delays:
+// RetryTopicNames returns the default retry topics of a group for n delays:
 // "<group>.retry.1" .. "<group>.retry.<n>".
 func RetryTopicNames(group string, n int) []string {
 	out := make([]string, n)

@@ -166,7 +166,7 @@ func New(opts ...Opt) (*Processor, error) {
 	p.clock = newCoarseClock()
 	p.reach = newReach(c.sessionTimeout / 3)
 	p.baseCtx, p.cancel = context.WithCancel(context.Background())
-	p.retryTopics = RetryTopicNames(c.group, len(c.retryDelays))
+	p.retryTopics = c.retryTopicNames()
 	for i, t := range p.retryTopics {
 		p.retryIndex[t] = i
 	}
