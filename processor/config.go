@@ -270,8 +270,9 @@ func (c *cfg) validate() error {
 // bootstrap.servers.
 func Brokers(brokers ...string) Opt { return opt(func(c *cfg) { c.brokers = brokers }) }
 
-// Group sets the consumer group. Required. Kafka setting: group.id. The
-// group's retry topics are "<group>.retry.<n>" and its DLQ is "<group>.dlq".
+// Group sets the consumer group. Required. Kafka setting: group.id. By
+// default the group's retry topics are "<group>.retry.<n>" and its DLQ is
+// "<group>.dlq" (RetryTopicPrefix, DeadLetterTopic).
 func Group(group string) Opt { return opt(func(c *cfg) { c.group = group }) }
 
 // Topics sets the topics to consume. Required. The group's retry topics, if
@@ -351,12 +352,14 @@ func Backoff(min, max time.Duration) Opt {
 // again once it is due, without blocking other partitions and without
 // committing the retry topic record before it is handled. After the last retry
 // topic the record goes to the DLQ. Default: none (straight to the DLQ). The
-// topics must exist (see RetryTopicNames).
+// topics must exist when Run starts, or CreateTopics(true) creates them.
 func RetryTopics(delays ...time.Duration) Opt {
 	return opt(func(c *cfg) { c.retryDelays = delays })
 }
 
-// DeadLetter enables or disables the group's DLQ "<group>.dlq". Default true.
+// DeadLetter enables or disables the DLQ (DeadLetterTopic, by default
+// "<group>.dlq"). Default true; the topic must then exist when Run starts,
+// or CreateTopics(true) creates it.
 // With the DLQ disabled, a record that exhausts its attempts stays
 // uncommitted and is retried with the maximum backoff until it succeeds,
 // stalling its partition (or key): choose that only when losing order is
@@ -381,7 +384,7 @@ func CommitInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitInt
 // a commit past the client's request timeout, franz-go re-sends it on a new
 // connection, the runtime goes on committing newer offsets, and the broker may
 // apply the held request last: the group's offset then ends below what was
-// completed (SCENARIOS S15). The broker refuses such a stale request only
+// completed. The broker refuses such a stale request only
 // after a rebalance (its generation, or KIP-848 member epoch, is old); within
 // one generation nothing but a later commit repairs it, and on a quiet
 // partition no later commit would come. Reading the offsets back after a
@@ -389,14 +392,14 @@ func CommitInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitInt
 // read. So the position is re-sent periodically, which bounds how long a
 // stale commit can stand to this interval, at the cost of one OffsetCommit
 // per member per interval. Re-commits go through the same ownership checks
-// and the same one-outstanding-commit rule as every commit (see commitSync).
+// and the same one-outstanding-commit rule as every commit.
 func CommitRefreshInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitRefresh = d }) }
 
 // CommitMetadataMaxBytes sets the budget, in bytes, of the completed-offsets
-// map a commit carries in its metadata (offsetmap.go): the records completed
+// map a commit carries in its metadata: the records completed
 // above the commit point, which the next owner of the partition skips, so a
 // handover handles nothing twice and key order never goes backwards
-// (SCENARIOS S17). Default 4096, the default of the broker's
+// (see "Handover" in the package doc). Default 4096, the default of the broker's
 // offset.metadata.max.bytes; set it to the broker's value when that is
 // lower (a larger metadata would fail the commit with
 // OFFSET_METADATA_TOO_LARGE). The map never outgrows it: before it could,
@@ -433,6 +436,12 @@ func (c *cfg) mapMaxBytes() int {
 // again: at-least-once). A handler that ignores its context keeps running,
 // though: Run returns only once every handler call has returned, so that no
 // handler of this process overlaps the next owner's work after Run.
+//
+// NewTransactional: once Run's context is cancelled, ending the open
+// transaction (commit, or abort on a failure) gets at most DrainTimeout
+// more, whatever the brokers do; a transaction not ended by then is left to
+// the coordinator, which aborts it after TransactionTimeout (a restart with
+// the same transactional id fences it at once).
 func DrainTimeout(d time.Duration) Opt {
 	return opt(func(c *cfg) { c.drainTimeout, c.drainSet = d, true })
 }
@@ -498,8 +507,12 @@ func randomID() string {
 // assignment; needs Kafka 4.0+).
 func GroupProtocol(p string) Opt { return opt(func(c *cfg) { c.groupProtocol = p }) }
 
-// Logger sets the slog logger. Default: discard. Keys used: group, topic,
-// partition, offset, error.
+// Logger sets the slog logger. Default: a logger that discards everything
+// (slog.DiscardHandler). The runtime logs at WARN a failed handler call,
+// fetch or commit, and at ERROR a retry-topic or DLQ write that failed (the
+// partition is then held), a record NewTransactional could not dead-letter
+// and a transactional session replaced; INFO is about rebalances, start
+// offsets and shutdown. Keys used: group, topic, partition, offset, error.
 func Logger(l *slog.Logger) Opt { return opt(func(c *cfg) { c.logger = l }) }
 
 // WithMetrics sets the Prometheus metrics the processor updates. Default none.
@@ -524,8 +537,7 @@ func WithMetrics(m *Metrics) Opt { return opt(func(c *cfg) { c.metrics = m }) }
 // An option the runtime sets itself (group, topics, start and reset offsets,
 // isolation level, auto-commit, rebalance callbacks and blocking, session and
 // rebalance timeouts, balancers, static and transactional ids, client id,
-// seed brokers, the DLQ producer's acks and linger: the list is runtimeOpts in
-// clientopts.go) is refused: New and NewTransactional return an error
+// seed brokers, the DLQ producer's acks and linger) is refused: New and NewTransactional return an error
 // wrapping ErrClientOpt that names it and the processor option to use
 // instead, rather than silently overriding it. To tell which options opts
 // set, New applies them to two franz-go clients that are never started (no

@@ -27,7 +27,7 @@ import (
 //     oldest_in_flight_seconds (the age of the oldest record the member
 //     holds, computed at scrape time) per member;
 //   - handler_duration_seconds and commit_duration_seconds histograms;
-//   - the completed-offsets map (offsetmap.go, CommitMetadataMaxBytes) per
+//   - the completed-offsets map (CommitMetadataMaxBytes) per
 //     partition: offset_map_bytes (its size in the last accepted commit's
 //     metadata), offset_map_window_used_ratio (the share of the budget that
 //     the records held could take in the worst case, updated every

@@ -33,19 +33,21 @@ type TxnHandler func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error)
 //
 // On a rebalance or fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, the
 // KIP-890 epoch bump) mid-transaction the session aborts, the rest of the
-// poll is discarded and consumption resumes from the committed offsets
-// (SCENARIOS S12). An error from ending a transaction means the outcome is
-// unknown: the session is closed and a new one re-reads the committed offsets
-// instead of guessing (S13). A transaction reported "not committed" may have
-// committed (a lost EndTxn response, S16): the member settles it (an epoch
+// poll is discarded and consumption resumes from the committed offsets. An
+// error from ending a transaction means the outcome is unknown: the session
+// is closed and a new one re-reads the committed offsets instead of
+// guessing. A transaction reported "not committed" may have
+// committed (a lost EndTxn response): the member settles it (an epoch
 // bump) and resumes from the offsets the broker holds, read with
 // RequireStable, never from the ones franz-go cached. After a TxnOffsetCommit
 // failed on the wire, the offsets are read back after each commit and
-// re-committed if a stale copy landed late (S15). The README ("The runtime
-// when responses come late or never") has the case of each request.
+// re-committed if a stale copy landed late.
 //
 // The ordering mode is OrderPartition (records are transformed in offset
-// order); Concurrency and retry topics do not apply.
+// order); Concurrency, retry topics, DeadLetter(false) and RetryTopicPrefix
+// do not apply: a record that exhausts MaxAttempts, or fails permanently,
+// always goes to the DLQ. A record that cannot be written there stops Run
+// with a *DeadLetterError (see there why).
 type TxnProcessor struct {
 	cfg     cfg
 	txnID   string
