@@ -17,12 +17,11 @@ var ErrClosed = errors.New("processor: already run or closed")
 // fix: the member's configuration or permissions are wrong. franz-go keeps
 // retrying the join and only reports such errors through PollFetches (as a
 // *kgo.ErrGroupSession); a member that ignored them would stay up, hold no
-// partition and look alive to everything but /readyz. Run stops instead, so
-// the process exits and says why.
+// partition and look alive to everything but a readiness check of Health.
+// Run stops instead, so the process exits and says why.
 //
 // The errors taken as fatal (Kafka protocol error codes; the Java consumer
-// treats them the same way) are in fatalGroupErrors: INVALID_SESSION_TIMEOUT
-// (session timeout outside the broker's group.min/max.session.timeout.ms),
+// treats them the same way): INVALID_SESSION_TIMEOUT (session timeout outside the broker's group.min/max.session.timeout.ms),
 // GROUP_AUTHORIZATION_FAILED, INVALID_GROUP_ID, INCONSISTENT_GROUP_PROTOCOL
 // (the group is used by another kind of client), GROUP_MAX_SIZE_REACHED
 // (group.max.size), FENCED_INSTANCE_ID and UNRELEASED_INSTANCE_ID (another

@@ -315,3 +315,45 @@ func TestTxnShutdownWithStuckDLQ(t *testing.T) {
 		t.Fatalf("Run took %v after cancel, want within DrainTimeout (%v) and the group leave", took, drain)
 	}
 }
+
+// The same bound in the plain mode: a DLQ write stuck in franz-go's retries
+// is cancelled after DrainTimeout, the record stays uncommitted.
+func TestShutdownWithStuckDLQ(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1})
+	handled := make(chan struct{}, 1)
+	h := func(context.Context, *kgo.Record) error {
+		select {
+		case handled <- struct{}{}:
+		default:
+		}
+		return Permanentf("bad record")
+	}
+	const drain = time.Second
+	p, err := New(Brokers(addrs...), Group("g"), Topics("in"), WithHandler(h), DrainTimeout(drain),
+		ProducerOpts(kgo.UnknownTopicRetries(-1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runErr(p, ctx)
+	waitFor(t, 30*time.Second, "joined", func() bool { return len(p.Health().Partitions) == 1 })
+	deleteTopic(t, addrs, "g.dlq")
+	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("bad")})
+	select {
+	case <-handled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("record not handled")
+	}
+	start := time.Now()
+	cancel()
+	err = waitErr(t, done, 15*time.Second)
+	took := time.Since(start)
+	t.Logf("Run returned after %v: %v", took.Round(time.Millisecond), err)
+	if err != nil || took > drain+3*time.Second {
+		t.Fatalf("Run: %v after %v, want nil within DrainTimeout (%v) and the group leave", err, took, drain)
+	}
+	if off := committed(t, addrs, "g", "in")[0]; off != 0 {
+		t.Fatalf("committed %d past the record that was not dead-lettered", off)
+	}
+}
