@@ -550,7 +550,8 @@ func ClientOpts(opts ...kgo.Opt) Opt {
 // ConsumerOpts adds franz-go options to the consumer client only (after
 // ClientOpts): hooks and metrics plugins of the consumer (kgo.WithHooks with
 // a kprom.Metrics), fetch sizes and waits. The options ClientOpts refuses
-// are refused here too, with an error wrapping ErrClientOpt. With
+// are refused here too, with an error wrapping ErrClientOpt, found the same
+// way (on probe clients that hooks see created and closed). With
 // NewTransactional, whose one client consumes and produces, ConsumerOpts and
 // ProducerOpts both go to that client.
 func ConsumerOpts(opts ...kgo.Opt) Opt {
