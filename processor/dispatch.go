@@ -639,6 +639,7 @@ func (p *Processor) worker() {
 			err = p.handle(ps, it)
 		} else {
 			err = p.forward(ps.ctx, it)
+			p.deadLettered(it, err)
 		}
 		p.mu.Lock()
 		l.running = false
