@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,28 +34,32 @@ import (
 // after their next answer, not at the 10 s deadline).
 //
 // Without the drain (Stop calling http.Server.Shutdown at once) clients
-// see "http: server closed idle connection", EOF or a reset on their
-// reused connection.
+// see EOF or a reset on their reused connection: 5 of 6 runs of 8 rounds
+// failed, 1 to 28 requests a run.
 func TestStopDrainsKeepAliveClients(t *testing.T) {
 	brokers := testkafka.Cluster(t, nil)
 	// The reset takes a client between two requests at the instant of the
-	// stop: several rounds make that near certain without the drain (one
-	// round of 32 clients failed 1 time in 3).
+	// stop: several rounds make it near certain without the drain (about
+	// 1 round in 5 fails then).
+	// One database for every round, seeded once from one day of the data
+	// set (the embedded full seed takes seconds under -race).
+	cfg := system.Config{Services: []string{system.ServiceCheckout}, DSN: "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
+		SeedFile: "../data/online-retail/online_retail_2010-12-01.csv"}
 	var published int
 	for round := range drainRounds {
-		published = stopUnderLoad(t, brokers, round, published)
+		published = stopUnderLoad(t, brokers, cfg, round, published)
 	}
 }
 
 // drainRounds is the number of stops TestStopDrainsKeepAliveClients makes.
-const drainRounds = 8
+const drainRounds = 12
 
-// stopUnderLoad starts checkout, stops it under the load of the test's
+// stopUnderLoad starts checkout with cfg, stops it under the load of the test's
 // keep-alive clients and checks what they saw; before is the number of
 // orders on orderCreated before it, and it returns the number after.
-func stopUnderLoad(t *testing.T, brokers []string, round, before int) int {
+func stopUnderLoad(t *testing.T, brokers []string, cfg system.Config, round, before int) int {
 	t.Helper()
-	sys, err := startOn(t, brokers, system.Config{Services: []string{system.ServiceCheckout}})
+	sys, err := startOn(t, brokers, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +118,7 @@ func stopUnderLoad(t *testing.T, brokers []string, round, before int) int {
 		}()
 	}
 	// Every client has reused its connection a few times before the stop.
-	testkafka.WaitFor(t, 30*time.Second, "orders answered before the stop", func() bool { return answered.Load() >= 8*clients })
+	testkafka.WaitFor(t, 30*time.Second, "orders answered before the stop", func() bool { return answered.Load() >= 3*clients })
 
 	ctx, sigterm := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
@@ -164,7 +169,7 @@ func stopUnderLoad(t *testing.T, brokers []string, round, before int) int {
 // request_timeout (issue 13 item 2: shutdown does not wait on a slow body).
 func TestStopDoesNotWaitForIdleOrSlowClients(t *testing.T) {
 	brokers := testkafka.Cluster(t, nil)
-	sys, err := startOn(t, brokers, system.Config{Services: []string{system.ServiceCheckout}})
+	sys, err := startOn(t, brokers, system.Config{Services: []string{system.ServiceCheckout}, SeedFile: "../data/online-retail/online_retail_2010-12-01.csv"})
 	if err != nil {
 		t.Fatal(err)
 	}
