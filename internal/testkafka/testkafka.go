@@ -104,8 +104,12 @@ func SkipIfReal(t testing.TB, why string) {
 // With EnvBrokers set it returns the real cluster after deleting every
 // non-internal topic and every consumer group left there, and creating the
 // topics with replication factor min(3, brokers) and the brokers' default
-// min.insync.replicas; a topic of the same name still being deleted is
-// retried until it can be created. It fails the test on any error.
+// min.insync.replicas. It blocks (at most 90s) until every broker's
+// metadata agrees: the deleted topics are listed by none and unknown by
+// name, the created ones have the IDs the controller gave them and a leader
+// on every partition, and the leaders answer ListOffsets on each (see
+// topics.go for why each wait). It fails the test on any error, or on a
+// condition not met by the deadline, naming it.
 func Cluster(t testing.TB, topics map[string]int32) []string {
 	t.Helper()
 	if !Real() {
@@ -202,16 +206,24 @@ func reset(t testing.TB, brokers []string, topics map[string]int32) error {
 	if err := deleteGroups(ctx, t, adm); err != nil {
 		return err
 	}
-	if err := deleteTopics(ctx, adm); err != nil {
+	nodes := make([]int32, 0, len(md.Brokers))
+	for _, b := range md.Brokers {
+		nodes = append(nodes, b.NodeID)
+	}
+	gone, err := deleteTopics(ctx, cl, adm, nodes)
+	if err != nil {
 		return err
 	}
 	rf := int16(min(3, len(md.Brokers)))
+	ids := make(map[string]kadm.TopicID, len(topics))
 	for _, name := range sortedNames(topics) {
-		if err := createTopic(ctx, adm, name, topics[name], rf); err != nil {
+		id, err := createTopic(ctx, adm, name, topics[name], rf, gone)
+		if err != nil {
 			return err
 		}
+		ids[name] = id
 	}
-	return waitLeaders(ctx, adm, topics)
+	return waitReady(ctx, cl, adm, nodes, topics, ids)
 }
 
 // checkSessionTimeout fails early, with the fix, when the brokers refuse the
@@ -281,98 +293,6 @@ func deleteGroups(ctx context.Context, t testing.TB, adm *kadm.Client) error {
 		case <-gctx.Done():
 			t.Logf("testkafka: groups %v still have members (a client not closed, or a killed process whose session has not expired); left in place", busy)
 			return nil
-		case <-tick.C:
-		}
-	}
-}
-
-// deleteTopics deletes every topic but the internal ones (__consumer_offsets,
-// __transaction_state, __share_group_state, ...).
-func deleteTopics(ctx context.Context, adm *kadm.Client) error {
-	td, err := adm.ListTopics(ctx)
-	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
-	}
-	var names []string
-	for _, name := range td.Names() {
-		if !strings.HasPrefix(name, "__") {
-			names = append(names, name)
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	resp, err := adm.DeleteTopics(ctx, names...)
-	if err != nil {
-		return fmt.Errorf("delete topics: %w", err)
-	}
-	for _, r := range resp.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
-			return fmt.Errorf("delete topic %s: %w", r.Topic, r.Err)
-		}
-	}
-	return nil
-}
-
-// createTopic creates one topic, retrying while a deleted topic of the same
-// name is still being removed (TOPIC_ALREADY_EXISTS) or the controller is
-// busy.
-func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions int32, rf int16) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		r, err := adm.CreateTopic(ctx, partitions, rf, nil, name)
-		if err == nil {
-			err = r.Err
-		}
-		var ke *kerr.Error
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, kerr.TopicAlreadyExists), errors.As(err, &ke) && ke.Retriable:
-		default:
-			return fmt.Errorf("create topic %s (%d partitions, RF %d): %w", name, partitions, rf, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("create topic %s: still %v after %v: %w", name, err, resetTimeout, ctx.Err())
-		case <-tick.C:
-		}
-	}
-}
-
-// waitLeaders waits until the metadata shows every topic with all its
-// partitions led, so the test's first produce does not race the creation.
-func waitLeaders(ctx context.Context, adm *kadm.Client, topics map[string]int32) error {
-	if len(topics) == 0 {
-		return nil
-	}
-	names := sortedNames(topics)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		md, err := adm.Metadata(ctx, names...)
-		ready := err == nil
-		if ready {
-			for _, name := range names {
-				td, ok := md.Topics[name]
-				if !ok || td.Err != nil || int32(len(td.Partitions)) != topics[name] {
-					ready = false
-					break
-				}
-				for _, p := range td.Partitions {
-					if p.Err != nil || p.Leader < 0 {
-						ready = false
-					}
-				}
-			}
-		}
-		if ready {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("topics %v have no leaders yet: %v", names, ctx.Err())
 		case <-tick.C:
 		}
 	}
