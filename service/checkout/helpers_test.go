@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -39,6 +41,10 @@ var testCatalog = []struct {
 	{"FREE", "free sample", 0},
 	{"HUGE", "priced so that two of them overflow int64", 5_000_000_000_000_000_000},
 }
+
+// orderCreatedPartitions is the partition count of the test environments'
+// orderCreated.
+const orderCreatedPartitions = 3
 
 // testEnv is a checkout Service over a migrated database, a broker (topic
 // orderCreated with 3 partitions: the embedded kfake, or the real cluster of
@@ -111,7 +117,7 @@ func newEnvOn(t *testing.T, db *store.DB, opts ...envOpt) *testEnv {
 			t.Fatalf("seed catalog: %v", err)
 		}
 	}
-	topics := map[string]int32{order.TopicOrderCreated: 3}
+	topics := map[string]int32{order.TopicOrderCreated: orderCreatedPartitions}
 	var cluster *kfake.Cluster
 	var brokers []string
 	if testkafka.Real() {
@@ -264,23 +270,50 @@ func (e *testEnv) post(body string, header ...string) response {
 	return e.do(http.MethodPost, "/orders", body, header...)
 }
 
-// topicCount is the number of records on orderCreated (sum of the
-// partitions' end offsets).
+// topicCount is the number of records on orderCreated (sum of its
+// partitions' end offsets). A retriable error (a broker whose metadata or
+// replica manager lags behind the controller: UNKNOWN_TOPIC_OR_PARTITION,
+// NOT_LEADER_OR_FOLLOWER) is asked again until a deadline; an answer
+// missing a partition is one too, never a smaller sum.
 func (e *testEnv) topicCount() int64 {
 	e.t.Helper()
 	adm := kadm.NewClient(e.producer)
-	ends, err := adm.ListEndOffsets(testCtx(e.t), order.TopicOrderCreated)
+	ctx, cancel := context.WithTimeout(testCtx(e.t), 10*time.Second)
+	defer cancel()
+	for {
+		n, err := e.endOffsetsSum(ctx, adm)
+		if err == nil {
+			return n
+		}
+		if !kerr.IsRetriable(err) || ctx.Err() != nil {
+			e.t.Fatalf("end offsets of %s: %v", order.TopicOrderCreated, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond): // poll interval, not synchronisation
+		}
+	}
+}
+
+// endOffsetsSum sums orderCreated's end offsets, or says why it cannot.
+func (e *testEnv) endOffsetsSum(ctx context.Context, adm *kadm.Client) (int64, error) {
+	ends, err := adm.ListEndOffsets(ctx, order.TopicOrderCreated)
 	if err != nil {
-		e.t.Fatalf("list end offsets: %v", err)
+		return 0, err
 	}
 	var n int64
-	ends.Each(func(o kadm.ListedOffset) {
+	var parts int
+	for _, o := range ends[order.TopicOrderCreated] {
 		if o.Err != nil {
-			e.t.Fatalf("end offset of %d: %v", o.Partition, o.Err)
+			return 0, fmt.Errorf("partition %d: %w", o.Partition, o.Err)
 		}
 		n += o.Offset
-	})
-	return n
+		parts++
+	}
+	if parts != orderCreatedPartitions {
+		return 0, fmt.Errorf("%d partitions answered of %d: %w", parts, orderCreatedPartitions, kerr.UnknownTopicOrPartition)
+	}
+	return n, nil
 }
 
 // consumed is one record of orderCreated, decoded.
