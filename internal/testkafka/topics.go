@@ -38,7 +38,7 @@ import (
 //     led, and the leaders answer ListOffsets for every partition.
 
 // pollEvery is how often the reset polls the brokers for a condition.
-const pollEvery = 50 * time.Millisecond
+const pollEvery = 20 * time.Millisecond
 
 // topicView is one broker's metadata of one topic.
 type topicView struct {
