@@ -223,7 +223,7 @@ func reset(t testing.TB, brokers []string, topics map[string]int32) error {
 		}
 		ids[name] = id
 	}
-	return waitReady(ctx, cl, adm, nodes, topics, ids)
+	return waitReady(ctx, cl, nodes, topics, ids)
 }
 
 // checkSessionTimeout fails early, with the fix, when the brokers refuse the

@@ -26,14 +26,16 @@ import (
 // partitions its replica manager does not host yet (UNKNOWN_TOPIC_OR_PARTITION
 // on ListOffsets, Produce and Fetch). And a CreateTopics that timed out or
 // was retried by the client may have been committed: its retry hears
-// TOPIC_ALREADY_EXISTS about our own topic, which is no reason to wait.
+// TOPIC_ALREADY_EXISTS about our own topic, which waiting never ends (it
+// did, for the whole 90 s deadline).
 //
 // So the reset waits on conditions, each with the reset's deadline:
 //   - deleted: every broker's metadata lists no non-internal topic (Metadata
 //     for all topics, which is kadm's ListTopics), and answers
 //     UNKNOWN_TOPIC_OR_PARTITION for each deleted name asked by name;
-//   - created: the topic exists with the ID the controller gave it (a topic
-//     of the same name with a deleted ID is the old one, still in a cache);
+//   - created: the controller answered with the topic's ID (a topic of the
+//     same name with a deleted ID is the old one, still in a cache; one with
+//     another ID is deleted and the topic created again, see createTopic);
 //   - ready: every broker's metadata shows that ID with all its partitions
 //     led, and the leaders answer ListOffsets for every partition.
 
@@ -46,7 +48,8 @@ type topicView struct {
 	err        error // the topic's error code (UNKNOWN_TOPIC_OR_PARTITION when absent)
 	internal   bool
 	partitions int32
-	unled      []int32 // partitions without a leader or with an error
+	unled      []int32         // partitions without a leader or with an error
+	leaders    map[int32]int32 // partition -> leader's node ID, of the led ones
 }
 
 // brokerTopics asks broker node for its metadata of names (nil: of every
@@ -67,10 +70,13 @@ func brokerTopics(ctx context.Context, cl *kgo.Client, node int32, names []strin
 		if t.Topic == nil {
 			continue
 		}
-		v := topicView{id: t.TopicID, err: kerr.ErrorForCode(t.ErrorCode), internal: t.IsInternal, partitions: int32(len(t.Partitions))}
+		v := topicView{id: t.TopicID, err: kerr.ErrorForCode(t.ErrorCode), internal: t.IsInternal,
+			partitions: int32(len(t.Partitions)), leaders: make(map[int32]int32, len(t.Partitions))}
 		for _, p := range t.Partitions {
 			if p.ErrorCode != 0 || p.Leader < 0 {
 				v.unled = append(v.unled, p.Partition)
+			} else {
+				v.leaders[p.Partition] = p.Leader
 			}
 		}
 		out[*t.Topic] = v
@@ -191,12 +197,14 @@ func knownByName(ctx context.Context, cl *kgo.Client, nodes []int32, names []str
 }
 
 // createTopic creates one topic and returns its ID. Retriable errors (the
-// controller busy or moving) are retried. TOPIC_ALREADY_EXISTS is looked
-// into: a topic of that name with a deleted ID is the old one (retried
-// until the controller's deletion reaches the answer); one with a new ID and
-// this shape is ours, created by an attempt whose answer was lost or late
-// (returned); one of another shape was created by someone else (deleted and
-// retried).
+// controller busy or moving, a request timed out) are retried.
+// TOPIC_ALREADY_EXISTS is looked into: a topic of that name with a deleted
+// ID is the old one in a broker's cache (asked again); one with an ID not
+// deleted is either a topic a client of an earlier test created after the
+// listing, or ours, created by an attempt whose answer was lost or late
+// (kgo retries a request whose connection broke). It cannot be told which,
+// so it is deleted and created again: deleting ours costs a round trip,
+// keeping another's would give the test its records and configs.
 func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions int32, rf int16, gone map[kadm.TopicID]bool) (kadm.TopicID, error) {
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
@@ -215,10 +223,8 @@ func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions 
 			if lerr != nil || !ok || d.Err != nil || gone[d.ID] {
 				break // the old topic, or not in this broker's cache yet: ask again
 			}
-			if int32(len(d.Partitions)) == partitions && d.Partitions.NumReplicas() == int(rf) {
-				return d.ID, nil
-			}
-			if _, derr := adm.DeleteTopics(ctx, name); derr == nil {
+			dr, derr := adm.DeleteTopics(ctx, name)
+			if derr == nil && (dr[name].Err == nil || errors.Is(dr[name].Err, kerr.UnknownTopicOrPartition)) {
 				gone[d.ID] = true
 			}
 		case kerr.IsRetriable(err), errors.As(err, &nerr), ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
@@ -239,7 +245,7 @@ func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions 
 // it was created with and all its partitions led, and the leaders answer
 // ListOffsets for every partition: the test's first produce, fetch or
 // offset lookup does not race the creation.
-func waitReady(ctx context.Context, cl *kgo.Client, adm *kadm.Client, nodes []int32, topics map[string]int32, ids map[string]kadm.TopicID) error {
+func waitReady(ctx context.Context, cl *kgo.Client, nodes []int32, topics map[string]int32, ids map[string]kadm.TopicID) error {
 	if len(topics) == 0 {
 		return nil
 	}
@@ -247,7 +253,7 @@ func waitReady(ctx context.Context, cl *kgo.Client, adm *kadm.Client, nodes []in
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	for {
-		why := notReady(ctx, cl, adm, nodes, names, topics, ids)
+		why := notReady(ctx, cl, nodes, names, topics, ids)
 		if why == "" {
 			return nil
 		}
@@ -260,18 +266,20 @@ func waitReady(ctx context.Context, cl *kgo.Client, adm *kadm.Client, nodes []in
 }
 
 // notReady says why the topics are not ready yet ("" when they are).
-func notReady(ctx context.Context, cl *kgo.Client, adm *kadm.Client, nodes []int32, names []string, topics map[string]int32, ids map[string]kadm.TopicID) string {
+func notReady(ctx context.Context, cl *kgo.Client, nodes []int32, names []string, topics map[string]int32, ids map[string]kadm.TopicID) string {
+	views := make(map[int32]map[string]topicView, len(nodes))
 	for _, node := range nodes {
 		ts, err := brokerTopics(ctx, cl, node, names)
 		if err != nil {
 			return err.Error()
 		}
+		views[node] = ts
 		for _, name := range names {
 			v, ok := ts[name]
 			switch {
 			case !ok || v.err != nil:
 				return fmt.Sprintf("broker %d: topic %s: %v", node, name, v.err)
-			case v.id != ids[name]:
+			case ids[name] != (kadm.TopicID{}) && v.id != ids[name]: // zero: a broker without topic IDs
 				return fmt.Sprintf("broker %d: topic %s has ID %s, created as %s", node, name, v.id, ids[name])
 			case v.partitions != topics[name]:
 				return fmt.Sprintf("broker %d: topic %s has %d partitions of %d", node, name, v.partitions, topics[name])
@@ -280,20 +288,64 @@ func notReady(ctx context.Context, cl *kgo.Client, adm *kadm.Client, nodes []int
 			}
 		}
 	}
-	ends, err := adm.ListEndOffsets(ctx, names...)
-	if err != nil {
-		return fmt.Sprintf("list end offsets: %v", err)
-	}
-	for _, name := range names {
-		n := int32(0)
-		for _, o := range ends[name] {
-			if o.Err != nil {
-				return fmt.Sprintf("end offset of %s/%d: %v", name, o.Partition, o.Err)
-			}
-			n++
+	// Every partition's leader hosts it: ListOffsets (latest) sent to the
+	// leader each broker names, by hand, so that no client's cached
+	// metadata (kgo keeps it for MetadataMinAge) stands in for the broker's.
+	for _, node := range nodes {
+		if why := leadersAnswer(ctx, cl, views[node]); why != "" {
+			return why
 		}
-		if n != topics[name] {
-			return fmt.Sprintf("end offsets of %d of %s's %d partitions", n, name, topics[name])
+	}
+	return ""
+}
+
+// leadersAnswer asks each partition's leader (as view names it) for the
+// partition's end offset and says why one did not answer ("" when all did).
+func leadersAnswer(ctx context.Context, cl *kgo.Client, view map[string]topicView) string {
+	reqs := make(map[int32]*kmsg.ListOffsetsRequest) // leader -> its partitions
+	for _, name := range sortedKeys(view) {
+		byLeader := make(map[int32]*kmsg.ListOffsetsRequestTopic)
+		for p, leader := range view[name].leaders {
+			req, ok := reqs[leader]
+			if !ok {
+				req = kmsg.NewPtrListOffsetsRequest()
+				req.ReplicaID = -1
+				reqs[leader] = req
+			}
+			rt, ok := byLeader[leader]
+			if !ok {
+				req.Topics = append(req.Topics, kmsg.NewListOffsetsRequestTopic())
+				rt = &req.Topics[len(req.Topics)-1]
+				rt.Topic = name
+				byLeader[leader] = rt
+			}
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition = p
+			rp.Timestamp = -1 // latest
+			rp.CurrentLeaderEpoch = -1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+	}
+	for leader, req := range reqs {
+		resp, err := req.RequestWith(ctx, cl.Broker(int(leader)))
+		if err != nil {
+			return fmt.Sprintf("list offsets on leader %d: %v", leader, err)
+		}
+		answered := 0
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return fmt.Sprintf("leader %d: end offset of %s/%d: %v", leader, t.Topic, p.Partition, err)
+				}
+				answered++
+			}
+		}
+		asked := 0
+		for _, t := range req.Topics {
+			asked += len(t.Partitions)
+		}
+		if answered != asked {
+			return fmt.Sprintf("leader %d answered %d of %d partitions", leader, answered, asked)
 		}
 	}
 	return ""
