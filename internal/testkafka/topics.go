@@ -19,15 +19,17 @@ import (
 //
 // Kafka (KRaft) answers DeleteTopics and CreateTopics once the controller
 // has committed the change; every broker then applies it to its metadata
-// cache and replica manager asynchronously. On a loaded machine that lag is
-// seconds: a broker can still list a deleted topic, still answer Metadata
-// with the deleted topic of the same name (same name and partition count,
-// old topic ID, leaders and all), or list a just-created topic whose
-// partitions its replica manager does not host yet (UNKNOWN_TOPIC_OR_PARTITION
-// on ListOffsets, Produce and Fetch). And a CreateTopics that timed out or
+// cache and replica manager asynchronously (0.1 to 0.7 s on a 1-node
+// Kafka 4.4 on a loaded 2-core machine; the reset of one 3-partition topic
+// took 0.2 to 1 s). Meanwhile a broker can still list a deleted topic,
+// still answer Metadata with the deleted topic of the same name (same name
+// and partition count, old topic ID, leaders and all), or list a
+// just-created topic whose partitions its replica manager does not host
+// yet (UNKNOWN_TOPIC_OR_PARTITION on ListOffsets, Produce and Fetch). And a CreateTopics that timed out or
 // was retried by the client may have been committed: its retry hears
-// TOPIC_ALREADY_EXISTS about our own topic, which waiting never ends (it
-// did, for the whole 90 s deadline).
+// TOPIC_ALREADY_EXISTS about our own topic, and waiting for that to pass
+// never ends (one way to the 90 s of TOPIC_ALREADY_EXISTS once seen; a
+// topic a leftover client creates after the listing is another).
 //
 // So the reset waits on conditions, each with the reset's deadline:
 //   - deleted: every broker's metadata lists no non-internal topic (Metadata
