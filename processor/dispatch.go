@@ -742,6 +742,9 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 	if ps.state != partActive {
 		return false // draining: a failure is not retried here; the record stays uncommitted
 	}
+	if p.authzFailedLocked(l, it, err) {
+		return false // Run stops; the record stays uncompleted, so uncommitted
+	}
 	now := time.Now()
 	p.setFailingLocked(l, true)
 	if it.stage == stageForward {

@@ -82,6 +82,7 @@ type Processor struct {
 	ran         bool
 
 	commitMu sync.Mutex
+	authz    authzStop // a refused request stops Run (authz.go)
 	baseCtx  context.Context
 	cancel   context.CancelFunc
 }
@@ -293,7 +294,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	committerDone := make(chan struct{})
 	go func() { defer close(committerDone); p.committer(commitCtx) }()
 
-	pollErr := p.pollLoop(ctx)
+	pollErr := p.pollLoop(p.authz.runContext(ctx))
 
 	// Shutdown: nothing new is dispatched; in-flight records finish up to
 	// DrainTimeout; what completed is committed; then the group is left.
@@ -312,6 +313,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.prod.Close()
 	}
 	p.cfg.logger.Info("processor stopped")
+	pollErr = p.authz.result(pollErr)
 	if pollErr != nil && !errors.Is(pollErr, context.Canceled) {
 		return pollErr
 	}
@@ -354,6 +356,10 @@ func (p *Processor) pollLoop(ctx context.Context) error {
 		var fatal error
 		fetches.EachError(func(t string, part int32, err error) {
 			if errors.Is(err, context.Canceled) {
+				return
+			}
+			if ae := fetchAuthzError(p.cfg.group, t, err); ae != nil {
+				fatal = ae
 				return
 			}
 			if f := fatalGroupError(p.cfg.group, err); f != nil {

@@ -231,6 +231,10 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 		if fe := (*FatalGroupError)(nil); errors.As(err, &fe) {
 			return err
 		}
+		if ae := t.txnAuthzError(err, "transaction", nil); ae != nil {
+			t.cfg.logger.Error("authorization refused; stopping the member", "right", ae.Right(), "error", err)
+			return ae
+		}
 		failures++
 		t.cfg.logger.Error("transactional session failed; restarting from committed offsets", "error", err)
 		sleepCtx(ctx, backoff(failures, t.cfg.backoffMin, t.cfg.backoffMax))
@@ -267,7 +271,10 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		var prodErr error
 		var pmu sync.Mutex
 		var pending sync.WaitGroup // produce promises not run yet
-		promise := func(_ *kgo.Record, err error) {
+		promise := func(r *kgo.Record, err error) {
+			if ae := t.txnAuthzError(err, "produce", r); ae != nil {
+				err = ae
+			}
 			if err != nil {
 				pmu.Lock()
 				prodErr = errors.Join(prodErr, err)
@@ -358,6 +365,9 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 					m.setLagValue(t.cfg.group, k, end-(off+1))
 				}
 			}
+		}
+		if ae := t.txnAuthzError(prodErr, "produce", nil); fatal == nil && ae != nil {
+			fatal = ae // aborted above: no output and no offset of it committed
 		}
 		if fatal != nil {
 			t.count(committed && err == nil)
@@ -755,6 +765,10 @@ func (t *TxnProcessor) ownStable(resp kadm.OffsetResponses) (map[tp]int64, error
 // if the fetches carry one, and nil otherwise.
 func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) (fatal error) {
 	f.EachError(func(topic string, p int32, err error) {
+		if ae := fetchAuthzError(t.cfg.group, topic, err); ae != nil {
+			fatal = ae
+			return
+		}
 		if fe := fatalGroupError(t.cfg.group, err); fe != nil {
 			fatal = fe
 			return
