@@ -178,11 +178,14 @@ func (s *authzStop) stop(ae *AuthorizationError) {
 	}
 }
 
-// result is the error Run returns for a poll loop that ended with err.
+// result is the error Run returns for a poll loop that ended with err: err
+// when the poll loop met a fatal error itself (a refusal met later, by the
+// shutdown's final commit, is its consequence), else the first refusal
+// another stage met, else err.
 func (s *authzStop) result(err error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil {
+	if s.err != nil && (err == nil || errors.Is(err, context.Canceled)) {
 		return s.err
 	}
 	return err

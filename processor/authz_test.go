@@ -173,9 +173,16 @@ func TestRightLostWhileRunning(t *testing.T) {
 		revoke   func(addrs []string) *kadm.ACLBuilder
 		kind, on string
 		op       string
-		bad      bool // the records after the revocation fail permanently (go to the DLQ)
+		bad      bool   // the records after the revocation fail permanently (go to the DLQ)
+		req      string // the refused request, when the case is about one
+		noCommit bool   // no periodic commit (CommitInterval an hour)
 	}{
 		{name: "source topic READ", kind: "Topic", on: "in", op: "READ",
+			revoke: func([]string) *kadm.ACLBuilder {
+				return testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeTopic, "in", opRead)
+			}},
+		// No periodic commit: the fetch is what meets the revocation.
+		{name: "source topic READ, fetch", kind: "Topic", on: "in", op: "READ", req: "fetch", noCommit: true,
 			revoke: func([]string) *kadm.ACLBuilder {
 				return testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeTopic, "in", opRead)
 			}},
@@ -216,22 +223,29 @@ func TestRightLostWhileRunning(t *testing.T) {
 				written.Add(1)
 				return nil
 			}
-			p, err := New(Brokers(addrs...), Group("g"), Topics("in"), WithHandler(handler), ClientOpts(login),
-				CommitInterval(50*time.Millisecond), MaxAttempts(2), Backoff(10*time.Millisecond, 50*time.Millisecond),
-				SessionTimeout(2*time.Second), ClientOpts(kgo.RetryTimeout(5*time.Second)))
+			opts := []Opt{Brokers(addrs...), Group("g"), Topics("in"), WithHandler(handler), ClientOpts(login),
+				CommitInterval(50 * time.Millisecond), MaxAttempts(2), Backoff(10*time.Millisecond, 50*time.Millisecond),
+				SessionTimeout(2 * time.Second), ClientOpts(kgo.RetryTimeout(5 * time.Second))}
+			if c.noCommit {
+				opts = append(opts, CommitInterval(time.Hour))
+			}
+			p, err := New(opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			err = runUntilStopped(t, p.Run, func() {
 				adminProduce(t, addrs, "in", "a", "b", "c")
 				waitFor(t, 15*time.Second, "3 records handled and committed", func() bool {
-					return written.Load() == 3 && adminCommitted(t, addrs) == 3
+					return written.Load() == 3 && (c.noCommit || adminCommitted(t, addrs) == 3)
 				})
 				testkafka.Revoke(t, addrs, c.revoke(addrs))
 				close(revoked)
 				adminProduce(t, addrs, "in", "d", "e", "f")
 			})
 			checkAuthz(t, err, c.kind, c.on, c.op)
+			if ae := (*AuthorizationError)(nil); c.req != "" && errors.As(err, &ae) && ae.Request != c.req {
+				t.Fatalf("the refusal was met in %q, want %q", ae.Request, c.req)
+			}
 			if got, w := adminCommitted(t, addrs), written.Load(); got > w {
 				t.Fatalf("committed offset %d is past the %d records whose output was written", got, w)
 			}
