@@ -258,6 +258,9 @@ func (r *Relay) runTxn(ctx context.Context) error {
 		if errors.As(err, &fatal) {
 			return fatal.err
 		}
+		if ae := r.stopOnAuthz(err); ae != nil {
+			return ae
+		}
 		if isFenced(err) {
 			r.stats.fenced.Add(1)
 			r.logger.Info("outbox relay fenced by another relay with the same transactional id; standing by",
@@ -327,6 +330,9 @@ func (r *Relay) session(ctx context.Context, probe bool) error {
 	// id and resolves the transaction a predecessor left open, so that the
 	// marker read below is final.
 	if _, _, err := cl.ProducerID(ctx); err != nil {
+		if ae := r.authzError(err, "init producer id", "", ""); ae != nil {
+			err = ae
+		}
 		return fmt.Errorf("outbox: init producer id for %s: %w", TransactionalID(tc.name)+tc.idSuffix, err)
 	}
 	if !created { // a topic this session created holds no marker
@@ -364,6 +370,11 @@ func (r *Relay) ensureMarkerTopic(ctx context.Context, cl *kgo.Client) (created 
 	if err != nil {
 		return false, fmt.Errorf("outbox: list marker topic %s: %w", topic, err)
 	}
+	if td, ok := tds[topic]; ok && td.Err != nil {
+		if ae := r.authzError(td.Err, "marker topic", topic, "DESCRIBE"); ae != nil {
+			return false, ae // not even DESCRIBE (READ and WRITE imply it)
+		}
+	}
 	if td, ok := tds[topic]; ok && td.Err == nil {
 		if n := len(td.Partitions); n != 1 {
 			return false, &fatalError{fmt.Errorf("outbox: marker topic %s has %d partitions, want 1 (delete it; the relay recreates it)", topic, n)}
@@ -386,6 +397,9 @@ func (r *Relay) ensureMarkerTopic(ctx context.Context, cl *kgo.Client) (created 
 	case errors.Is(err, kerr.TopicAlreadyExists): // another relay was quicker
 		return false, nil
 	default:
+		if ae := r.authzError(err, "marker topic", topic, "CREATE"); ae != nil {
+			err = ae
+		}
 		return false, fmt.Errorf("outbox: create marker topic %s (replication factor %d): %w", topic, r.txn.rf, err)
 	}
 }
@@ -414,7 +428,11 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, limit int) (int, er
 	if err := cl.BeginTransaction(); err != nil {
 		return 0, fmt.Errorf("outbox: begin transaction: %w", err)
 	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+	if res := cl.ProduceSync(ctx, recs...); res.FirstErr() != nil {
+		err := res.FirstErr()
+		if ae := r.produceAuthzError(err, res); ae != nil {
+			err = ae
+		}
 		r.stats.aborted.Add(1)
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		_ = cl.AbortBufferedRecords(actx)
