@@ -54,7 +54,7 @@ type AuthorizationError struct {
 	Resource  string // "Topic", "Group", "TransactionalId" or "Cluster", as Kafka's tools write them
 	Name      string // the topic, group or transactional id ("" when unknown; "kafka-cluster" for Cluster)
 	Operation string // the ACL operation refused: "READ", "WRITE", "IDEMPOTENT_WRITE"; "" when unknown
-	Request   string // what was refused: "fetch", "offset commit", "retry/DLQ write", "handler", "produce", "transaction"
+	Request   string // what was refused: "fetch", "group session", "offset commit", "retry/DLQ write", "handler", "produce", "transaction"
 	Err       error  // the kerr error, wrapped
 }
 
@@ -208,11 +208,12 @@ func (p *Processor) authzFailed(err error, request, topic, topicOp string) bool 
 // metadata or offset fetch behind it: READ, or DESCRIBE, on topic; the
 // group's READ), or nil.
 func fetchAuthzError(group, topic string, err error) *AuthorizationError {
+	request := "fetch"
 	var gs *kgo.ErrGroupSession
 	if errors.As(err, &gs) {
-		err = gs.Err
+		err, request = gs.Err, "group session"
 	}
-	return authzError(err, group, "fetch", topic, "READ", "")
+	return authzError(err, group, request, topic, "READ", "")
 }
 
 // txnAuthzError is the *AuthorizationError of a transactional member's

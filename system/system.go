@@ -319,6 +319,12 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		s.close()
 		return nil, err
 	}
+	if cfg.runs(ServicePayments) {
+		if err := checkTxnWrite(ctx, kopts, cfg, outbox.TransactionalID(ServicePayments)+cfg.TransactionalIDSuffix); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
 	s.registerOpsMetrics()
 	created, err := ops.EnsureTopics(ctx, s.Admin, topicsOf(cfg.Services, cfg.Layout))
 	if err != nil {
