@@ -22,7 +22,7 @@ const (
 )
 
 // committedCount counts the data records of topic that a read_committed
-// reader sees, read as testkafka.SecureFake's super user.
+// reader sees, read as testkafka.Secure's super user.
 func committedCount(t *testing.T, addrs []string, topic string) int {
 	t.Helper()
 	ctx := ctxT(t)
@@ -85,14 +85,13 @@ func TestRelayRightLostWhileRunning(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			testkafka.SkipIfReal(t, "a broker with ACLs (kfake EnableACLs); the secured Kafka 4.4 node runs TestSecureCluster")
-			_, addrs := testkafka.SecureFake(t, map[string]int32{"t": 3}, map[string]string{relayUser: relayPass})
+			addrs := testkafka.Secure(t, map[string]int32{"t": 3}, map[string]string{relayUser: relayPass})
 			testkafka.Allow(t, addrs, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTopic, "t", kmsg.ACLOperationWrite))
 			testkafka.Allow(t, addrs, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTransactionalId, outbox.TransactionalID("pay"), kmsg.ACLOperationWrite))
 			testkafka.Allow(t, addrs, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTopic, outbox.MarkerTopic("pay"),
 				kmsg.ACLOperationRead, kmsg.ACLOperationWrite, kmsg.ACLOperationCreate))
 			db := storetest.SQLite(t)
-			login := []kgo.Opt{kgo.SeedBrokers(addrs...), testkafka.SASL(relayUser, relayPass)}
+			login := append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, testkafka.Login(relayUser, relayPass)...)
 			var relay *outbox.Relay
 			opts := []outbox.Opt{outbox.WithLogger(quiet), outbox.WithPollInterval(20 * time.Millisecond), outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond)}
 			if c.txn {

@@ -30,14 +30,14 @@ var (
 )
 
 // secureCluster starts the embedded broker with SASL and ACLs (testkafka.
-// SecureFake) holding in (1 partition), out and g.dlq, grants authzUser
+// Secure: the embedded broker, or the secured Kafka 4.4 node of
+// ORDERCAST_TEST_SECURE_BROKERS) holding in (1 partition), out and g.dlq, grants authzUser
 // every right the tests' members need (READ on in and group g, WRITE on
 // out, g.dlq and transactional id txn-1) and returns the addresses and the
-// member's login option.
-func secureCluster(t *testing.T) ([]string, kgo.Opt) {
+// member's login options.
+func secureCluster(t *testing.T) ([]string, []kgo.Opt) {
 	t.Helper()
-	testkafka.SkipIfReal(t, "a broker with ACLs (kfake EnableACLs); the secured Kafka 4.4 node runs TestSecureCluster")
-	_, addrs := testkafka.SecureFake(t, map[string]int32{"in": 1, "out": 1, DLQTopic("g"): 1}, map[string]string{authzUser: authzPass})
+	addrs := testkafka.Secure(t, map[string]int32{"in": 1, "out": 1, DLQTopic("g"): 1}, map[string]string{authzUser: authzPass})
 	for _, b := range []*kadm.ACLBuilder{
 		testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeTopic, "in", opRead),
 		testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeGroup, "g", opRead),
@@ -47,7 +47,7 @@ func secureCluster(t *testing.T) ([]string, kgo.Opt) {
 	} {
 		testkafka.Allow(t, addrs, b)
 	}
-	return addrs, testkafka.SASL(authzUser, authzPass)
+	return addrs, testkafka.Login(authzUser, authzPass)
 }
 
 // adminProduce writes values to topic partition 0 as the super user.
@@ -202,7 +202,7 @@ func TestRightLostWhileRunning(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			addrs, login := secureCluster(t)
-			out, err := kgo.NewClient(kgo.SeedBrokers(addrs...), login, kgo.ProducerLinger(0))
+			out, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ProducerLinger(0)}, login...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -223,7 +223,7 @@ func TestRightLostWhileRunning(t *testing.T) {
 				written.Add(1)
 				return nil
 			}
-			opts := []Opt{Brokers(addrs...), Group("g"), Topics("in"), WithHandler(handler), ClientOpts(login),
+			opts := []Opt{Brokers(addrs...), Group("g"), Topics("in"), WithHandler(handler), ClientOpts(login...),
 				CommitInterval(50 * time.Millisecond), MaxAttempts(2), Backoff(10*time.Millisecond, 50*time.Millisecond),
 				SessionTimeout(2 * time.Second), ClientOpts(kgo.RetryTimeout(5 * time.Second))}
 			if c.noCommit {
@@ -283,7 +283,7 @@ func TestTxnRightLostWhileRunning(t *testing.T) {
 				transformed.Add(1)
 				return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
 			}
-			tp, err := NewTransactional("txn-1", h, Brokers(addrs...), Group("g"), Topics("in"), ClientOpts(login),
+			tp, err := NewTransactional("txn-1", h, Brokers(addrs...), Group("g"), Topics("in"), ClientOpts(login...),
 				Backoff(10*time.Millisecond, 50*time.Millisecond), ClientOpts(kgo.RetryTimeout(5*time.Second)))
 			if err != nil {
 				t.Fatal(err)

@@ -26,12 +26,12 @@ import (
 var aclLayout = ops.Layout{Partitions: 1, ReplicationFactor: 1, RetryDelays: []time.Duration{time.Second, 10 * time.Second}}
 
 // secureBroker starts the embedded broker with SCRAM-SHA-512 and ACLs
-// (testkafka.SecureFake), the system topics of aclLayout created, and one
+// (testkafka.Secure: the embedded one, or the secured Kafka 4.4 node of
+// ORDERCAST_TEST_SECURE_BROKERS), the system topics of aclLayout created, and one
 // user per service of svcs ("ordercast-<svc>", password "pw-<svc>"), with
 // no ACL yet.
 func secureBroker(t *testing.T, svcs ...string) []string {
 	t.Helper()
-	testkafka.SkipIfReal(t, "a broker with ACLs (kfake EnableACLs); the secured Kafka 4.4 node runs TestSecureCluster")
 	users := map[string]string{}
 	for _, s := range svcs {
 		users["ordercast-"+s] = "pw-" + s
@@ -40,7 +40,7 @@ func secureBroker(t *testing.T, svcs ...string) []string {
 	for _, ts := range ops.SystemTopics(aclLayout) {
 		topics[ts.Name] = ts.Partitions
 	}
-	_, addrs := testkafka.SecureFake(t, topics, users)
+	addrs := testkafka.Secure(t, topics, users)
 	return addrs
 }
 
@@ -65,7 +65,7 @@ func without(rights []Right, drop ...Right) []Right {
 // serviceClient is a client logged in as svc's principal.
 func serviceClient(t *testing.T, addrs []string, svc string) (*kgo.Client, []kgo.Opt) {
 	t.Helper()
-	opts := []kgo.Opt{kgo.SeedBrokers(addrs...), testkafka.SASL("ordercast-"+svc, "pw-"+svc)}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, testkafka.Login("ordercast-"+svc, "pw-"+svc)...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func startAs(t *testing.T, addrs []string, svc string) (*System, error) {
 		Brokers: addrs, Services: []string{svc}, RegistryURL: reg.URL(), HTTPAddr: "127.0.0.1:0",
 		DSN:        "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
 		Layout:     aclLayout,
-		ClientOpts: []kgo.Opt{testkafka.SASL("ordercast-"+svc, "pw-"+svc)},
+		ClientOpts: testkafka.Login("ordercast-"+svc, "pw-"+svc),
 		Principal:  "User:ordercast-" + svc, MemberID: "m1", SessionTimeout: time.Second,
 	})
 }

@@ -62,23 +62,23 @@ func sortedACLs(keys []aclKey) []aclKey {
 	return keys
 }
 
-// TestACLsApplyEmbedded runs `ordercast acls --apply --create-users` as the
-// super user of the embedded broker with SCRAM and ACLs (the default suite;
-// TestSecureCluster does the same on a SASL_SSL Kafka 4.4): every row is
+// TestACLsApply runs `ordercast acls --apply --create-users` as the super
+// user of a broker with SCRAM and ACLs (testkafka.Secure: the embedded one
+// in the default suite, the secured Kafka 4.4 node with
+// ORDERCAST_TEST_SECURE_BROKERS): every row is
 // created, the broker then holds exactly the printed ACL set, every
 // service's SCRAM user logs in with its password and starts as its
 // principal (so the set suffices: the start checks pass, no CREATE or
 // cluster right is needed on existing topics). A second --apply creates
 // nothing new; --apply as a service's principal (not allowed to ALTER the
 // cluster) exits with an error and marks every row failed.
-func TestACLsApplyEmbedded(t *testing.T) {
-	testkafka.SkipIfReal(t, "a broker with ACLs (kfake EnableACLs); the secured Kafka 4.4 node runs TestSecureCluster")
+func TestACLsApply(t *testing.T) {
 	layout := ops.Layout{Partitions: 1, ReplicationFactor: 1, RetryDelays: []time.Duration{time.Second, 10 * time.Second}} // acls' default --retry-delays
 	topics := map[string]int32{}
 	for _, ts := range ops.SystemTopics(layout) {
 		topics[ts.Name] = ts.Partitions
 	}
-	_, addrs := testkafka.SecureFake(t, topics, nil)
+	addrs := testkafka.Secure(t, topics, nil)
 	pwd := map[string]string{}
 	var lines []string
 	for _, s := range system.AllServices {
@@ -90,7 +90,11 @@ func TestACLsApplyEmbedded(t *testing.T) {
 		t.Fatal(err)
 	}
 	as := func(user, pass string, args ...string) []string {
-		return append(args, "--brokers", strings.Join(addrs, ","), "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-user", user, "--sasl-password", pass)
+		args = append(args, "--brokers", strings.Join(addrs, ","), "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-user", user, "--sasl-password", pass)
+		if testkafka.SecureReal() {
+			args = append(args, "--kafka-tls", "--kafka-tls-ca", os.Getenv(testkafka.EnvSecureCA))
+		}
+		return args
 	}
 	apply := func(user, pass string, extra ...string) ([]aclRow, string, error) {
 		out, err := ordercast(t, as(user, pass, append([]string{"acls", "--apply", "-o", "json"}, extra...)...)...)
@@ -105,7 +109,7 @@ func TestACLsApplyEmbedded(t *testing.T) {
 		return rows, out, err
 	}
 
-	rows, out, err := apply(testkafka.SecureAdmin, testkafka.SecureAdminPassword, "--create-users", users)
+	rows, out, err := apply(testkafka.SecureAdmin, testkafka.AdminPassword(), "--create-users", users)
 	if err != nil {
 		t.Fatalf("acls --apply --create-users: %v\n%s", err, out)
 	}
@@ -135,7 +139,7 @@ func TestACLsApplyEmbedded(t *testing.T) {
 	// (kfake's SCRAM server announces 4096 iterations whatever a user was
 	// created with, scramServerFirst, so on it they cannot log in: the
 	// logins below use the same passwords re-salted with 4096 iterations.
-	// TestSecureCluster logs in with the created users on Kafka 4.4.)
+	// TestSecureCluster logs in with the users as created, on Kafka 4.4.)
 	adminCl, err := kgo.NewClient(testkafka.AdminOpts(addrs)...)
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +173,7 @@ func TestACLsApplyEmbedded(t *testing.T) {
 		sys, err := system.Start(ctx, system.Config{
 			Brokers: addrs, Services: []string{svc}, RegistryURL: reg.URL(), HTTPAddr: "127.0.0.1:0",
 			DSN: "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"), Layout: layout,
-			ClientOpts: []kgo.Opt{testkafka.SASL("ordercast-"+svc, pwd[svc])}, Principal: "User:ordercast-" + svc,
+			ClientOpts: testkafka.Login("ordercast-"+svc, pwd[svc]), Principal: "User:ordercast-" + svc,
 			MemberID: "m1", SessionTimeout: time.Second,
 		})
 		cancel()
@@ -181,7 +185,7 @@ func TestACLsApplyEmbedded(t *testing.T) {
 		}
 	}
 
-	if _, out, err := apply(testkafka.SecureAdmin, testkafka.SecureAdminPassword); err != nil {
+	if _, out, err := apply(testkafka.SecureAdmin, testkafka.AdminPassword()); err != nil {
 		t.Fatalf("a second --apply: %v\n%s", err, out)
 	}
 	if again := brokerACLs(t, addrs); len(again) != len(got) {
