@@ -235,7 +235,7 @@ func TestRightLostWhileRunning(t *testing.T) {
 			}
 			err = runUntilStopped(t, p.Run, func() {
 				adminProduce(t, addrs, "in", "a", "b", "c")
-				waitFor(t, 15*time.Second, "3 records handled and committed", func() bool {
+				waitFor(t, 60*time.Second, "3 records handled and committed", func() bool {
 					return written.Load() == 3 && (c.noCommit || adminCommitted(t, addrs) == 3)
 				})
 				testkafka.Revoke(t, addrs, c.revoke(addrs))
@@ -290,7 +290,7 @@ func TestTxnRightLostWhileRunning(t *testing.T) {
 			}
 			err = runUntilStopped(t, tp.Run, func() {
 				adminProduce(t, addrs, "in", "a", "b", "c")
-				waitFor(t, 15*time.Second, "3 records transformed and committed", func() bool {
+				waitFor(t, 60*time.Second, "3 records transformed and committed", func() bool {
 					return adminCommitted(t, addrs) == 3
 				})
 				testkafka.Revoke(t, addrs, c.revoke)
