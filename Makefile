@@ -34,17 +34,19 @@ test-kafka-3:
 # Secured: starts a fresh 1-node Kafka with SASL_SSL, SCRAM-SHA-512 and the StandardAuthorizer
 # (scripts/kafka.sh start --secure; state $(KAFKASEC_STATE), ports $(KAFKASEC_PORT)..+1), runs
 # TestSecureCluster on it (each service as its own principal with the ACLs of `ordercast acls`;
-# a wrong password, an untrusted certificate and a missing ACL refused at start), then stops and
-# deletes the cluster.
+# a wrong password, an untrusted certificate and a missing ACL refused at start) and the tests of
+# testkafka.Secure (KAFKASEC_RUN: the start checks, `acls --apply`, rights lost while running, in
+# processor, outbox, system and cmd/ordercast; one package at a time), then stops and deletes it.
 KAFKASEC_STATE ?= /tmp/ordercast-kafka-secure
 KAFKASEC_PORT ?= 19292
+KAFKASEC_RUN ?= TestSecureCluster|TestACLsApply|RightLostWhileRunning|TestCheckRights|TestCheckTxnWrite|TestStartChecksRelayTxnWrite|TestServiceLosesRightWhileRunning
 test-kafka-secure:
 	@export ORDERCAST_KAFKA_STATE=$(KAFKASEC_STATE) ORDERCAST_KAFKA_PORT=$(KAFKASEC_PORT) \
 	  ORDERCAST_KAFKA_EXTRA_PROPS=group.min.session.timeout.ms=100; \
 	scripts/kafka.sh start --clean --secure --brokers 1 || exit 1; \
 	ORDERCAST_TEST_SECURE_BROKERS=$$(scripts/kafka.sh brokers) ORDERCAST_TEST_SECURE_CA=$(KAFKASEC_STATE)/tls/ca.pem \
 	  ORDERCAST_TEST_SECURE_ADMIN_PASSWORD=$$(cat $(KAFKASEC_STATE)/tls/admin.password) \
-	  $(GO) test -count=1 -timeout 10m -v -run 'TestSecureCluster' ./cmd/ordercast/; rc=$$?; \
+	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN)' ./processor/ ./outbox/ ./system/ ./cmd/ordercast/; rc=$$?; \
 	scripts/kafka.sh stop --clean; exit $$rc
 
 test-short:

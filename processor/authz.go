@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -140,8 +139,8 @@ func authzError(err error, group, request, topic, topicOp, txnID string) *Author
 		ae.Name, ae.Operation = txnID, "WRITE"
 	case "Cluster":
 		ae.Name = "kafka-cluster"
-		if strings.Contains(request, "produce") {
-			ae.Operation = "IDEMPOTENT_WRITE"
+		if request == "produce" || request == "retry/DLQ write" {
+			ae.Operation = "IDEMPOTENT_WRITE" // InitProducerID of an idempotent producer
 		}
 	}
 	return ae

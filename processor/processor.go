@@ -270,7 +270,10 @@ func (p *Processor) Group() string { return p.cfg.group }
 // committed what completed, left the group and closed its clients. It waits
 // for every handler call to return, so a handler that ignores its context
 // delays Run's return past DrainTimeout. It returns nil after a cancellation-triggered
-// shutdown, ErrClosed if called twice, and otherwise the fatal error.
+// shutdown, ErrClosed if called twice, and otherwise the fatal error: a
+// *FatalGroupError, or an *AuthorizationError when the broker refused a
+// request for lack of an ACL (authz.go; nothing past the refused record is
+// committed).
 func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()
 	if p.ran {

@@ -208,8 +208,10 @@ func (t *TxnProcessor) Health() Health {
 // transaction (committing what was transformed), leaves the group and
 // returns nil. Sessions that fail are replaced after a backoff. It returns a
 // *FatalGroupError (after aborting the open transaction) when the broker
-// refuses the member's group session for good, and an error if a session
-// cannot be created.
+// refuses the member's group session for good, an *AuthorizationError
+// (after aborting it, or leaving it to the transaction timeout when EndTxn
+// itself was refused) when the broker refuses a request for lack of an
+// ACL, and an error if a session cannot be created.
 func (t *TxnProcessor) Run(ctx context.Context) error {
 	failures := 0
 	for ctx.Err() == nil {
