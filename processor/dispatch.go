@@ -199,7 +199,7 @@ type hold uint8
 const (
 	holdNone   hold = iota
 	holdWindow      // the completed-offsets map is full (windowBlocksLocked)
-	holdShare       // OrderPartition: the partition holds its share of MaxInFlight (shareFullLocked)
+	holdShare       // OrderPartition, OrderKey: the partition holds its share of MaxInFlight (shareFullLocked)
 )
 
 // admitHoldLocked reports whether r, the next pending record of ps, must
@@ -224,20 +224,40 @@ func (p *Processor) admitHoldLocked(ps *partState, r *kgo.Record) hold {
 // the bytes (rounded up), counting only records that can make progress
 // (not parked: a failing partition's records go on to the parked room, as
 // before). Its surplus stays pending (checkPendingShareLocked pauses its
-// fetching once it has enough pending). p.mu held.
+// fetching once it has enough pending).
+//
+// In OrderKey the same holds for the records that wait behind an earlier
+// record of their key (held minus the partition's lanes): with few keys, a
+// fetch of one partition's batches would fill MaxInFlight with records
+// queued behind two or three keys while the other partitions' keys wait
+// unfetched (with 10 keys and a 20 ms handler, slower than a raw loop). A
+// partition whose records are nearly all of distinct keys is not held: its
+// records run in parallel, so it may take the whole room when the others
+// have nothing. p.mu held.
 func (p *Processor) shareFullLocked(ps *partState) bool {
-	if p.cfg.ordering != OrderPartition {
+	var queued int
+	switch p.cfg.ordering {
+	case OrderPartition:
+		queued = ps.recs - ps.parked
+		if queued == 0 {
+			return false // the first record is always admitted
+		}
+	case OrderKey:
+		queued = ps.recs - ps.parked - len(ps.lanes)
+		if queued <= 0 {
+			return false
+		}
+	default:
 		return false
-	}
-	active := ps.recs - ps.parked
-	if active == 0 {
-		return false // the first record is always admitted
 	}
 	// Rounded up: the shares add up to at least MaxInFlight, so the
 	// member still reaches it (and pauses polling) when every partition
 	// holds its share.
 	n := max(1, p.activeParts)
-	return active >= (p.cfg.maxRecords+n-1)/n || ps.bytes-ps.parkedB >= (p.cfg.maxBytes+int64(n)-1)/int64(n)
+	if queued >= (p.cfg.maxRecords+n-1)/n {
+		return true
+	}
+	return p.cfg.ordering == OrderPartition && ps.bytes-ps.parkedB >= (p.cfg.maxBytes+int64(n)-1)/int64(n)
 }
 
 // unholdLocked admits what held ps may admit again. A partition held by

@@ -126,7 +126,7 @@ type partState struct {
 	// fetching is paused, because its next pending record would make the
 	// completed-offsets map outgrow CommitMetadataMaxBytes (holdWindow:
 	// admission waits for the commit point to move), or because it holds
-	// its share of MaxInFlight in OrderPartition (holdShare: admission
+	// its share of MaxInFlight (OrderPartition, OrderKey; holdShare: admission
 	// waits for its records to complete). See admitHoldLocked.
 	held    hold
 	hwm     int64        // last seen high watermark / last stable offset
