@@ -90,6 +90,7 @@ func consumeProcessor(ordering string) func(ctx context.Context, m *meter) error
 		opts := []processor.Opt{
 			processor.Brokers(m.spec.Brokers...), processor.Group(m.spec.Group), processor.Topics(m.spec.Topic),
 			processor.WithOrdering(o),
+			processor.DeadLetter(false), // the handler never fails; the bench topic has no DLQ beside it
 			processor.WithHandler(func(hctx context.Context, r *kgo.Record) error {
 				m.begin()
 				handle(hctx, m.spec.Handler)

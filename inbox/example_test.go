@@ -52,7 +52,7 @@ func ExampleInbox_Process() {
 		panic(err)
 	}
 
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "invoiceIssued"))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "invoiceIssued", "billing.dlq"))
 	if err != nil {
 		panic(err)
 	}

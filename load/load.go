@@ -60,6 +60,11 @@ type Options struct {
 	// Progress, if set, receives a line per second while the run goes and
 	// one at its end.
 	Progress io.Writer
+	// Token, if set, gives the bearer token sent with each order
+	// (Authorization: Bearer, RFC 6750) for its customer; called once per
+	// order, from vegeta's workers at once (it must be safe for that). Nil: none (a
+	// checkout run with --auth none). See authn.DevKey.Tokens.
+	Token func(customerID string) (string, error)
 	// Watcher, if set, is the read_committed reader of shipmentRequested
 	// whose records give the end-to-end latency in the progress lines.
 	Watcher *Watcher
@@ -245,6 +250,13 @@ func targeter(o *Options) vegeta.Targeter {
 		}
 		t.Method, t.URL, t.Body = http.MethodPost, target, body
 		t.Header = http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {key}}
+		if o.Token != nil {
+			tok, err := o.Token(req.CustomerID)
+			if err != nil {
+				return fmt.Errorf("load: bearer token for customer %s: %w", req.CustomerID, err)
+			}
+			t.Header.Set("Authorization", "Bearer "+tok)
+		}
 		return nil
 	}
 }

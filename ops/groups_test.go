@@ -105,6 +105,7 @@ func TestGroupLagDrainsThroughRebalances(t *testing.T) {
 	member := func(id string) func() {
 		return runProcessor(t, processor.Brokers(addrs...), processor.Group(group), processor.Topics(topic),
 			processor.ClientID(id), processor.CommitInterval(20*time.Millisecond), processor.DrainTimeout(100*time.Millisecond),
+			processor.DeadLetter(false), // no record fails here: no DLQ topic
 			processor.WithHandler(func(ctx context.Context, _ *kgo.Record) error {
 				select {
 				case <-release:

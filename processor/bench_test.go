@@ -173,7 +173,9 @@ func processorPass(b *testing.B, addrs []string, topic string, h Handler, done f
 		}
 		return h(ctx, r)
 	}
-	p, err := New(append([]Opt{Brokers(addrs...), Group(benchGroup("proc")), Topics(topic), WithHandler(wrapped)}, opts...)...)
+	// No DLQ: the benchmark handlers do not fail, and the benchmark topics
+	// have no DLQ topic beside them.
+	p, err := New(append([]Opt{Brokers(addrs...), Group(benchGroup("proc")), Topics(topic), WithHandler(wrapped), DeadLetter(false)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -91,6 +92,12 @@ type cfg struct {
 	backoffMax     time.Duration
 	retryDelays    []time.Duration
 	dlq            bool
+	dlqTopic       string // resolved by validate: DLQTopic(group) unless DeadLetterTopic
+	createTopics   bool
+	retryPrefix    string // resolved by validate: "<group>.retry." unless RetryTopicPrefix
+	headerPrefix   string
+	hdr            headerNames // resolved by validate from headerPrefix
+	onDeadLetter   func(r *kgo.Record, reason error)
 	commitInterval time.Duration
 	commitRefresh  time.Duration
 	metaMaxBytes   int
@@ -104,7 +111,9 @@ type cfg struct {
 	txnTimeout     time.Duration
 	logger         *slog.Logger
 	metrics        *Metrics
-	clientOpts     []kgo.Opt
+	clientOpts     []kgo.Opt // both clients (ClientOpts)
+	consumerOpts   []kgo.Opt
+	producerOpts   []kgo.Opt
 	start          Start
 	producer       *kgo.Client
 	errorMsgMax    int
@@ -156,6 +165,7 @@ func defaultCfg() cfg {
 		txnTimeout:     60 * time.Second,
 		logger:         slog.New(slog.DiscardHandler),
 		errorMsgMax:    1024,
+		headerPrefix:   DefaultHeaderPrefix,
 	}
 }
 
@@ -223,9 +233,36 @@ func (c *cfg) validate() error {
 	if err := refusedClientOpts(c.clientOpts); err != nil {
 		errs = append(errs, err)
 	}
+	if err := refusedClientOpts(c.consumerOpts); err != nil {
+		errs = append(errs, fmt.Errorf("ConsumerOpts: %w", err))
+	}
+	if err := refusedClientOpts(c.producerOpts); err != nil {
+		errs = append(errs, fmt.Errorf("ProducerOpts: %w", err))
+	}
+	if c.producer != nil && len(c.producerOpts) > 0 {
+		errs = append(errs, errors.New("ProducerOpts: not used with Producer (the given client is used as it is): drop one"))
+	}
 	if c.groupProtocol != "classic" && c.groupProtocol != "consumer" {
 		errs = append(errs, fmt.Errorf("GroupProtocol: %q, want classic or consumer (KIP-848)", c.groupProtocol))
 	}
+	if c.headerPrefix == "" {
+		errs = append(errs, errors.New(`HeaderPrefix: empty, want a prefix such as "ordercast-"`))
+	}
+	if c.dlqTopic == "" {
+		c.dlqTopic = DLQTopic(c.group)
+	}
+	if c.retryPrefix == "" {
+		c.retryPrefix = c.group + ".retry."
+	}
+	for _, t := range c.retryTopicNames() {
+		if t == c.dlqTopic || slices.Contains(c.topics, t) {
+			errs = append(errs, fmt.Errorf("RetryTopics: retry topic %q is also the DLQ or a source topic", t))
+		}
+	}
+	if c.dlq && slices.Contains(c.topics, c.dlqTopic) {
+		errs = append(errs, fmt.Errorf("DeadLetterTopic: %q is also a source topic", c.dlqTopic))
+	}
+	c.hdr = newHeaderNames(c.headerPrefix)
 	return errors.Join(errs...)
 }
 
@@ -233,8 +270,9 @@ func (c *cfg) validate() error {
 // bootstrap.servers.
 func Brokers(brokers ...string) Opt { return opt(func(c *cfg) { c.brokers = brokers }) }
 
-// Group sets the consumer group. Required. Kafka setting: group.id. The
-// group's retry topics are "<group>.retry.<n>" and its DLQ is "<group>.dlq".
+// Group sets the consumer group. Required. Kafka setting: group.id. By
+// default the group's retry topics are "<group>.retry.<n>" and its DLQ is
+// "<group>.dlq" (RetryTopicPrefix, DeadLetterTopic).
 func Group(group string) Opt { return opt(func(c *cfg) { c.group = group }) }
 
 // Topics sets the topics to consume. Required. The group's retry topics, if
@@ -270,7 +308,10 @@ func Concurrency(n int) Opt { return opt(func(c *cfg) { c.concurrency = n }) }
 // room (MaxInFlight / assigned partitions, rounded up); the rest of its
 // fetched records wait aside, its fetching paused, so that the poll loop
 // goes on fetching for the partitions that have nothing; those records are
-// bounded by a quarter of the byte bound, past which polling waits. The
+// bounded by a quarter of the byte bound, past which polling waits. In
+// OrderKey the same share bounds a partition's records that wait behind an
+// earlier record of their key (so a partition of few keys cannot fill the
+// room); a partition of distinct keys may take the whole room. The
 // processor sizes fetches from the byte bound and the compression ratio of
 // the batches it reads (fetch sizes count compressed bytes): at most a
 // quarter of it per fetch and 1/32 of it per partition, decoded, the
@@ -314,12 +355,14 @@ func Backoff(min, max time.Duration) Opt {
 // again once it is due, without blocking other partitions and without
 // committing the retry topic record before it is handled. After the last retry
 // topic the record goes to the DLQ. Default: none (straight to the DLQ). The
-// topics must exist (see RetryTopicNames).
+// topics must exist when Run starts, or CreateTopics(true) creates them.
 func RetryTopics(delays ...time.Duration) Opt {
 	return opt(func(c *cfg) { c.retryDelays = delays })
 }
 
-// DeadLetter enables or disables the group's DLQ "<group>.dlq". Default true.
+// DeadLetter enables or disables the DLQ (DeadLetterTopic, by default
+// "<group>.dlq"). Default true; the topic must then exist when Run starts,
+// or CreateTopics(true) creates it.
 // With the DLQ disabled, a record that exhausts its attempts stays
 // uncommitted and is retried with the maximum backoff until it succeeds,
 // stalling its partition (or key): choose that only when losing order is
@@ -344,7 +387,7 @@ func CommitInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitInt
 // a commit past the client's request timeout, franz-go re-sends it on a new
 // connection, the runtime goes on committing newer offsets, and the broker may
 // apply the held request last: the group's offset then ends below what was
-// completed (SCENARIOS S15). The broker refuses such a stale request only
+// completed. The broker refuses such a stale request only
 // after a rebalance (its generation, or KIP-848 member epoch, is old); within
 // one generation nothing but a later commit repairs it, and on a quiet
 // partition no later commit would come. Reading the offsets back after a
@@ -352,14 +395,14 @@ func CommitInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitInt
 // read. So the position is re-sent periodically, which bounds how long a
 // stale commit can stand to this interval, at the cost of one OffsetCommit
 // per member per interval. Re-commits go through the same ownership checks
-// and the same one-outstanding-commit rule as every commit (see commitSync).
+// and the same one-outstanding-commit rule as every commit.
 func CommitRefreshInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitRefresh = d }) }
 
 // CommitMetadataMaxBytes sets the budget, in bytes, of the completed-offsets
-// map a commit carries in its metadata (offsetmap.go): the records completed
+// map a commit carries in its metadata: the records completed
 // above the commit point, which the next owner of the partition skips, so a
 // handover handles nothing twice and key order never goes backwards
-// (SCENARIOS S17). Default 4096, the default of the broker's
+// (see "Handover" in the package doc). Default 4096, the default of the broker's
 // offset.metadata.max.bytes; set it to the broker's value when that is
 // lower (a larger metadata would fail the commit with
 // OFFSET_METADATA_TOO_LARGE). The map never outgrows it: before it could,
@@ -396,6 +439,12 @@ func (c *cfg) mapMaxBytes() int {
 // again: at-least-once). A handler that ignores its context keeps running,
 // though: Run returns only once every handler call has returned, so that no
 // handler of this process overlaps the next owner's work after Run.
+//
+// NewTransactional: once Run's context is cancelled, ending the open
+// transaction (commit, or abort on a failure) gets at most DrainTimeout
+// more, whatever the brokers do; a transaction not ended by then is left to
+// the coordinator, which aborts it after TransactionTimeout (a restart with
+// the same transactional id fences it at once).
 func DrainTimeout(d time.Duration) Opt {
 	return opt(func(c *cfg) { c.drainTimeout, c.drainSet = d, true })
 }
@@ -441,6 +490,14 @@ func InstanceID(id string) Opt { return opt(func(c *cfg) { c.instanceID = id }) 
 // NewTransactional.
 func ClientID(id string) Opt { return opt(func(c *cfg) { c.clientID = id }) }
 
+// dlqTarget is the DLQ topic, or "" when the DLQ is disabled.
+func (c *cfg) dlqTarget() string {
+	if !c.dlq {
+		return ""
+	}
+	return c.dlqTopic
+}
+
 // randomID returns 8 random hex digits, for default client ids.
 func randomID() string {
 	var b [4]byte
@@ -453,25 +510,37 @@ func randomID() string {
 // assignment; needs Kafka 4.0+).
 func GroupProtocol(p string) Opt { return opt(func(c *cfg) { c.groupProtocol = p }) }
 
-// Logger sets the slog logger. Default: discard. Keys used: group, topic,
-// partition, offset, error.
+// Logger sets the slog logger. Default: a logger that discards everything
+// (slog.DiscardHandler). The runtime logs at WARN a failed handler call,
+// fetch or commit, and at ERROR a retry-topic or DLQ write that failed (the
+// partition is then held), a record NewTransactional could not dead-letter
+// and a transactional session replaced; INFO is about rebalances, start
+// offsets and shutdown. Keys used: group, topic, partition, offset, error.
 func Logger(l *slog.Logger) Opt { return opt(func(c *cfg) { c.logger = l }) }
 
 // WithMetrics sets the Prometheus metrics the processor updates. Default none.
 // One *Metrics may be shared by every processor of a process.
 func WithMetrics(m *Metrics) Opt { return opt(func(c *cfg) { c.metrics = m }) }
 
-// ClientOpts adds franz-go options to the consumer client and to the producer
-// client the processor creates (TLS, SASL, dialer, hooks, timeouts, fetch
-// sizes...). The runtime's defaults for kgo.FetchMaxWait,
-// kgo.HeartbeatInterval, kgo.FetchMaxBytes and kgo.FetchMaxPartitionBytes
-// are set before these, so these win.
+// ClientOpts adds franz-go options to both clients of New, the consumer and
+// the producer of retry-topic and DLQ records (unless Producer gives one),
+// and to the one client of NewTransactional: the options both need, such as
+// TLS (kgo.DialTLSConfig), SASL (kgo.SASL), a dialer or timeouts.
+//
+// Each option is applied to each client, so an option that holds state must
+// not be given here: a kgo.WithHooks with a plugin such as kprom.Metrics or
+// kotel registers the one instance on two clients, which those plugins do
+// not support (data races, series of the two clients mixed). Give such
+// options to ConsumerOpts or ProducerOpts, one instance each.
+//
+// The runtime's defaults for kgo.FetchMaxWait, kgo.HeartbeatInterval,
+// kgo.FetchMaxBytes and kgo.FetchMaxPartitionBytes are set before these, so
+// these win.
 //
 // An option the runtime sets itself (group, topics, start and reset offsets,
 // isolation level, auto-commit, rebalance callbacks and blocking, session and
 // rebalance timeouts, balancers, static and transactional ids, client id,
-// seed brokers, the DLQ producer's acks and linger: the list is runtimeOpts in
-// clientopts.go) is refused: New and NewTransactional return an error
+// seed brokers, the DLQ producer's acks and linger) is refused: New and NewTransactional return an error
 // wrapping ErrClientOpt that names it and the processor option to use
 // instead, rather than silently overriding it. To tell which options opts
 // set, New applies them to two franz-go clients that are never started (no
@@ -481,15 +550,55 @@ func ClientOpts(opts ...kgo.Opt) Opt {
 	return opt(func(c *cfg) { c.clientOpts = append(c.clientOpts, opts...) })
 }
 
+// ConsumerOpts adds franz-go options to the consumer client only (after
+// ClientOpts): hooks and metrics plugins of the consumer (kgo.WithHooks with
+// a kprom.Metrics), fetch sizes and waits. The options ClientOpts refuses
+// are refused here too, with an error wrapping ErrClientOpt, found the same
+// way (on probe clients that hooks see created and closed). With
+// NewTransactional, whose one client consumes and produces, ConsumerOpts and
+// ProducerOpts both go to that client.
+func ConsumerOpts(opts ...kgo.Opt) Opt {
+	return opt(func(c *cfg) { c.consumerOpts = append(c.consumerOpts, opts...) })
+}
+
+// ProducerOpts adds franz-go options to the producer client New creates for
+// retry-topic and DLQ records (after ClientOpts): its hooks, batching and
+// retries (kgo.RecordRetries, kgo.UnknownTopicRetries...). acks (always
+// all) and linger (always 0) are refused, as with ClientOpts. It is an error
+// together with Producer, whose client is used as given. See ConsumerOpts
+// for NewTransactional.
+func ProducerOpts(opts ...kgo.Opt) Opt {
+	return opt(func(c *cfg) { c.producerOpts = append(c.producerOpts, opts...) })
+}
+
 // Producer sets the client used to write retry-topic and DLQ records. Default:
 // the processor creates an idempotent producer (acks=all) and closes it on
 // shutdown; a given producer is not closed.
 func Producer(cl *kgo.Client) Opt { return opt(func(c *cfg) { c.producer = cl }) }
 
-// DLQTopic returns the dead-letter topic of a group: "<group>.dlq".
+// DeadLetterTopic sets the DLQ topic. Default DLQTopic(group),
+// "<group>.dlq". Kafka has no setting of its own for it (Kafka Connect's is
+// errors.deadletterqueue.topic.name).
+func DeadLetterTopic(name string) Opt { return opt(func(c *cfg) { c.dlqTopic = name }) }
+
+// RetryTopicPrefix sets the prefix of the retry topics: RetryTopics' n-th
+// delay uses "<prefix><n>" (n from 1). Default "<group>.retry.", as
+// RetryTopicNames.
+func RetryTopicPrefix(prefix string) Opt { return opt(func(c *cfg) { c.retryPrefix = prefix }) }
+
+// retryTopicNames returns the retry topics, one per delay.
+func (c *cfg) retryTopicNames() []string {
+	out := make([]string, len(c.retryDelays))
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", c.retryPrefix, i+1)
+	}
+	return out
+}
+
+// DLQTopic returns the default dead-letter topic of a group: "<group>.dlq".
 func DLQTopic(group string) string { return group + ".dlq" }
 
-// RetryTopicNames returns the retry topics of a group for n delays:
+// RetryTopicNames returns the default retry topics of a group for n delays:
 // "<group>.retry.1" .. "<group>.retry.<n>".
 func RetryTopicNames(group string, n int) []string {
 	out := make([]string, n)

@@ -10,12 +10,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Headers the runtime sets on retry-topic and DLQ records. Every hop replaces
-// the headers with this prefix (it never appends a second copy); the original
-// coordinates are those of the record as first consumed, before any retry
-// topic. Times are Unix milliseconds in decimal.
+// Headers the runtime sets on retry-topic and DLQ records, under the default
+// prefix DefaultHeaderPrefix; with HeaderPrefix(p) each name is p followed by
+// the part after "ordercast-". Every hop replaces the headers with the
+// prefix (it never appends a second copy) and keeps all others; the
+// original coordinates are those of the record as first consumed, before
+// any retry topic. Times are Unix milliseconds in decimal.
 const (
-	headerPrefix            = "ordercast-"
+	DefaultHeaderPrefix     = "ordercast-"
 	HeaderOriginalTopic     = "ordercast-original-topic"
 	HeaderOriginalPartition = "ordercast-original-partition"
 	HeaderOriginalOffset    = "ordercast-original-offset"
@@ -27,10 +29,37 @@ const (
 	HeaderFirstFailure      = "ordercast-first-failure"
 	HeaderLastFailure       = "ordercast-last-failure"
 	HeaderRetryDue          = "ordercast-retry-due"
-	// HeaderReplayed marks a record written back by `ordercast dlq replay`;
-	// its value is "<dlq topic>/<partition>/<offset>".
+	// HeaderReplayed marks a record written back from a DLQ by a replay
+	// tool; its value is "<dlq topic>/<partition>/<offset>". The runtime
+	// keeps it on the records it forwards, and shows it to the handler.
 	HeaderReplayed = "ordercast-replayed-from"
 )
+
+// headerNames are the runtime's header names under one prefix.
+type headerNames struct {
+	prefix                                                       string
+	originalTopic, originalPartition, originalOffset, originalTS string
+	group, errorClass, errorMessage, attempts                    string
+	firstFailure, lastFailure, retryDue, replayed                string
+}
+
+func newHeaderNames(prefix string) headerNames {
+	n := func(def string) string { return prefix + strings.TrimPrefix(def, DefaultHeaderPrefix) }
+	return headerNames{
+		prefix:        prefix,
+		originalTopic: n(HeaderOriginalTopic), originalPartition: n(HeaderOriginalPartition),
+		originalOffset: n(HeaderOriginalOffset), originalTS: n(HeaderOriginalTimestamp),
+		group: n(HeaderConsumerGroup), errorClass: n(HeaderErrorClass), errorMessage: n(HeaderErrorMessage),
+		attempts: n(HeaderAttempts), firstFailure: n(HeaderFirstFailure), lastFailure: n(HeaderLastFailure),
+		retryDue: n(HeaderRetryDue), replayed: n(HeaderReplayed),
+	}
+}
+
+// HeaderPrefix sets the prefix of the headers the runtime writes on
+// retry-topic and DLQ records (see HeaderOriginalTopic and the others) and
+// replaces on every hop. Default DefaultHeaderPrefix ("ordercast-"). Every
+// member of a group, and every tool reading its DLQ, must use the same.
+func HeaderPrefix(prefix string) Opt { return opt(func(c *cfg) { c.headerPrefix = prefix }) }
 
 // forward writes it to its retry topic or the DLQ with the original key,
 // value (a null value stays null) and headers, plus the runtime's headers.
@@ -50,27 +79,28 @@ func (p *Processor) forward(ctx context.Context, it *item) error {
 }
 
 func (p *Processor) forwardHeaders(it *item) []kgo.RecordHeader {
+	hn := &p.cfg.hdr
 	var hs []kgo.RecordHeader
 	for _, h := range it.rec.Headers {
-		if !strings.HasPrefix(h.Key, headerPrefix) || h.Key == HeaderReplayed {
+		if !strings.HasPrefix(h.Key, hn.prefix) || h.Key == hn.replayed {
 			hs = append(hs, h)
 		}
 	}
 	add := func(k, v string) { hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)}) }
 	ms := func(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 	v := it.view
-	add(HeaderOriginalTopic, v.Topic)
-	add(HeaderOriginalPartition, strconv.Itoa(int(v.Partition)))
-	add(HeaderOriginalOffset, strconv.FormatInt(v.Offset, 10))
-	add(HeaderOriginalTimestamp, ms(v.Timestamp))
-	add(HeaderConsumerGroup, p.cfg.group)
-	add(HeaderErrorClass, ErrorClass(it.lastErr))
-	add(HeaderErrorMessage, trimMessage(it.lastErr.Error(), p.cfg.errorMsgMax))
-	add(HeaderAttempts, strconv.Itoa(it.attempts))
-	add(HeaderFirstFailure, ms(it.first))
-	add(HeaderLastFailure, ms(it.last))
+	add(hn.originalTopic, v.Topic)
+	add(hn.originalPartition, strconv.Itoa(int(v.Partition)))
+	add(hn.originalOffset, strconv.FormatInt(v.Offset, 10))
+	add(hn.originalTS, ms(v.Timestamp))
+	add(hn.group, p.cfg.group)
+	add(hn.errorClass, ErrorClass(it.lastErr))
+	add(hn.errorMessage, trimMessage(it.lastErr.Error(), p.cfg.errorMsgMax))
+	add(hn.attempts, strconv.Itoa(it.attempts))
+	add(hn.firstFailure, ms(it.first))
+	add(hn.lastFailure, ms(it.last))
 	if i, ok := p.retryIndexOf(it.target); ok {
-		add(HeaderRetryDue, ms(time.Now().Add(p.cfg.retryDelays[i])))
+		add(hn.retryDue, ms(time.Now().Add(p.cfg.retryDelays[i])))
 	}
 	return hs
 }

@@ -17,12 +17,11 @@ var ErrClosed = errors.New("processor: already run or closed")
 // fix: the member's configuration or permissions are wrong. franz-go keeps
 // retrying the join and only reports such errors through PollFetches (as a
 // *kgo.ErrGroupSession); a member that ignored them would stay up, hold no
-// partition and look alive to everything but /readyz. Run stops instead, so
-// the process exits and says why.
+// partition and look alive to everything but a readiness check of Health.
+// Run stops instead, so the process exits and says why.
 //
 // The errors taken as fatal (Kafka protocol error codes; the Java consumer
-// treats them the same way) are in fatalGroupErrors: INVALID_SESSION_TIMEOUT
-// (session timeout outside the broker's group.min/max.session.timeout.ms),
+// treats them the same way): INVALID_SESSION_TIMEOUT (session timeout outside the broker's group.min/max.session.timeout.ms),
 // GROUP_AUTHORIZATION_FAILED (Run returns it as an *AuthorizationError,
 // authz.go), INVALID_GROUP_ID, INCONSISTENT_GROUP_PROTOCOL
 // (the group is used by another kind of client), GROUP_MAX_SIZE_REACHED
@@ -150,3 +149,28 @@ func (e *RecordError) Error() string {
 	return fmt.Sprintf("%s[%d]@%d: %v", e.Topic, e.Partition, e.Offset, e.Err)
 }
 func (e *RecordError) Unwrap() error { return e.Err }
+
+// DeadLetterError is returned by TxnProcessor.Run when a record could not be
+// written to the DLQ inside its transaction (the topic was deleted, writes
+// to it are not authorized, the record exceeds its max.message.bytes...).
+// franz-go retries retriable produce errors by itself, so the error is one
+// it gave up on. The transaction was aborted: nothing at or past the record
+// was committed in its partition, and the next run starts again from the
+// committed offsets. The stage stops rather than go on, because in the
+// exactly-once mode the only way past the record is a commit of its offset,
+// which without its DLQ copy would lose it; and retrying would abort every
+// transaction that holds it, silently. Fix the DLQ topic and restart.
+type DeadLetterError struct {
+	Topic     string // the record's topic, partition and offset
+	Partition int32
+	Offset    int64
+	DLQ       string // the DLQ topic
+	Err       error  // the produce error
+}
+
+func (e *DeadLetterError) Error() string {
+	return fmt.Sprintf("processor: record %s[%d]@%d could not be written to the DLQ topic %s: %v (transaction aborted, stage stopped; "+
+		"check that %s exists and the member may write to it, then restart)", e.Topic, e.Partition, e.Offset, e.DLQ, e.Err, e.DLQ)
+}
+
+func (e *DeadLetterError) Unwrap() error { return e.Err }

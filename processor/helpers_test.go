@@ -17,10 +17,20 @@ import (
 )
 
 // testCluster starts an embedded kfake broker with the given topics
-// (name -> partitions) and returns its seed addresses.
+// (name -> partitions) and returns its seed addresses. The cluster also holds
+// "g.dlq" (1 partition) unless topics name it: the DLQ of group "g", which
+// most tests use, since Run refuses to start without its DLQ.
 func testCluster(t *testing.T, topics map[string]int32) []string {
 	t.Helper()
-	return testkafka.Cluster(t, topics)
+	return testkafka.Cluster(t, withGroupDLQ(topics))
+}
+
+func withGroupDLQ(topics map[string]int32) map[string]int32 {
+	out := map[string]int32{DLQTopic("g"): 1}
+	for k, v := range topics {
+		out[k] = v
+	}
+	return out
 }
 
 // testClusterC is testCluster that also returns the cluster, for faults and
@@ -28,7 +38,7 @@ func testCluster(t *testing.T, topics map[string]int32) []string {
 func testClusterC(t *testing.T, topics map[string]int32) (*kfake.Cluster, []string) {
 	t.Helper()
 	testkafka.SkipIfReal(t, "injects broker faults or controls (kfake)")
-	return testkafka.Fake(t, topics)
+	return testkafka.Fake(t, withGroupDLQ(topics))
 }
 
 func produce(t *testing.T, addrs []string, recs ...*kgo.Record) { testkafka.Produce(t, addrs, recs...) }

@@ -11,7 +11,8 @@ import (
 // Metrics are the runtime's Prometheus metrics. Create one per process with
 // NewMetrics and pass it to every processor (New and NewTransactional) with
 // WithMetrics; a nil *Metrics
-// records nothing. All names start with "ordercast_consumer_"; labels are
+// records nothing. All names start with "ordercast_consumer_" (see
+// MetricsNamespace); labels are
 // group, topic, partition (and client_id for per-member gauges). Safe for
 // concurrent use. The series:
 //
@@ -26,7 +27,7 @@ import (
 //     oldest_in_flight_seconds (the age of the oldest record the member
 //     holds, computed at scrape time) per member;
 //   - handler_duration_seconds and commit_duration_seconds histograms;
-//   - the completed-offsets map (offsetmap.go, CommitMetadataMaxBytes) per
+//   - the completed-offsets map (CommitMetadataMaxBytes) per
 //     partition: offset_map_bytes (its size in the last accepted commit's
 //     metadata), offset_map_window_used_ratio (the share of the budget that
 //     the records held could take in the worst case, updated every
@@ -62,7 +63,7 @@ type Metrics struct {
 	oldestAge     *ageCollector
 }
 
-// ageCollector reports ordercast_consumer_oldest_in_flight_seconds, computed
+// ageCollector reports <namespace>_oldest_in_flight_seconds, computed
 // from the running processors at scrape time.
 type ageCollector struct {
 	desc  *prometheus.Desc
@@ -105,14 +106,34 @@ func (m *Metrics) untrack(p *Processor) {
 	m.oldestAge.mu.Unlock()
 }
 
+// DefaultMetricsNamespace is the prefix of the runtime's metric names
+// unless MetricsNamespace sets another.
+const DefaultMetricsNamespace = "ordercast_consumer"
+
+// MetricsOpt configures NewMetrics.
+type MetricsOpt func(*metricsCfg)
+
+type metricsCfg struct{ namespace string }
+
+// MetricsNamespace sets the prefix of every metric name (Prometheus
+// namespace, joined to the name with "_"): "billing" gives
+// billing_records_processed_total. Default DefaultMetricsNamespace
+// ("ordercast_consumer").
+func MetricsNamespace(ns string) MetricsOpt { return func(c *metricsCfg) { c.namespace = ns } }
+
 // NewMetrics creates the runtime's metrics and registers them with reg
 // (prometheus.DefaultRegisterer when reg is nil). It panics if they are
-// already registered with reg: create one Metrics per registry.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// already registered with reg (as prometheus.MustRegister): create one
+// Metrics per registry and namespace.
+func NewMetrics(reg prometheus.Registerer, opts ...MetricsOpt) *Metrics {
 	if reg == nil {
 		reg = prometheus.DefaultRegisterer
 	}
-	ns := "ordercast_consumer"
+	mc := metricsCfg{namespace: DefaultMetricsNamespace}
+	for _, o := range opts {
+		o(&mc)
+	}
+	ns := mc.namespace
 	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
 	}
@@ -167,7 +188,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // records failed (by the runtime's own classes), retried, dead-lettered,
 // forward failures to the DLQ and each retry topic, retry-topic writes,
 // commit and fetch errors, dropped stale records.
-func (m *Metrics) initGroup(group string, topics, retryTopics []string, dlq bool) {
+func (m *Metrics) initGroup(group string, topics, retryTopics []string, dlq string) {
 	if m == nil {
 		return
 	}
@@ -184,9 +205,9 @@ func (m *Metrics) initGroup(group string, topics, retryTopics []string, dlq bool
 		m.retryTopic.WithLabelValues(group, rt)
 		m.fwdFailed.WithLabelValues(group, rt)
 	}
-	if dlq {
+	if dlq != "" {
 		m.deadLettered.WithLabelValues(group)
-		m.fwdFailed.WithLabelValues(group, DLQTopic(group))
+		m.fwdFailed.WithLabelValues(group, dlq)
 	}
 	m.commitErrs.WithLabelValues(group)
 	m.fetchErrors.WithLabelValues(group)

@@ -1,23 +1,111 @@
-// Package processor is Ordercast's resilient Kafka consumer runtime, built on
-// franz-go: group consumption that commits only the contiguous run of
-// completed offsets, three ordering modes with bounded in-flight work and
-// fetch pausing as backpressure, in-place retries with backoff, retry topics,
-// a dead-letter topic, rebalance-safe draining and graceful shutdown.
+// Package processor is a resilient Kafka consumer runtime built on franz-go:
+// group consumption that commits only the contiguous run of completed
+// offsets, three ordering modes with bounded in-flight work and fetch
+// pausing as backpressure, in-place retries with backoff, retry topics, a
+// dead-letter topic (DLQ), rebalance-safe draining, graceful shutdown, and an
+// exactly-once consume-transform-produce mode (NewTransactional).
 //
-// Data flows one way: fetch (poll loop) -> partition lanes (dispatch.go) ->
-// handler (worker) -> completion (offsets.go) -> commit (commit.go). Failed
-// records go through retry.go and dlq.go; rebalance.go holds the
-// assign/revoke/lost callbacks.
+// # Delivery
 //
-// A record is committed only after its handler returned nil or after it was
-// written to a retry topic or the DLQ, so delivery is at-least-once; pair the
-// handler with an inbox (package inbox) for effectively-once effects.
+// New's Processor calls a Handler for every record. A record's offset is
+// committed only after its handler returned nil or after the record was
+// written to a retry topic or the DLQ, so delivery is at-least-once: after a
+// crash or a rebalance the records above the committed offset are handled
+// again. Pair the handler with an inbox (a table of handled record ids
+// written in the same database transaction as the effect) for
+// effectively-once effects. NewTransactional's TxnProcessor writes its
+// output records and commits its input offsets in one Kafka transaction
+// (KIP-98, KIP-447), for exactly-once output to read_committed readers.
+//
+// # Failed records
+//
+// A handler error is transient unless it is permanent (Permanent,
+// IsPermanent). A transient failure is retried in place up to MaxAttempts
+// with Backoff, then goes to the next retry topic (RetryTopics) or the DLQ;
+// a permanent one goes to the DLQ at once. The runtime writes the record's
+// key, value and headers there, plus headers naming its origin and the
+// failure (HeaderOriginalTopic and the others), then commits past it and
+// calls OnDeadLetter. If that write fails, the record's partition stays
+// paused and its offset held (never skipped) while the write is retried;
+// Health.Blocked, the forward_failures_total series and an ERROR log line
+// report it. In the exactly-once mode, Run stops with a *DeadLetterError.
+// Run checks at start that the DLQ and retry topics exist (a
+// *MissingTopicError otherwise), or creates them (CreateTopics).
+//
+// # Shutdown and rebalances
+//
+// Cancel Run's context on SIGTERM (signal.NotifyContext): the member stops
+// fetching, lets the handlers in flight finish (DrainTimeout, then their
+// contexts are cancelled), commits what completed, leaves the group and
+// returns nil. A revoked partition is drained the same way before the
+// member lets it go, so that no two members handle a partition at once.
+//
+// # Handover
+//
+// In OrderKey and OrderUnordered, records above the commit point may
+// complete while an earlier one is still running. Each commit carries in
+// its metadata a compact map of those completed offsets
+// (CommitMetadataMaxBytes), and the partition's next owner skips them: a
+// handover handles nothing twice that had completed, and the order of a
+// key's records never goes backwards.
+//
+// # Defaults
+//
+// Every default in one place (each option's doc has the details):
+//
+//   - Ordering: OrderPartition; Concurrency 16 handler calls per member;
+//     MaxInFlight 1000 records and 64 MiB of key+value bytes.
+//   - A group with no committed offset starts at the earliest offset
+//     (StartOffset(Earliest), Kafka's auto.offset.reset=earliest).
+//   - Reads are always read_committed (records of aborted transactions are
+//     never handled); auto-commit is off: CommitInterval 1s (100ms for
+//     NewTransactional), CommitRefreshInterval 5s, CommitMetadataMaxBytes
+//     4096 (the broker's offset.metadata.max.bytes default).
+//   - HandlerTimeout 30s; MaxAttempts 3; Backoff from 100ms doubling to 5s,
+//     with jitter in [d/2, d].
+//   - Retry topics: none. Their names, when RetryTopics gives delays:
+//     "<group>.retry.<n>" (RetryTopicPrefix).
+//   - DLQ: on (DeadLetter), named "<group>.dlq" (DeadLetterTopic); it must
+//     exist (CreateTopics false). A DLQ or retry record goes to the
+//     partition franz-go's default partitioner picks from its key (murmur2
+//     of the key, as Kafka's Java client; records without a key stick to
+//     one partition per batch), not to the source's partition number, so a
+//     DLQ with fewer partitions works. It is written with acks=all by an
+//     idempotent producer with no linger, each write bounded by 30s; the
+//     error-message header is cut to 1024 bytes.
+//   - Header prefix "ordercast-" (HeaderPrefix, DefaultHeaderPrefix).
+//   - Group: classic protocol with the cooperative-sticky assignor
+//     (GroupProtocol); SessionTimeout 45s, RebalanceTimeout 60s, heartbeats
+//     every third of the session timeout (at most 3s); DrainTimeout 10s, or
+//     half the RebalanceTimeout when that is shorter; TransactionTimeout 60s.
+//   - Client id "<group>-<8 random hex digits>" (NewTransactional: the
+//     transactional id); the DLQ producer's is that plus "-dlq".
+//   - Fetching: kgo.FetchMaxWait 500ms (Kafka's fetch.max.wait.ms); fetch
+//     sizes follow the MaxInFlight bytes and the compression ratio read: a
+//     quarter of them per fetch and 1/32 per partition, decoded, at most 1
+//     MiB compressed per partition (see MaxInFlight). ConsumerOpts may set
+//     kgo.FetchMaxBytes and kgo.FetchMaxPartitionBytes, which then stay
+//     fixed.
+//   - Logger: one that discards everything (slog.DiscardHandler); pass
+//     Logger to see the runtime's WARN and ERROR lines. Health and the
+//     metrics report trouble whatever the logger.
+//   - Metrics: none; with WithMetrics, names start with "ordercast_consumer_"
+//     (MetricsNamespace, DefaultMetricsNamespace).
+//   - The start check of the DLQ and retry topics: 30s.
+//
+// # Testing
+//
+// Package processortest starts an embedded broker (franz-go's kfake) with
+// topics, for the tests of a service built on this package; the Examples
+// here run on it.
 package processor
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,8 +139,16 @@ type Processor struct {
 	mu       sync.Mutex
 	cond     *sync.Cond // state changes: backpressure lifted, handlers done, releases done (Broadcast)
 	workCond *sync.Cond // a lane became ready (Signal: one worker takes it)
-	parts    map[tp]*partState
-	ready    []*lane
+	// Workers waiting on workCond, those of them signalled and not yet
+	// running, and how many may be signalled at a time (GOMAXPROCS; see
+	// wakeWorkerLocked).
+	idleWorkers, wakes, maxWakes int
+	parts                        map[tp]*partState
+	ready                        []*lane
+	// laneSeed hashes keys to lanes (laneKey); freeLanes are emptied
+	// lanes kept for reuse (freeLaneLocked).
+	laneSeed  maphash.Seed
+	freeLanes []*lane
 	// Fetched records not admitted into lanes yet (see enqueue), and the
 	// partitions that have some, in round-robin order.
 	pendingParts []*partState
@@ -117,7 +213,7 @@ type partState struct {
 	// fetching is paused, because its next pending record would make the
 	// completed-offsets map outgrow CommitMetadataMaxBytes (holdWindow:
 	// admission waits for the commit point to move), or because it holds
-	// its share of MaxInFlight in OrderPartition (holdShare: admission
+	// its share of MaxInFlight (OrderPartition, OrderKey; holdShare: admission
 	// waits for its records to complete). See admitHoldLocked.
 	held    hold
 	hwm     int64        // last seen high watermark / last stable offset
@@ -163,16 +259,18 @@ func New(opts ...Opt) (*Processor, error) {
 	}
 	p.cond = sync.NewCond(&p.mu)
 	p.workCond = sync.NewCond(&p.mu)
+	p.maxWakes = runtime.GOMAXPROCS(0)
+	p.laneSeed = maphash.MakeSeed()
 	p.mm = c.metrics.member(c.group, c.clientID)
 	p.clock = newCoarseClock()
 	p.reach = newReach(c.sessionTimeout / 3)
 	p.baseCtx, p.cancel = context.WithCancel(context.Background())
-	p.retryTopics = RetryTopicNames(c.group, len(c.retryDelays))
+	p.retryTopics = c.retryTopicNames()
 	for i, t := range p.retryTopics {
 		p.retryIndex[t] = i
 	}
 	topics := append(append([]string{}, c.topics...), p.retryTopics...)
-	c.metrics.initGroup(c.group, c.topics, p.retryTopics, c.dlq)
+	c.metrics.initGroup(c.group, c.topics, p.retryTopics, c.dlqTarget())
 
 	// Kafka's fetch.max.wait.ms default (franz-go's is 5s): a partition
 	// resumed after a pause joins the next fetch only once the fetch in
@@ -196,6 +294,7 @@ func New(opts ...Opt) (*Processor, error) {
 		kgo.WithHooks(sizer),
 	}
 	kopts = append(kopts, c.clientOpts...)
+	kopts = append(kopts, c.consumerOpts...)
 	start := newStarter(&c, p.retryTopics, p.groupStart)
 	kopts = append(kopts, start.opts()...)
 	kopts = append(kopts,
@@ -240,7 +339,7 @@ func New(opts ...Opt) (*Processor, error) {
 	if c.producer != nil {
 		p.prod = c.producer
 	} else {
-		popts := append([]kgo.Opt{}, c.clientOpts...)
+		popts := append(append([]kgo.Opt{}, c.clientOpts...), c.producerOpts...)
 		popts = append(popts,
 			kgo.SeedBrokers(c.brokers...),
 			kgo.ClientID(c.clientID+"-dlq"),
@@ -282,6 +381,18 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	p.ran = true
 	p.mu.Unlock()
+
+	if err := ensureTopics(ctx, p.cl, &p.cfg, p.cfg.writeTopics(p.retryTopics)); err != nil {
+		p.cl.Close()
+		p.cancel()
+		if p.ownProd {
+			p.prod.Close()
+		}
+		if ctx.Err() != nil {
+			return nil // cancelled during the check: nothing was consumed
+		}
+		return err
+	}
 
 	p.cfg.metrics.track(p)
 	defer p.cfg.metrics.untrack(p)

@@ -40,12 +40,12 @@ func (p *Processor) nextTarget(it *item, permanent bool) string {
 		}
 	}
 	if p.cfg.dlq {
-		return DLQTopic(p.cfg.group)
+		return p.cfg.dlqTopic
 	}
 	return ""
 }
 
-func (p *Processor) isDLQ(topic string) bool { return topic == DLQTopic(p.cfg.group) }
+func (p *Processor) isDLQ(topic string) bool { return p.cfg.dlq && topic == p.cfg.dlqTopic }
 
 // restoreFromRetry prepares a record fetched from one of the group's retry
 // topics: its due time, the attempts and failure times of earlier hops, and a
@@ -53,33 +53,34 @@ func (p *Processor) isDLQ(topic string) bool { return topic == DLQTopic(p.cfg.gr
 // handler.
 func (p *Processor) restoreFromRetry(it *item) {
 	r := it.rec
+	hn := &p.cfg.hdr
 	view := *r
 	view.Headers = nil
 	for _, h := range r.Headers {
 		v := string(h.Value)
 		switch h.Key {
-		case HeaderRetryDue:
+		case hn.retryDue:
 			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
 				it.due = time.UnixMilli(ms)
 			}
-		case HeaderAttempts:
+		case hn.attempts:
 			it.attempts, _ = strconv.Atoi(v)
-		case HeaderFirstFailure:
+		case hn.firstFailure:
 			it.first = parseMillis(v)
-		case HeaderOriginalTopic:
+		case hn.originalTopic:
 			view.Topic = v
-		case HeaderOriginalPartition:
+		case hn.originalPartition:
 			if n, err := strconv.ParseInt(v, 10, 32); err == nil {
 				view.Partition = int32(n)
 			}
-		case HeaderOriginalOffset:
+		case hn.originalOffset:
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 				view.Offset = n
 			}
-		case HeaderOriginalTimestamp:
+		case hn.originalTS:
 			view.Timestamp = parseMillis(v)
 		}
-		if !strings.HasPrefix(h.Key, headerPrefix) || h.Key == HeaderReplayed {
+		if !strings.HasPrefix(h.Key, hn.prefix) || h.Key == hn.replayed {
 			view.Headers = append(view.Headers, h)
 		}
 	}

@@ -33,19 +33,21 @@ type TxnHandler func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error)
 //
 // On a rebalance or fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, the
 // KIP-890 epoch bump) mid-transaction the session aborts, the rest of the
-// poll is discarded and consumption resumes from the committed offsets
-// (SCENARIOS S12). An error from ending a transaction means the outcome is
-// unknown: the session is closed and a new one re-reads the committed offsets
-// instead of guessing (S13). A transaction reported "not committed" may have
-// committed (a lost EndTxn response, S16): the member settles it (an epoch
+// poll is discarded and consumption resumes from the committed offsets. An
+// error from ending a transaction means the outcome is unknown: the session
+// is closed and a new one re-reads the committed offsets instead of
+// guessing. A transaction reported "not committed" may have
+// committed (a lost EndTxn response): the member settles it (an epoch
 // bump) and resumes from the offsets the broker holds, read with
 // RequireStable, never from the ones franz-go cached. After a TxnOffsetCommit
 // failed on the wire, the offsets are read back after each commit and
-// re-committed if a stale copy landed late (S15). The README ("The runtime
-// when responses come late or never") has the case of each request.
+// re-committed if a stale copy landed late.
 //
 // The ordering mode is OrderPartition (records are transformed in offset
-// order); Concurrency and retry topics do not apply.
+// order); Concurrency, retry topics, DeadLetter(false) and RetryTopicPrefix
+// do not apply: a record that exhausts MaxAttempts, or fails permanently,
+// always goes to the DLQ. A record that cannot be written there stops Run
+// with a *DeadLetterError (see there why).
 type TxnProcessor struct {
 	cfg     cfg
 	txnID   string
@@ -100,13 +102,13 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 		c.clientID = transactionalID
 	}
 	c.logger = c.logger.With("group", c.group, "transactional_id", transactionalID)
-	c.metrics.initGroup(c.group, c.topics, nil, true)
+	c.metrics.initGroup(c.group, c.topics, nil, c.dlqTopic)
 	return &TxnProcessor{cfg: c, txnID: transactionalID, handler: h, groupStart: newGroupStart(&c)}, nil
 }
 
 func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	c := t.cfg
-	opts := append([]kgo.Opt{}, c.clientOpts...)
+	opts := append(append(append([]kgo.Opt{}, c.clientOpts...), c.consumerOpts...), c.producerOpts...)
 	start := newStarter(&c, nil, t.groupStart)
 	opts = append(opts, start.opts()...)
 	opts = append(opts,
@@ -214,10 +216,23 @@ func (t *TxnProcessor) Health() Health {
 // ACL, and an error if a session cannot be created.
 func (t *TxnProcessor) Run(ctx context.Context) error {
 	failures := 0
+	checked := false
 	for ctx.Err() == nil {
 		sess, err := t.newSession()
 		if err != nil {
 			return fmt.Errorf("processor: transactional session: %w", err)
+		}
+		if !checked {
+			// Before the first poll: a missing DLQ would abort every
+			// transaction holding a dead-lettered record.
+			if err := ensureTopics(ctx, sess.Client(), &t.cfg, []string{t.cfg.dlqTopic}); err != nil {
+				sess.Close()
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			checked = true
 		}
 		t.mu.Lock()
 		t.sess, t.owned = sess, nil
@@ -231,6 +246,9 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 			return nil
 		}
 		if fe := (*FatalGroupError)(nil); errors.As(err, &fe) {
+			return err
+		}
+		if de := (*DeadLetterError)(nil); errors.As(err, &de) {
 			return err
 		}
 		if ae := t.txnAuthzError(err, "transaction", nil); ae != nil {
@@ -284,6 +302,24 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 			}
 			pending.Done()
 		}
+		// Records dead-lettered in this transaction (for OnDeadLetter once
+		// it commits), and the first whose DLQ write failed: franz-go
+		// retries what can be retried, so such a record would fail every
+		// transaction again; the stage stops instead (see Run).
+		var dead []deadLetter
+		var deadErr *DeadLetterError
+		deadPromise := func(src *kgo.Record) func(*kgo.Record, error) {
+			return func(r *kgo.Record, err error) {
+				if err != nil {
+					pmu.Lock()
+					if deadErr == nil {
+						deadErr = &DeadLetterError{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset, DLQ: r.Topic, Err: err}
+					}
+					pmu.Unlock()
+				}
+				promise(r, err)
+			}
+		}
 		n := 0
 		last := map[tp]int64{} // highest offset per partition in this transaction
 		for {
@@ -293,16 +329,21 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 					continue // a transaction marker: nothing to transform, its offset is still committed
 				}
 				m.partition(t.cfg.group, r.Topic).consumed(int64(len(r.Key) + len(r.Value)))
-				outs, err := t.transform(ctx, r)
+				outs, reason, err := t.transform(ctx, r)
 				if err != nil { // shutdown mid-record
 					abort = true
 					break
+				}
+				done := promise
+				if reason != nil {
+					dead = append(dead, deadLetter{r, reason})
+					done = deadPromise(r)
 				}
 				for _, o := range outs {
 					// Not ctx: a shutdown must not fail records of a
 					// transaction that is about to commit.
 					pending.Add(1)
-					sess.Produce(context.WithoutCancel(ctx), o, promise)
+					sess.Produce(context.WithoutCancel(ctx), o, done)
 				}
 				n++
 			}
@@ -326,7 +367,12 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 				break
 			}
 		}
+		// Ending the transaction is not cut short by a shutdown (ctx), so
+		// that what was transformed commits; but once ctx is cancelled it
+		// gets at most DrainTimeout more, whatever the brokers do (a record
+		// franz-go keeps retrying would otherwise hold Run for 30s).
 		endCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		stopDrain := context.AfterFunc(ctx, func() { time.AfterFunc(t.cfg.drainTimeout, cancel) })
 		if !abort {
 			// Every produce promise must have run before prodErr is read:
 			// End(TryCommit) aborts on a rebalance, not on a failed
@@ -356,7 +402,19 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		}
 		endStart := time.Now()
 		committed, err := sess.End(t.txnCommitCtx(endCtx, nil), try)
+		stopDrain()
 		cancel()
+		pmu.Lock()
+		failedDead := deadErr
+		pmu.Unlock()
+		if failedDead != nil && !committed {
+			t.count(false)
+			t.cfg.metrics.forwardFailed(t.cfg.group, failedDead.DLQ)
+			t.cfg.logger.Error("record could not be written to the DLQ; transaction aborted, stage stopped",
+				"topic", failedDead.Topic, "partition", failedDead.Partition, "offset", failedDead.Offset,
+				"dlq", failedDead.DLQ, "error", failedDead.Err)
+			return failedDead
+		}
 		if !abort {
 			m.commitLatency(t.cfg.group, time.Since(endStart), err)
 		}
@@ -381,6 +439,7 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		}
 		if committed {
 			t.count(true)
+			t.notifyDead(dead)
 			if t.atLateRisk() {
 				if err := t.repairLateCommits(sess, nil); err != nil {
 					return fmt.Errorf("repair committed offsets: %w", err)
@@ -791,9 +850,9 @@ func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) (fatal erro
 }
 
 // transform runs the handler with in-place retries; after MaxAttempts, or on
-// a permanent error, it returns a DLQ record instead of the output. It
-// returns an error only when ctx ends.
-func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+// a permanent error, it returns a DLQ record instead of the output, and the
+// handler's last error as dead. It returns err only when ctx ends.
+func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) (outs []*kgo.Record, dead error, err error) {
 	it := &item{rec: r, view: r}
 	for {
 		hctx, cancel := ctx, context.CancelFunc(func() {})
@@ -805,10 +864,10 @@ func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) ([]*kgo.Rec
 		cancel()
 		t.cfg.metrics.handled(t.cfg.group, r.Topic, time.Since(start), err)
 		if err == nil {
-			return outs, nil
+			return outs, nil, nil
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 		now := time.Now()
 		it.attempts++
@@ -820,8 +879,8 @@ func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) ([]*kgo.Rec
 		if IsPermanent(err) || it.attempts >= t.cfg.maxAttempts {
 			t.cfg.logger.Warn("record dead-lettered inside the transaction", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
 			p := &Processor{cfg: t.cfg}
-			t.cfg.metrics.forwarded(t.cfg.group, DLQTopic(t.cfg.group), true)
-			return []*kgo.Record{{Topic: DLQTopic(t.cfg.group), Key: r.Key, Value: r.Value, Headers: p.forwardHeaders(it)}}, nil
+			t.cfg.metrics.forwarded(t.cfg.group, t.cfg.dlqTopic, true)
+			return []*kgo.Record{{Topic: t.cfg.dlqTopic, Key: r.Key, Value: r.Value, Headers: p.forwardHeaders(it)}}, err, nil
 		}
 		t.cfg.metrics.retried(t.cfg.group, r.Topic)
 		sleepCtx(ctx, backoff(it.attempts, t.cfg.backoffMin, t.cfg.backoffMax))

@@ -85,6 +85,12 @@ type Options struct {
 	// AttemptTimeout bounds one HTTP attempt (connect, send, answer); a
 	// timed out attempt is retried. Default DefaultAttemptTimeout (30 s).
 	AttemptTimeout time.Duration
+	// Token, if set, gives the bearer token sent (Authorization: Bearer,
+	// RFC 6750) with the order of a customer, called with its customer
+	// id once per sale; a guest sale is sent without one. An error fails
+	// that sale. It is called from several goroutines at once. Nil: no
+	// token (a checkout run with --auth none). See authn.DevKey.Tokens.
+	Token func(customerID string) (string, error)
 }
 
 // ProgressMode is the format of progress output.
@@ -520,15 +526,23 @@ func (r *Replayer) send(ctx context.Context, inv *Invoice, st *runState) {
 	if ctx.Err() != nil {
 		return
 	}
-	body, err := json.Marshal(inv.PlaceOrderRequest())
+	req := inv.PlaceOrderRequest()
+	body, err := json.Marshal(req)
 	if err != nil { // cannot happen: the request has only strings and ints
 		st.fail(inv.No, "encode request: "+err.Error())
 		return
 	}
+	var token string
+	if r.opts.Token != nil && req.CustomerID != "" {
+		if token, err = r.opts.Token(req.CustomerID); err != nil {
+			st.fail(inv.No, "bearer token for customer "+req.CustomerID+": "+err.Error())
+			return
+		}
+	}
 	key := IdempotencyKey(inv.No)
 	backoff := r.opts.InitialBackoff
 	for attempt := 1; ; attempt++ {
-		res := r.attempt(ctx, body, key)
+		res := r.attempt(ctx, body, key, token)
 		if res.answered {
 			st.answered.Store(true)
 		}
@@ -567,7 +581,7 @@ func (r *Replayer) send(ctx context.Context, inv *Invoice, st *runState) {
 }
 
 // attempt makes one HTTP request and classifies its answer.
-func (r *Replayer) attempt(ctx context.Context, body []byte, key string) attemptResult {
+func (r *Replayer) attempt(ctx context.Context, body []byte, key, token string) attemptResult {
 	actx, cancel := context.WithTimeout(ctx, r.opts.AttemptTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, r.url, bytes.NewReader(body))
@@ -577,6 +591,9 @@ func (r *Replayer) attempt(ctx context.Context, body []byte, key string) attempt
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := r.client.Do(req)
 	if err != nil {
 		cause := r.networkCause(err)

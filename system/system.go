@@ -36,6 +36,7 @@ import (
 	"github.com/ordercast/ordercast/schema"
 	"github.com/ordercast/ordercast/service"
 	"github.com/ordercast/ordercast/service/checkout"
+	"github.com/ordercast/ordercast/service/checkout/authn"
 	"github.com/ordercast/ordercast/service/fulfillment"
 	"github.com/ordercast/ordercast/service/notifications"
 	"github.com/ordercast/ordercast/service/orders"
@@ -153,6 +154,19 @@ type Config struct {
 	// mid-replay hid half the shipments). A new transactional id gets a
 	// new producer id.
 	TransactionalIDSuffix string
+	// CheckoutAuth verifies checkout's bearer tokens (checkout.Config.Auth):
+	// nil, the zero value, means no authentication (--auth none). The CLI
+	// builds it from --auth (dev by default).
+	CheckoutAuth *authn.Verifier
+	// CheckoutAuthRequired refuses guest orders and anonymous GETs
+	// (checkout.Config.AuthRequired, --auth-required); needs CheckoutAuth.
+	CheckoutAuthRequired bool
+	// CheckoutRateLimit and CheckoutRateBurst are checkout's per-client
+	// rate limit in requests per second and its burst
+	// (checkout.Config.RateLimit, RateBurst; --rate-limit, --rate-burst).
+	// Zero: no limit.
+	CheckoutRateLimit float64
+	CheckoutRateBurst int
 }
 
 // System is a running order system.
@@ -170,7 +184,7 @@ type System struct {
 	rights   []Right // the ACLs the services of this process need (Rights)
 	procs    []*processor.Processor
 	txns     []*processor.TxnProcessor
-	httpSrv  *http.Server
+	httpSrv  *drainServer
 	httpAddr string
 
 	runCtx context.Context
@@ -442,7 +456,8 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	s.registerMetrics()
 	mux := http.NewServeMux()
 	if cfg.runs(ServiceCheckout) {
-		s.Checkout, err = checkout.New(ctx, checkout.Config{DB: s.DB, Serde: s.Serde, Producer: s.Producer, Logger: log, Registerer: cfg.Registry})
+		s.Checkout, err = checkout.New(ctx, checkout.Config{DB: s.DB, Serde: s.Serde, Producer: s.Producer, Logger: log, Registerer: cfg.Registry,
+			Auth: cfg.CheckoutAuth, AuthRequired: cfg.CheckoutAuthRequired, RateLimit: cfg.CheckoutRateLimit, RateBurst: cfg.CheckoutRateBurst})
 		if err != nil {
 			s.Stop(context.Background())
 			return nil, err
@@ -467,15 +482,16 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	s.httpAddr = ln.Addr().String()
 	// ReadHeaderTimeout bounds the header; checkout bounds each body
 	// (checkout.Config.BodyTimeout), and stops reading them on Shutdown.
-	s.httpSrv = &http.Server{ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: checkout.ServerMaxHeaderBytes, IdleTimeout: 2 * time.Minute}
-	var top http.Handler = mux
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: checkout.ServerMaxHeaderBytes, IdleTimeout: 2 * time.Minute, Handler: mux}
+	var onDrain []func()
 	if s.Checkout != nil {
 		// JSON, not ServeMux's redirects and plain text (checkout.Guard).
-		top = checkout.Guard(mux)
-		s.httpSrv.RegisterOnShutdown(s.Checkout.StopReadingBodies)
+		srv.Handler = checkout.Guard(mux)
+		onDrain = append(onDrain, s.Checkout.StopReadingBodies)
 	}
-	s.httpSrv.Handler = top
-	go func() { _ = s.httpSrv.Serve(ln) }()
+	// Stop drains it: see drainServer.Shutdown.
+	s.httpSrv = newDrainServer(srv, ln, onDrain...)
+	go func() { _ = s.httpSrv.Serve() }()
 	log.Info("order system started", "http", s.httpAddr, "services", cfg.Services, "brokers", cfg.Brokers)
 	return s, nil
 }
@@ -614,9 +630,14 @@ func (s *System) readyz(w http.ResponseWriter, r *http.Request) {
 	_ = jsonEncode(w, h)
 }
 
-// Stop stops taking HTTP requests, stops every member (each drains its
-// in-flight records, commits and leaves its group), then closes the clients
-// and the database. It returns the errors services stopped with.
+// Stop stops taking HTTP requests and drains the HTTP server: it stops
+// accepting connections, answers each request it reads with "Connection:
+// close", and waits (at most 10 s in all) until every connection has closed,
+// closing those left idle for a second, so that every request the server
+// read gets its answer and none a connection reset (drainServer.Shutdown).
+// Then it stops every member (each drains its in-flight records, commits and
+// leaves its group), and closes the clients and the database. It returns the
+// errors services stopped with.
 func (s *System) Stop(ctx context.Context) error {
 	if s.httpSrv != nil {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -36,6 +36,7 @@ type loadFlags struct {
 	report, csvFile            string
 	seed                       uint64
 	minBalance                 float64
+	auth                       devTokens
 }
 
 func newLoad() *cobra.Command {
@@ -92,6 +93,7 @@ it, those of earlier runs included.`,
 	fl.StringVar(&f.report, "report", "", "write the JSON report to this file (empty: stdout)")
 	fl.StringVar(&f.csvFile, "csv", "", "write the per-second series (sent, accepted, errors, shipped, checkout p99) as CSV to this file, for a plot")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the choice of customers and lines (0: the time)")
+	f.auth.register(fl)
 	return cmd
 }
 
@@ -186,6 +188,10 @@ var stockCode = regexp.MustCompile(`^[0-9]{5}[A-Z]?$`)
 
 func runLoad(ctx context.Context, f *loadFlags, stdout, stderr io.Writer) error {
 	start := time.Now()
+	tokens, err := f.auth.tokens(stderr)
+	if err != nil {
+		return err
+	}
 	db, err := store.Open(ctx, f.db)
 	if err != nil {
 		return fmt.Errorf("--db %s: %w", f.db, err)
@@ -221,7 +227,7 @@ func runLoad(ctx context.Context, f *loadFlags, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stderr, "ordercast load: %d orders at %v/s to %s (%d customers, %d products); end-to-end from shipmentRequested read_committed on %s\n",
 		orders, f.rate, f.url, len(customers), len(codes), f.brokers)
 	res, runErr := load.Run(ctx, load.Options{BaseURL: f.url, Rate: f.rate, Orders: orders, Customers: customers, StockCodes: codes,
-		MaxLines: f.maxLines, Timeout: f.timeout, Seed: f.seed, Progress: stderr, Watcher: w})
+		MaxLines: f.maxLines, Timeout: f.timeout, Seed: f.seed, Progress: stderr, Watcher: w, Token: tokens})
 	if res == nil {
 		return runErr
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ordercast/ordercast/devstack"
 	"github.com/ordercast/ordercast/ops"
+	"github.com/ordercast/ordercast/service/checkout/authn"
 	"github.com/ordercast/ordercast/system"
 )
 
@@ -60,7 +61,18 @@ func TestLoadEmbedded(t *testing.T) {
 	}
 	t.Cleanup(stack.Close)
 	ctx := context.Background()
+	// checkout with --auth dev's verifier: the load signs its tokens with
+	// the key of --data-dir.
+	devKey, err := authn.LoadOrCreateDevKey(authn.DevKeyPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := devKey.Verifier(0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sys, err := system.Start(ctx, system.Config{Brokers: stack.Brokers, RegistryURL: stack.RegistryURL, DSN: stack.DSN,
+		CheckoutAuth: verifier, CheckoutAuthRequired: true,
 		HTTPAddr: "127.0.0.1:0", SeedFile: "../../data/online-retail/online_retail_2010-12-01.csv",
 		Layout:                ops.Layout{Partitions: 3, ReplicationFactor: 1},
 		TransactionalIDSuffix: "-loadtest", OpeningCredit: system.DefaultOpeningCredit})
@@ -77,7 +89,7 @@ func TestLoadEmbedded(t *testing.T) {
 	root.SetOut(&bytes.Buffer{})
 	root.SetArgs([]string{"load", "--url", "http://" + sys.HTTPAddr(), "--brokers", strings.Join(stack.Brokers, ","),
 		"--registry", stack.RegistryURL, "--db", stack.DSN, "--rate", "40", "--duration", "3s",
-		"--drain-timeout", "2m", "--report", report, "--csv", csvFile, "--seed", "7"})
+		"--drain-timeout", "2m", "--report", report, "--csv", csvFile, "--seed", "7", "--data-dir", dir})
 	start := time.Now()
 	if err := root.Execute(); err != nil {
 		t.Fatalf("load: %v (after %v)\n%s", err, time.Since(start), stderr.String())

@@ -26,13 +26,16 @@ func newReplay() *cobra.Command {
 		maxAttempts  int
 		summaryFile  string
 		maxRowErrors float64
+		auth         devTokens
 	)
 	cmd := &cobra.Command{
 		Use:   "replay FILE",
 		Short: "Replay the Online Retail CSV (plain or .gz) into a running checkout, one order per sale invoice",
 		Long: `Groups lines by InvoiceNo, sends each sale invoice to POST /orders with the Idempotency-Key
 invoice-<InvoiceNo> (so a second replay of the same file creates no new orders), and counts
-cancellations, adjustments, write-offs and checkout's rejections by reason.
+cancellations, adjustments, write-offs and checkout's rejections by reason. With --auth dev
+(or auto, the default, when the key exists) each customer's order carries a development token for that customer, signed by
+the key of 'ordercast up' in --data-dir; guest orders carry none.
 
 A request without a usable answer (a network error, no answer within --timeout, a 429 or a 5xx)
 is sent again with backoff, up to --max-attempts times; each distinct cause is printed once. If
@@ -80,6 +83,10 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 				fmt.Fprint(cmd.ErrOrStderr(), replay.Tally(invoices).String())
 				return &exitError{code: 1, msg: inputErrorMsg(args[0], err)}
 			}
+			tokens, err := auth.tokens(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			parent := cmd.Context()
 			if parent == nil {
 				parent = context.Background()
@@ -88,7 +95,7 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 			defer stop()
 			stderr := cmd.ErrOrStderr()
 			sum, err := replay.Run(ctx, invoices, replay.Options{BaseURL: baseURL, Rate: rate, Concurrency: concurrency,
-				AttemptTimeout: timeout, MaxAttempts: maxAttempts, Progress: stderr})
+				AttemptTimeout: timeout, MaxAttempts: maxAttempts, Progress: stderr, Token: tokens})
 			fmt.Fprint(stderr, sum.String())
 			if summaryFile != "" {
 				b, _ := json.MarshalIndent(sum, "", "  ")
@@ -124,6 +131,7 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 	fl.DurationVar(&timeout, "timeout", replay.DefaultAttemptTimeout, "bound of one request (connect, send, answer); a request without an answer by then is retried")
 	fl.IntVar(&maxAttempts, "max-attempts", replay.DefaultMaxAttempts, "attempts per invoice, the first included, before it counts as failed")
 	fl.StringVar(&summaryFile, "summary", "", "also write the JSON summary to this file (checked for writing at start)")
+	auth.register(fl)
 	fl.Float64Var(&maxRowErrors, "max-row-errors", replay.DefaultMaxRowErrorRate, "fraction of the file's data rows that may be malformed (0.01: 1%; 0: none) before the replay fails without sending anything; a file with no sale invoice fails too")
 	return cmd
 }

@@ -31,7 +31,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newUp(), newRun(), newReplay(), newLoad())
 	root.AddCommand(newTopics(), newGroups(), newDLQ(), newACLs())
-	root.AddCommand(newDevstack(), newChaos(), newVersion())
+	root.AddCommand(newDevstack(), newChaos(), newVersion(), newToken())
 	// Inherited by every subcommand (cobra looks up the parents'), so
 	// that every numeric, duration and boolean flag of the CLI names
 	// itself and what it expects on a bad value.
@@ -105,6 +105,7 @@ type common struct {
 	txnTimeout    time.Duration
 	schemaVers    string
 	sec           security
+	auth          authFlags
 }
 
 func envOr(name, def string) string {
@@ -154,6 +155,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.DurationVar(&c.txnTimeout, "transaction-timeout", 0, "fulfillment's transaction timeout (transaction.timeout.ms), e.g. 15s: how long a member that died without being restarted under its --member-id holds back read_committed readers of shipmentRequested; at most the broker's transaction.max.timeout.ms (0: Kafka's default, 60s)")
 	f.StringVar(&c.schemaVers, "schema-version", "", "pin what this process writes to released schema versions for a rolling upgrade, e.g. orderCreated=1: it writes that topic as the build of that version did (checkout refuses a new order with fields that version lacks) and still reads every version fully (empty: the newest of this build; see README, Checkout API and event contracts)")
 	c.sec.register(f, true)
+	c.auth.register(f, embedded)
 }
 
 func (c *common) logger() (*slog.Logger, error) {
@@ -205,6 +207,9 @@ func (c *common) config() (system.Config, error) {
 		return cfg, err
 	}
 	cfg.HTTPAddr = c.httpAddr
+	if err := c.auth.check(c.httpAddr); err != nil {
+		return cfg, err
+	}
 	if c.partitions < 1 {
 		return cfg, fmt.Errorf("--partitions %d: want >= 1", c.partitions)
 	}

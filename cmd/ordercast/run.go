@@ -72,11 +72,18 @@ set them to an empty string to be told what is missing.`,
 			cfg.Services = args
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			authLine := ""
+			if slices.Contains(args, system.ServiceCheckout) {
+				if authLine, err = f.auth.apply(ctx, &cfg, ""); err != nil {
+					return err
+				}
+				authLine = " (checkout " + authLine + ")"
+			}
 			sys, err := startSystem(ctx, cfg)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "ordercast run %s: serving on http://%s\n", strings.Join(args, " "), sys.HTTPAddr())
+			fmt.Fprintf(os.Stderr, "ordercast run %s: serving on http://%s%s\n", strings.Join(args, " "), sys.HTTPAddr(), authLine)
 			return waitAndStop(ctx, sys, "run "+strings.Join(args, " "))
 		},
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/ordercast/ordercast/audit"
 	"github.com/ordercast/ordercast/devstack"
 	"github.com/ordercast/ordercast/replay"
+	"github.com/ordercast/ordercast/service/checkout/authn"
 	"github.com/ordercast/ordercast/system"
 )
 
@@ -97,6 +98,9 @@ func (f *upFlags) check(fs *pflag.FlagSet) error {
 		if d.given && !d.ok {
 			return fmt.Errorf("--%s needs --%s: %s", d.flag, d.needs, d.why)
 		}
+	}
+	if f.replayFile != "" && f.auth.mode == authJWT {
+		return fmt.Errorf("--replay with --auth jwt: the replay signs its customers' tokens with the development key; use --auth dev (the default) and replay, or replay from outside with tokens of your identity provider")
 	}
 	switch {
 	case !(f.rate >= 0):
@@ -227,6 +231,12 @@ func runUp(parent context.Context, f *upFlags) error {
 			return &exitError{code: 1, msg: "up: " + msg}
 		}
 	}
+	// Before anything is started: a wrong key file or JWKS URL stops up
+	// here. The dev key is made in --data-dir (the first thing created).
+	authLine, err := f.auth.apply(ctx, &cfg, f.dataDir)
+	if err != nil {
+		return err
+	}
 	var stack *devstack.Stack
 	if len(cfg.Brokers) == 0 || cfg.RegistryURL == "" {
 		embedded := devstack.Config{DataDir: f.dataDir, BrokerAddr: f.brokerAddr, RegistryAddr: f.registryAddr, Logger: cfg.Logger}
@@ -273,6 +283,7 @@ func runUp(parent context.Context, f *upFlags) error {
 	}
 	fmt.Fprintf(os.Stderr, "ordercast up: checkout on http://%s (POST /orders, GET /orders/{id}), metrics on /metrics; brokers %v, registry %s, db %s\n",
 		sys.HTTPAddr(), cfg.Brokers, cfg.RegistryURL, system.RedactDSN(cfg.DSN))
+	fmt.Fprintf(os.Stderr, "ordercast up: checkout %s\n", authLine)
 
 	if f.replayFile == "" {
 		return waitAndStop(ctx, sys, "up")
@@ -322,7 +333,12 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoic
 			fmt.Fprintf(os.Stderr, "ordercast up: the database already holds %d accepted orders (of earlier runs on this --data-dir or --db): the report counts them with this run's; a fresh --data-dir counts only this run\n", before.Accepted)
 		}
 	}
+	var tokens func(string) (string, error)
+	if f.auth.devKeyLoaded != nil {
+		tokens = f.auth.devKeyLoaded.Tokens(authn.DevTokenTTL)
+	}
 	sum, err := replay.Run(ctx, invoices, replay.Options{
+		Token:       tokens,
 		BaseURL:     "http://" + sys.HTTPAddr(),
 		Rate:        f.rate,
 		Concurrency: f.replayConc,

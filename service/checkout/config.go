@@ -1,8 +1,10 @@
 package checkout
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/service/checkout/authn"
 	"github.com/ordercast/ordercast/store"
 )
 
@@ -107,6 +110,33 @@ type Config struct {
 	// DefaultMaxBodyBytes (1 MiB); zero means the default; negative is an
 	// error.
 	MaxBodyBytes int64
+
+	// Auth verifies the bearer tokens of requests (Authorization: Bearer
+	// <JWT>, RFC 6750): the token's customer is the order's customer, and
+	// GET /orders/{id} of a customer's order needs that customer's token.
+	// An order naming a customer without a token is 401; a token for
+	// another customer than the body's customerId is 403
+	// customer_mismatch; a guest order (no customerId) needs no token
+	// unless AuthRequired. Nil: no authentication, anyone may order in any
+	// customer's name and read any order (--auth none).
+	Auth *authn.Verifier
+
+	// AuthRequired makes every request need a valid token (no guest
+	// orders, no anonymous GET). Requires Auth.
+	AuthRequired bool
+
+	// RateLimit is how many requests per second one client may make to
+	// the API (POST and GET alike), a client being the token's customer,
+	// else the peer's IP address (X-Forwarded-For is not trusted); beyond
+	// its burst a request is answered 429 rate_limited with Retry-After.
+	// A token bucket per client (golang.org/x/time/rate). Zero: no limit;
+	// negative or NaN is an error.
+	RateLimit float64
+
+	// RateBurst is the bucket size of RateLimit: how many requests a
+	// client may make at once. Default max(1, 2 x RateLimit); negative is
+	// an error.
+	RateBurst int
 }
 
 // withDefaults returns c with its defaults filled in, or an error naming the
@@ -127,6 +157,15 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("checkout: Config.DBTimeout is %v, want >= 0 (0 means %v)", c.DBTimeout, DefaultDBTimeout)
 	case c.MaxBodyBytes < 0:
 		return c, fmt.Errorf("checkout: Config.MaxBodyBytes is %d, want >= 0 (0 means %d)", c.MaxBodyBytes, DefaultMaxBodyBytes)
+	case c.AuthRequired && c.Auth == nil:
+		return c, errors.New("checkout: Config.AuthRequired needs Config.Auth (a token verifier)")
+	case !(c.RateLimit >= 0) || math.IsInf(c.RateLimit, 0):
+		return c, fmt.Errorf("checkout: Config.RateLimit is %v, want >= 0 requests per second (0: no limit)", c.RateLimit)
+	case c.RateBurst < 0:
+		return c, fmt.Errorf("checkout: Config.RateBurst is %d, want >= 0 (0: twice RateLimit)", c.RateBurst)
+	}
+	if c.RateBurst == 0 {
+		c.RateBurst = max(1, int(math.Ceil(2*c.RateLimit)))
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

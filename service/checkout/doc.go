@@ -8,6 +8,7 @@
 //	POST /orders        body order.PlaceOrderRequest, optional Idempotency-Key header
 //	                    202 order.PlaceOrderResponse once the event is acknowledged
 //	GET  /orders/{id}   200 OrderView: status, stage history, notifications
+//	GET  /openapi.json  200 the OpenAPI 3.1 description of the API ([OpenAPI])
 //
 // The body of POST /orders is one JSON object with the members customerId
 // (string; absent or null: a guest), country, reference, channel (strings,
@@ -41,6 +42,13 @@
 //	     unknown_stock_code
 //	     (also a line without stockCode), amount_overflow,
 //	     idempotency_key_reused
+//	401  unauthorized: a token needed and missing, or invalid (with a
+//	     WWW-Authenticate Bearer challenge, RFC 6750; see Config.Auth)
+//	400  bad_authorization (a repeated Authorization header, or Bearer
+//	     without a token)
+//	403  customer_mismatch (the body's customerId is not the token's
+//	     customer), forbidden (GET of another customer's order)
+//	429  rate_limited, with Retry-After (Config.RateLimit)
 //	500  internal
 //	503  broker_unavailable (outcome unknown: orderId, statusUrl and
 //	     idempotencyKey say how to find out), database_unavailable (not

@@ -94,6 +94,9 @@ type apiError struct {
 	// orderID and key are set on a 503 whose outcome is unknown (see
 	// unknownOutcome): the recorded order and the key to retry with.
 	orderID, key string
+	// challenge is the WWW-Authenticate header of a 401 (or a 400 about
+	// the Authorization header), "" for the other answers.
+	challenge string
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }

@@ -19,6 +19,7 @@ import (
 //	ordercast_checkout_republished_total                           counter: pending events produced again
 //	ordercast_checkout_produce_duration_seconds{result}            histogram: ok, error or timeout
 //	ordercast_checkout_catalog_products                            gauge
+//	ordercast_checkout_auth_failures_total{reason}                 counter: bearer tokens refused, by authn.Reason*
 //
 // route is one of a fixed set (routeLabels): the API route the request
 // matched, "POST /orders" or "GET /orders/{id}" (HEAD included), else
@@ -34,6 +35,7 @@ type metrics struct {
 	republished     prometheus.Counter
 	produceDuration *prometheus.HistogramVec
 	catalogSize     prometheus.Gauge
+	authFailures    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -73,12 +75,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "catalog_products",
 			Help: "Products in checkout's in-memory catalog.",
 		}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "auth_failures_total",
+			Help: "Bearer tokens refused (401), by reason: malformed, bad_algorithm, bad_signature, unknown_key, expired, not_yet_valid, bad_issuer, bad_audience, no_customer, invalid.",
+		}, []string{"reason"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.accepted, m.rejected,
-		m.replays, m.republished, m.produceDuration, m.catalogSize} {
+		m.replays, m.republished, m.produceDuration, m.catalogSize, m.authFailures} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -33,10 +33,17 @@ const keylessPrefix = "order:"
 
 // handlePlace serves POST /orders.
 func (s *Service) handlePlace(w http.ResponseWriter, r *http.Request) {
-	key, aerr := idempotencyKey(r.Header)
+	p, aerr := s.admit(w, r)
+	var key string
+	if aerr == nil {
+		key, aerr = idempotencyKey(r.Header)
+	}
 	if aerr == nil {
 		var req *order.PlaceOrderRequest
 		if req, aerr = s.readRequest(w, r); aerr == nil {
+			aerr = s.authorizePlace(p, req)
+		}
+		if aerr == nil {
 			var res *outcome
 			if res, aerr = s.place(r.Context(), req, requestHash(req), key); aerr == nil {
 				h := w.Header()
@@ -51,6 +58,33 @@ func (s *Service) handlePlace(w http.ResponseWriter, r *http.Request) {
 	}
 	s.metrics.rejected.WithLabelValues(aerr.code).Inc()
 	s.writeError(w, aerr)
+}
+
+// authorizePlace decides whether p may place req, and makes the token's
+// customer the order's (before the request is hashed, so that a retry with
+// and without the body's customerId is the same order): 401 for a request
+// without a token that names a customer (or any, with AuthRequired), 403
+// customer_mismatch for a token of another customer than the body's. Without
+// Config.Auth every request is allowed as it is.
+func (s *Service) authorizePlace(p principal, req *order.PlaceOrderRequest) *apiError {
+	switch {
+	case s.cfg.Auth == nil:
+		return nil
+	case p.customer == "" && s.cfg.AuthRequired:
+		return needToken("this checkout takes orders from authenticated customers only (--auth-required)")
+	case p.customer == "" && req.CustomerID != "":
+		return needToken(fmt.Sprintf("an order for customer %q needs that customer's bearer token (omit customerId to order as a guest)", req.CustomerID))
+	case p.customer == "":
+		return nil // a guest order
+	case req.CustomerID == "":
+		req.CustomerID = p.customer
+		return nil
+	case req.CustomerID != p.customer:
+		return reject(http.StatusForbidden, CodeCustomerMismatch, fmt.Sprintf(
+			"customerId %q is not the customer of the bearer token (%q): a customer orders in their own name only (omit customerId to use the token's)",
+			req.CustomerID, p.customer))
+	}
+	return nil
 }
 
 // idempotencyKey returns the request's Idempotency-Key, "" if it has none,

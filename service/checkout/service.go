@@ -32,6 +32,7 @@ type Service struct {
 	keys     keyLocks
 	dbHealth dbHealth
 	bodies   bodyReads
+	limits   *clientLimits
 
 	// background counts produce completions followed after their request
 	// answered 503 (see publish); Close waits for them.
@@ -66,6 +67,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg:      cfg,
 		metrics:  m,
 		now:      time.Now,
+		limits:   newClientLimits(cfg.RateLimit, cfg.RateBurst),
 	}
 	if err := s.ReloadCatalog(ctx); err != nil {
 		return nil, err
@@ -76,6 +78,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	mux.HandleFunc("/orders", s.methodNotAllowed(http.MethodPost))
 	mux.HandleFunc(routeGet, s.handleGet)
 	mux.HandleFunc("/orders/{id}", s.methodNotAllowed("GET, HEAD"))
+	mux.HandleFunc(routeOpenAPI, serveOpenAPI)
+	mux.HandleFunc("/openapi.json", s.methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, reject(http.StatusNotFound, CodeNotFound, fmt.Sprintf("no such resource: %s %s", r.Method, r.URL.Path)))
 	})
@@ -134,6 +138,9 @@ func (s *Service) writeError(w http.ResponseWriter, e *apiError) { writeError(w,
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
+	}
+	if e.challenge != "" {
+		w.Header().Set("WWW-Authenticate", e.challenge)
 	}
 	body := order.ErrorResponse{Code: e.code, Error: e.message}
 	if e.orderID != "" {

@@ -93,10 +93,23 @@ const maxOrderIDLen = 128
 // handleGet serves GET /orders/{id}.
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	p, aerr := s.admit(w, r)
+	if aerr == nil && s.cfg.AuthRequired && p.customer == "" {
+		aerr = needToken("this checkout shows orders to authenticated customers only (--auth-required)")
+	}
+	if aerr != nil {
+		s.writeError(w, aerr)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.DBTimeout)
 	defer cancel()
 	v, err := s.Order(ctx, id)
 	switch {
+	case err == nil && s.cfg.Auth != nil && v.CustomerID != "" && p.customer == "":
+		s.writeError(w, needToken(fmt.Sprintf("order %q is a customer's: it is shown to that customer only", truncate(id, 80))))
+	case err == nil && s.cfg.Auth != nil && v.CustomerID != "" && p.customer != v.CustomerID:
+		s.writeError(w, reject(http.StatusForbidden, CodeForbidden, fmt.Sprintf(
+			"order %q is not an order of customer %q (the bearer token's): it is shown to its customer only", truncate(id, 80), p.customer)))
 	case errors.Is(err, ErrOrderNotFound):
 		s.writeError(w, reject(http.StatusNotFound, CodeNotFound, fmt.Sprintf("order %q not found", truncate(id, 80))))
 	case err != nil && r.Context().Err() != nil:

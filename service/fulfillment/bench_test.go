@@ -175,7 +175,8 @@ func (e *benchEnv) runTxn(b *testing.B, interval time.Duration) []point {
 	defer cancel()
 	group := e.in + "-txn"
 	t, err := processor.NewTransactional(group, e.transform(), processor.Brokers(e.seeds...), processor.Group(group),
-		processor.Topics(e.in), processor.CommitInterval(interval), processor.MaxInFlight(1<<30, 1<<40), processor.ClientOpts(fetchOpts...))
+		processor.Topics(e.in), processor.CommitInterval(interval), processor.MaxInFlight(1<<30, 1<<40), processor.ClientOpts(fetchOpts...),
+		processor.CreateTopics(true)) // the stage checks its DLQ at start; the bench input has none beside it
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,0 +1,359 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/internal/promtest"
+	"github.com/ordercast/ordercast/internal/testkafka"
+)
+
+// levelLog is a slog.Handler that keeps the messages logged at WARN or above
+// with their attributes, for tests that check what an operator sees. Safe
+// for concurrent use.
+type levelLog struct {
+	mu   sync.Mutex
+	msgs []string // "LEVEL message key=value..."
+}
+
+func (l *levelLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
+func (l *levelLog) WithAttrs([]slog.Attr) slog.Handler            { return l }
+func (l *levelLog) WithGroup(string) slog.Handler                 { return l }
+func (l *levelLog) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Level.String() + " " + r.Message)
+	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
+	l.mu.Lock()
+	l.msgs = append(l.msgs, b.String())
+	l.mu.Unlock()
+	return nil
+}
+
+// find returns the first message containing every one of subs.
+func (l *levelLog) find(subs ...string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+next:
+	for _, m := range l.msgs {
+		for _, s := range subs {
+			if !strings.Contains(m, s) {
+				continue next
+			}
+		}
+		return m, true
+	}
+	return "", false
+}
+
+func adminFor(t *testing.T, addrs []string) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+func deleteTopic(t *testing.T, addrs []string, topic string) {
+	t.Helper()
+	adm := adminFor(t, addrs)
+	resp, err := adm.DeleteTopics(context.Background(), topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("delete %s: %v", topic, err)
+	}
+	waitFor(t, 30*time.Second, topic+" gone", func() bool {
+		d, err := adm.ListTopics(context.Background(), topic)
+		return err == nil && !d.Has(topic)
+	})
+}
+
+// runErr starts r.Run and returns a channel with its result.
+func runErr(r testkafka.Runner, ctx context.Context) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	return done
+}
+
+func waitErr(t *testing.T, done <-chan error, within time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(within):
+		t.Fatalf("Run did not return within %v", within)
+		return nil
+	}
+}
+
+// The DLQ and the retry topics are checked before the member joins: a
+// missing one is an error from Run naming it and how to create it (the
+// source's partition count), in both modes, and nothing is consumed.
+func TestMissingRuntimeTopicIsAnError(t *testing.T) {
+	addrs := testkafka.Cluster(t, map[string]int32{"in": 3})
+	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("x")})
+	var handled sync.WaitGroup
+	h := func(context.Context, *kgo.Record) error { handled.Add(1); return nil }
+	p, err := New(Brokers(addrs...), Group("g"), Topics("in"), WithHandler(h), RetryTopics(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := NewTransactional("tx", func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
+		Brokers(addrs...), Group("eos"), Topics("in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		r     testkafka.Runner
+		names []string
+	}{
+		{"plain", p, []string{"g.retry.1", "g.dlq"}},
+		{"transactional", tp, []string{"eos.dlq"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := waitErr(t, runErr(c.r, context.Background()), 30*time.Second)
+			var me *MissingTopicError
+			if !errors.As(err, &me) || !errors.Is(err, ErrMissingTopic) {
+				t.Fatalf("Run: %v, want a *MissingTopicError", err)
+			}
+			if strings.Join(me.Topics, ",") != strings.Join(c.names, ",") || me.Partitions != 3 {
+				t.Fatalf("missing %v with %d partitions, want %v with 3", me.Topics, me.Partitions, c.names)
+			}
+			for _, s := range append(c.names, "--partitions 3", "CreateTopics(true)") {
+				if !strings.Contains(err.Error(), s) {
+					t.Fatalf("error %q does not say %q", err, s)
+				}
+			}
+		})
+	}
+	if off := committed(t, addrs, "g", "in"); len(off) != 0 {
+		t.Fatalf("committed %v before the check passed", off)
+	}
+}
+
+// With CreateTopics(true) the missing topics are created with the source's
+// partition count, and the DLQ works at once.
+func TestCreateTopicsCreatesMissing(t *testing.T) {
+	addrs := testkafka.Cluster(t, map[string]int32{"in": 3})
+	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Key: []byte("k"), Value: []byte("bad")})
+	h := func(context.Context, *kgo.Record) error { return Permanentf("no") }
+	p, err := New(Brokers(addrs...), Group("g"), Topics("in"), WithHandler(h), RetryTopics(time.Second), CreateTopics(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := testkafka.Run(t, p)
+	defer stop()
+	dlq := readAll(t, addrs, "g.dlq", 1, 30*time.Second)
+	if string(dlq[0].Value) != "bad" {
+		t.Fatalf("DLQ holds %q", dlq[0].Value)
+	}
+	d, err := adminFor(t, addrs).ListTopics(context.Background(), "g.dlq", "g.retry.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"g.dlq", "g.retry.1"} {
+		if n := len(d[name].Partitions); n != 3 {
+			t.Fatalf("%s has %d partitions, want 3 (the source's)", name, n)
+		}
+	}
+}
+
+// In the plain mode a DLQ that cannot be written (here: deleted after the
+// start check) holds the record's partition (its offset is not committed
+// past the record) and says so: Health.Blocked names the partition, offset
+// and DLQ, forward_failures_total counts, and the runtime logs at ERROR.
+// Once the topic is back the record is written and the partition goes on.
+func TestUnwritableDLQIsVisible(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1})
+	reg := prometheus.NewRegistry()
+	logs := &levelLog{}
+	h := func(_ context.Context, r *kgo.Record) error {
+		if string(r.Value) == "bad" {
+			return Permanentf("bad record")
+		}
+		return nil
+	}
+	p, err := New(Brokers(addrs...), Group("g"), Topics("in"), WithHandler(h), WithMetrics(NewMetrics(reg)),
+		Logger(slog.New(logs)), Backoff(10*time.Millisecond, 50*time.Millisecond), CommitInterval(20*time.Millisecond),
+		ClientOpts(kgo.MetadataMinAge(20*time.Millisecond), kgo.UnknownTopicRetries(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := testkafka.Run(t, p)
+	defer stop()
+	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("good")})
+	waitFor(t, 30*time.Second, "offset 1 committed", func() bool { return committed(t, addrs, "g", "in")[0] == 1 })
+	deleteTopic(t, addrs, "g.dlq")
+	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("bad")}, &kgo.Record{Topic: "in", Value: []byte("good")})
+
+	waitFor(t, 30*time.Second, "Health.Blocked names the record and the DLQ", func() bool {
+		b := p.Health().Blocked
+		return len(b) == 1 && strings.Contains(b[0], "in[0]") && strings.Contains(b[0], "offset 1") && strings.Contains(b[0], "g.dlq")
+	})
+	if v, ok := promtest.Lookup(t, reg, "ordercast_consumer_forward_failures_total", "target", "g.dlq"); !ok || v < 1 {
+		t.Fatalf("forward_failures_total{target=g.dlq} = %v (%v), want >= 1", v, ok)
+	}
+	if m, ok := logs.find("ERROR", "g.dlq", "offset=1"); !ok {
+		t.Fatalf("no ERROR log naming the DLQ and the offset; logged %v", logs.msgs)
+	} else {
+		t.Logf("logged: %s", m)
+	}
+	if off := committed(t, addrs, "g", "in")[0]; off != 1 {
+		t.Fatalf("committed %d past the record that is not dead-lettered", off)
+	}
+
+	resp, err := adminFor(t, addrs).CreateTopic(context.Background(), 1, int16(testkafka.ReplicationFactor(t)), nil, "g.dlq")
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "offset 3 committed after the DLQ came back", func() bool { return committed(t, addrs, "g", "in")[0] == 3 })
+	if b := p.Health().Blocked; len(b) != 0 {
+		t.Fatalf("still blocked: %v", b)
+	}
+	if dlq := readAll(t, addrs, "g.dlq", 1, 10*time.Second); string(dlq[0].Value) != "bad" {
+		t.Fatalf("DLQ holds %q", dlq[0].Value)
+	}
+}
+
+// In the exactly-once mode a record that cannot be dead-lettered stops the
+// stage with a *DeadLetterError naming the record and the DLQ, instead of
+// aborting every transaction silently; nothing at or past it is committed.
+func TestTxnUnwritableDLQStopsTheStage(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1, "out": 1})
+	logs := &levelLog{}
+	h := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if string(r.Value) == "bad" {
+			return nil, Permanentf("bad record")
+		}
+		return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
+	}
+	tp, err := NewTransactional("txn-dlq", h, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(20*time.Millisecond),
+		Logger(slog.New(logs)), ClientOpts(kgo.MetadataMinAge(20*time.Millisecond), kgo.UnknownTopicRetries(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runErr(tp, ctx)
+	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("good")})
+	waitFor(t, 30*time.Second, "offset 1 committed", func() bool { return committed(t, addrs, "g", "in")[0] == 1 })
+	deleteTopic(t, addrs, "g.dlq")
+	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("bad")}, &kgo.Record{Topic: "in", Value: []byte("good")})
+
+	err = waitErr(t, done, 60*time.Second)
+	var de *DeadLetterError
+	if !errors.As(err, &de) {
+		t.Fatalf("Run: %v, want a *DeadLetterError", err)
+	}
+	if de.Topic != "in" || de.Partition != 0 || de.Offset != 1 || de.DLQ != "g.dlq" {
+		t.Fatalf("DeadLetterError names %s[%d]@%d -> %s, want in[0]@1 -> g.dlq", de.Topic, de.Partition, de.Offset, de.DLQ)
+	}
+	if !strings.Contains(err.Error(), "in[0]@1") || !strings.Contains(err.Error(), "g.dlq") {
+		t.Fatalf("error %q does not name the record and the DLQ", err)
+	}
+	if _, ok := logs.find("ERROR", "g.dlq", "offset=1"); !ok {
+		t.Fatalf("no ERROR log naming the record; logged %v", logs.msgs)
+	}
+	if off := committed(t, addrs, "g", "in")[0]; off != 1 {
+		t.Fatalf("committed %d, want 1 (nothing at or past the record)", off)
+	}
+}
+
+// A shutdown returns within DrainTimeout (plus the group leave) whatever the
+// DLQ does: here the DLQ write of the transaction is stuck in franz-go's
+// retries of a deleted topic (kgo.UnknownTopicRetries(-1): for ever; by
+// default about 20s) when the context is cancelled.
+func TestTxnShutdownWithStuckDLQ(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1})
+	handled := make(chan struct{}, 1)
+	h := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		select {
+		case handled <- struct{}{}:
+		default:
+		}
+		return nil, Permanentf("bad record")
+	}
+	const drain = time.Second
+	tp, err := NewTransactional("txn-stuck", h, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(20*time.Millisecond),
+		DrainTimeout(drain), ClientOpts(kgo.UnknownTopicRetries(-1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runErr(tp, ctx)
+	waitFor(t, 30*time.Second, "joined", func() bool { return tp.Health().Joined && len(tp.Health().Partitions) == 1 })
+	deleteTopic(t, addrs, "g.dlq")
+	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("bad")})
+	select {
+	case <-handled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("record not handled")
+	}
+	start := time.Now()
+	cancel()
+	err = waitErr(t, done, 15*time.Second)
+	took := time.Since(start)
+	t.Logf("Run returned after %v: %v", took.Round(time.Millisecond), err)
+	if took > drain+3*time.Second {
+		t.Fatalf("Run took %v after cancel, want within DrainTimeout (%v) and the group leave", took, drain)
+	}
+}
+
+// The same bound in the plain mode: a DLQ write stuck in franz-go's retries
+// is cancelled after DrainTimeout, the record stays uncommitted.
+func TestShutdownWithStuckDLQ(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 1})
+	handled := make(chan struct{}, 1)
+	h := func(context.Context, *kgo.Record) error {
+		select {
+		case handled <- struct{}{}:
+		default:
+		}
+		return Permanentf("bad record")
+	}
+	const drain = time.Second
+	p, err := New(Brokers(addrs...), Group("g"), Topics("in"), WithHandler(h), DrainTimeout(drain),
+		ProducerOpts(kgo.UnknownTopicRetries(-1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runErr(p, ctx)
+	waitFor(t, 30*time.Second, "joined", func() bool { return len(p.Health().Partitions) == 1 })
+	deleteTopic(t, addrs, "g.dlq")
+	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("bad")})
+	select {
+	case <-handled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("record not handled")
+	}
+	start := time.Now()
+	cancel()
+	err = waitErr(t, done, 15*time.Second)
+	took := time.Since(start)
+	t.Logf("Run returned after %v: %v", took.Round(time.Millisecond), err)
+	if err != nil || took > drain+3*time.Second {
+		t.Fatalf("Run: %v after %v, want nil within DrainTimeout (%v) and the group leave", err, took, drain)
+	}
+	if off := committed(t, addrs, "g", "in")[0]; off != 0 {
+		t.Fatalf("committed %d past the record that was not dead-lettered", off)
+	}
+}

@@ -1,0 +1,199 @@
+package authn_test
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/ordercast/ordercast/service/checkout/authn"
+)
+
+// The dev key is made once, 0600 in a 0700 directory, and every loader,
+// concurrent ones included, gets the same key: a token of one verifies
+// with another.
+func TestDevKeyCreatedOnceAndPrivate(t *testing.T) {
+	path := authn.DevKeyPath(filepath.Join(t.TempDir(), "data"))
+	keys := make([]*authn.DevKey, 8)
+	var wg sync.WaitGroup
+	for i := range keys {
+		wg.Go(func() {
+			k, err := authn.LoadOrCreateDevKey(path)
+			if err != nil {
+				t.Error(err)
+			}
+			keys[i] = k
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file %v mode %v, want 0600", err, fi.Mode())
+	}
+	if di, err := os.Stat(filepath.Dir(path)); err != nil || di.Mode().Perm() != 0o700 {
+		t.Fatalf("key directory mode %v, want 0700", di.Mode())
+	}
+	if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 1 {
+		t.Fatalf("%d files in the key directory, want the key only (no temporary left)", len(ents))
+	}
+	tok, err := keys[0].Token("17850", time.Minute, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		v, err := k.Verifier(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := v.Verify(t.Context(), tok); err != nil || c != "17850" {
+			t.Fatalf("loader %d: Verify = %q, %v; want 17850 (one key for all)", i, c, err)
+		}
+	}
+	// Readable by others: refused.
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := authn.LoadDevKey(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("LoadDevKey of a 0644 key: %v, want a refusal naming chmod 600", err)
+	}
+	if _, err := authn.LoadDevKey(filepath.Join(t.TempDir(), "none.pem")); !errors.Is(err, authn.ErrNoDevKey) {
+		t.Fatalf("LoadDevKey of a missing file: %v, want ErrNoDevKey", err)
+	}
+}
+
+// A key file may be a JWK Set or PEM; private material is refused.
+func TestKeyFile(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	der, _ := x509.MarshalPKIXPublicKey(pub)
+	pemFile := write("pub.pem", string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})))
+	x := base64.RawURLEncoding.EncodeToString(pub)
+	jwksFile := write("jwks.json", `{"keys":[{"kty":"OKP","crv":"Ed25519","x":"`+x+`","kid":"k1","alg":"EdDSA","use":"sig"}]}`)
+	tok := func(kid string) string {
+		tk := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"iss": "i", "aud": "a", "sub": "c1", "exp": time.Now().Add(time.Minute).Unix()})
+		if kid != "" {
+			tk.Header["kid"] = kid
+		}
+		s, err := tk.SignedString(priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, f := range []string{pemFile, jwksFile} {
+		keys, err := authn.KeyFile(f)
+		if err != nil {
+			t.Fatalf("KeyFile(%s): %v", f, err)
+		}
+		v, err := authn.New(authn.Config{Keys: keys, Issuer: "i", Audience: "a", Algorithms: []string{"EdDSA"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kid := range []string{"", "k1"} {
+			want := kid == "" || f == jwksFile // a PEM key's kid is its thumbprint
+			c, err := v.Verify(t.Context(), tok(kid))
+			if (err == nil) != want || (want && c != "c1") {
+				t.Fatalf("%s, kid %q: Verify = %q, %v; want accepted %v", filepath.Base(f), kid, c, err, want)
+			}
+		}
+	}
+	privDER, _ := x509.MarshalPKCS8PrivateKey(priv)
+	for name, data := range map[string]string{
+		"private.pem":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER})),
+		"private.json": `{"keys":[{"kty":"OKP","crv":"Ed25519","x":"` + x + `","d":"` + base64.RawURLEncoding.EncodeToString(priv.Seed()) + `"}]}`,
+		"hmac.json":    `{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`,
+		"empty.pem":    "",
+	} {
+		if _, err := authn.KeyFile(write(name, data)); err == nil {
+			t.Errorf("KeyFile(%s) accepted, want a refusal", name)
+		}
+	}
+}
+
+// Configuration refuses none, HMAC and unbounded skew.
+func TestConfigRefusals(t *testing.T) {
+	keys := func(*jwt.Token) (any, error) { return nil, errors.New("unused") }
+	for _, c := range []authn.Config{
+		{Keys: keys, Issuer: "i", Audience: "a", Algorithms: []string{"none"}},
+		{Keys: keys, Issuer: "i", Audience: "a", Algorithms: []string{"HS256"}},
+		{Keys: keys, Issuer: "i", Audience: "a", Leeway: time.Hour},
+		{Keys: keys, Audience: "a"},
+		{Keys: keys, Issuer: "i"},
+		{Issuer: "i", Audience: "a"},
+	} {
+		if _, err := authn.New(c); err == nil {
+			t.Errorf("New(%+v) accepted, want an error", c)
+		}
+	}
+}
+
+// A JWKS URL is fetched at start (a failure is an error then, not at every
+// request) and its keys verify tokens by kid.
+func TestJWKS(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	x := base64.RawURLEncoding.EncodeToString(pub)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/jwks.json" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"keys":[{"kty":"OKP","crv":"Ed25519","x":"` + x + `","kid":"k1","alg":"EdDSA","use":"sig"}]}`))
+	}))
+	defer srv.Close()
+	if _, err := authn.JWKS(t.Context(), srv.URL+"/missing", time.Second); err == nil {
+		t.Fatal("JWKS of a 404 URL accepted at start, want an error")
+	}
+	keys, err := authn.JWKS(t.Context(), srv.URL+"/jwks.json", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := authn.New(authn.Config{Keys: keys, Issuer: "i", Audience: "a", Algorithms: []string{"EdDSA"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"iss": "i", "aud": []string{"x", "a"}, "sub": "c1", "exp": time.Now().Add(time.Minute).Unix()})
+	tk.Header["kid"] = "k1"
+	s, _ := tk.SignedString(priv)
+	if c, err := v.Verify(t.Context(), s); err != nil || c != "c1" {
+		t.Fatalf("Verify = %q, %v; want c1", c, err)
+	}
+}
+
+// BenchmarkVerifyDev is the cost checkout adds to a request with a dev
+// token (Ed25519 verification and claim checks).
+func BenchmarkVerifyDev(b *testing.B) {
+	k, err := authn.LoadOrCreateDevKey(authn.DevKeyPath(b.TempDir()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	v, _ := k.Verifier(0)
+	tok, _ := k.Token("17850", time.Hour, time.Now())
+	for b.Loop() {
+		if _, err := v.Verify(b.Context(), tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
