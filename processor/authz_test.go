@@ -3,7 +3,6 @@ package processor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -269,17 +268,27 @@ func TestTxnRightLostWhileRunning(t *testing.T) {
 		name     string
 		revoke   *kadm.ACLBuilder
 		kind, on string
+		bad      bool // the records after the revocation fail permanently (go to the DLQ)
 	}{
-		{"source topic READ", testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeTopic, "in", opRead), "Topic", "in"},
-		{"group READ", testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeGroup, "g", opRead), "Group", "g"},
-		{"output WRITE", testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeTopic, "out", opWrite), "Topic", "out"},
-		{"transactional id WRITE", testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeTransactionalId, "txn-1", opWrite), "TransactionalId", "txn-1"},
+		{"source topic READ", testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeTopic, "in", opRead), "Topic", "in", false},
+		{"group READ", testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeGroup, "g", opRead), "Group", "g", false},
+		{"output WRITE", testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeTopic, "out", opWrite), "Topic", "out", false},
+		{"DLQ WRITE", testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeTopic, DLQTopic("g"), opWrite), "Topic", DLQTopic("g"), true},
+		{"transactional id WRITE", testkafka.ACLs(authzPrincipal, kmsg.ACLResourceTypeTransactionalId, "txn-1", opWrite), "TransactionalId", "txn-1", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			addrs, login := secureCluster(t)
 			var transformed atomic.Int64
+			revoked := make(chan struct{})
 			h := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+				select {
+				case <-revoked:
+					if c.bad {
+						return nil, Permanentf("record %d is bad", r.Offset)
+					}
+				default:
+				}
 				transformed.Add(1)
 				return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
 			}
@@ -294,15 +303,19 @@ func TestTxnRightLostWhileRunning(t *testing.T) {
 					return adminCommitted(t, addrs) == 3
 				})
 				testkafka.Revoke(t, addrs, c.revoke)
+				close(revoked)
 				adminProduce(t, addrs, "in", "d", "e", "f")
 			})
 			want := "READ"
-			if c.kind == "TransactionalId" || c.on == "out" {
+			if c.kind == "TransactionalId" || c.on == "out" || c.bad {
 				want = "WRITE"
 			}
 			checkAuthz(t, err, c.kind, c.on, want)
 			if got, outs := adminCommitted(t, addrs), adminCount(t, addrs, "out"); int64(outs) != got {
-				t.Fatalf("committed offset %d, but %d outputs committed: %s", got, outs, fmt.Sprint("want one output per committed input"))
+				t.Fatalf("committed offset %d, but %d outputs committed: want one output per committed input", got, outs)
+			}
+			if n := adminCount(t, addrs, DLQTopic("g")); n != 0 {
+				t.Fatalf("%d records committed to the DLQ", n)
 			}
 		})
 	}

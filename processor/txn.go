@@ -310,6 +310,9 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		var deadErr *DeadLetterError
 		deadPromise := func(src *kgo.Record) func(*kgo.Record, error) {
 			return func(r *kgo.Record, err error) {
+				if ae := t.txnAuthzError(err, "DLQ write", r); ae != nil {
+					err = ae // WRITE on the DLQ refused: named (authz.go)
+				}
 				if err != nil {
 					pmu.Lock()
 					if deadErr == nil {
