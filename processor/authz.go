@@ -20,7 +20,9 @@ import (
 // the metadata behind it, an offset fetch or commit, a retry-topic or DLQ
 // write, a transaction's produce, AddPartitionsToTxn, TxnOffsetCommit,
 // EndTxn or InitProducerID, and a handler's own request (an error the
-// handler returns that wraps one of them).
+// handler returns that wraps one of them). TxnProcessor's refused DLQ write
+// is returned as the *DeadLetterError that stops the stage, wrapping an
+// *AuthorizationError (errors.As finds it).
 //
 // Why Run stops rather than retrying: no retry can fix a missing ACL, and
 // retrying it for ever would leave a member that looks alive while it moves
