@@ -64,6 +64,8 @@ type cluster struct {
 	procs []*proc
 	ctx   context.Context // supervision ends with it
 
+	rc *realCluster // nil on the embedded broker
+
 	restarts sync.WaitGroup
 	onScrape func(p *proc) // scrape a process before it is signalled
 }
@@ -121,9 +123,14 @@ func (c *cluster) args(p *proc) []string {
 		return []string{"devstack", "--data-dir", c.cfg.DataDir, "--broker-addr", "127.0.0.1:" + strconv.Itoa(p.port),
 			"--registry-addr", "127.0.0.1:" + strconv.Itoa(c.regPort), "--log-level", "info", "--save-every", "1s"}
 	}
-	return []string{"run", p.service, "--brokers", c.brokers, "--registry", c.regURL, "--db", c.dsn,
+	args := []string{"run", p.service, "--brokers", c.brokers, "--registry", c.regURL, "--db", c.dsn,
 		"--http", "127.0.0.1:" + strconv.Itoa(p.port), "--seed-data", c.cfg.SeedData,
 		"--opening-credit", c.cfg.OpeningCredit, "--log-level", "info"}
+	if c.rc != nil {
+		args = append(args, "--replication-factor", strconv.Itoa(min(3, c.rc.nodes)),
+			"--min-insync-replicas", strconv.Itoa(c.cfg.Cluster.MinInsyncReplicas))
+	}
+	return args
 }
 
 // start starts the slot's next incarnation and returns once it is started
