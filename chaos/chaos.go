@@ -69,7 +69,7 @@ type Report struct {
 	// members never expired by their session timeout); the harness then
 	// restarted the broker. A defect of the embedded broker: reported, and
 	// the drain must still reach lag 0.
-	StaleMembers []string       `json:"staleMembers,omitempty"`
+	StaleMembers []string `json:"staleMembers,omitempty"`
 	// Backend is "embedded" (kfake, SQLite) or "kafka+postgres" (with
 	// "+proxies" when the clients go through the fault proxies).
 	Backend string `json:"backend"`
@@ -78,9 +78,9 @@ type Report struct {
 	Recoveries      []Recovery                 `json:"recoveries"`
 	RecoveryByFault map[string]RecoverySummary `json:"recoveryByFault"`
 	BadRecords      []badRecord                `json:"badRecords"`
-	Lag          map[string]int `json:"lagRecords"`
-	Invariants   []Invariant    `json:"invariants"`
-	OK           bool           `json:"ok"`
+	Lag             map[string]int             `json:"lagRecords"`
+	Invariants      []Invariant                `json:"invariants"`
+	OK              bool                       `json:"ok"`
 }
 
 // OrderCounts are the client's answers for one kind of order.

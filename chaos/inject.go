@@ -5,8 +5,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/store"
 	"fmt"
+	"github.com/ordercast/ordercast/store"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
