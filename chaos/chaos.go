@@ -141,6 +141,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		defer rc.close()
+		rc.crashesPG = cfg.enabled(FaultPGRestart)
 		fmt.Fprintf(out, "chaos: emptying the cluster %s and the database\n", strings.Join(rc.direct, ","))
 		if err := rc.reset(ctx); err != nil {
 			return nil, err

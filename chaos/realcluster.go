@@ -54,6 +54,9 @@ type realCluster struct {
 	proxy   *faultproxy.Proxy // nil unless Proxied
 	proxied []string          // advertised proxy addresses, node order
 	ups     []string          // upstream (EXTERNAL listener) per node
+	// crashesPG: pg-restart is enabled, so commits must be durable
+	// (synchronous_commit on).
+	crashesPG bool
 }
 
 func (rc *realCluster) kafka(ctx context.Context, args ...string) (string, error) {
@@ -167,6 +170,16 @@ func (rc *realCluster) reset(ctx context.Context) error {
 	// Commit timestamps give the wallets' replay its commit order
 	// (payments has no rowid on PostgreSQL); the setting takes effect at
 	// the next restart, which reset does itself.
+	var syncCommit string
+	if err := db.QueryRowContext(ctx, `SHOW synchronous_commit`).Scan(&syncCommit); err != nil {
+		return fmt.Errorf("chaos: SHOW synchronous_commit: %w", err)
+	}
+	if syncCommit == "off" && rc.crashesPG {
+		// Found by the first cluster run: a commit acknowledged with
+		// synchronous_commit off is lost by the crash of pg-restart, and
+		// the services had already committed their Kafka offsets.
+		return fmt.Errorf("chaos: PostgreSQL runs with synchronous_commit off, so the crash of pg-restart loses acknowledged commits (the services' effects, whose offsets they then commit): start it with ORDERCAST_PG_DURABLE=1 scripts/postgres.sh start, or leave pg-restart out of --faults")
+	}
 	for _, q := range []string{`DROP SCHEMA public CASCADE`, `CREATE SCHEMA public`, `ALTER SYSTEM SET track_commit_timestamp = on`} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("chaos: empty the database: %s: %w", q, err)

@@ -2,6 +2,7 @@ package sqldb
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
@@ -29,6 +30,25 @@ func IsRetryable(err error) bool {
 		return pe.Code == "40001" || pe.Code == "40P01"
 	}
 	return false
+}
+
+// IsConnectionLost reports whether err (or an error it wraps) means the
+// PostgreSQL session was ended under the transaction: admin_shutdown (57P01:
+// pg_terminate_backend, a fast shutdown), crash_shutdown (57P02: another
+// backend crashed, or an immediate shutdown), cannot_connect_now (57P03: the
+// server is starting), any connection_exception (class 08), or an error pgx
+// marks safe to retry (nothing was sent: pgconn.SafeToRetry). Codes from the
+// PostgreSQL manual, Appendix A. InTx runs such a transaction again unless
+// the connection was lost in COMMIT, whose outcome is then unknown.
+func IsConnectionLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" || strings.HasPrefix(pe.Code, "08")
+	}
+	return pgconn.SafeToRetry(err)
 }
 
 // IsUniqueViolation reports whether err (or an error it wraps) is a primary

@@ -3,6 +3,7 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -11,7 +12,10 @@ import (
 // InTx runs fn in one read-write transaction and commits it, retrying the
 // whole transaction (a new BEGIN, fn again, COMMIT) when it fails with a
 // retryable error (see [IsRetryable]): SQLite busy/locked, PostgreSQL
-// serialization_failure (40001) or deadlock_detected (40P01). It makes at most
+// serialization_failure (40001) or deadlock_detected (40P01); and when the
+// PostgreSQL session was lost before COMMIT (see [IsConnectionLost]:
+// pg_terminate_backend, a server restart), since nothing of the transaction
+// was kept; not when it was lost in COMMIT (outcome unknown). It makes at most
 // DB.MaxTxAttempts attempts (DefaultMaxTxAttempts when zero), sleeping a short
 // jittered backoff (5 ms doubling, at most 500 ms) between them, and stops
 // early when ctx is done.
@@ -55,7 +59,8 @@ func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	for attempt := 1; ; attempt++ {
 		err := db.runTx(ctx, fn)
-		if err == nil || !IsRetryable(err) {
+		var ce *commitError
+		if err == nil || !(IsRetryable(err) || (IsConnectionLost(err) && !errors.As(err, &ce))) {
 			return err
 		}
 		if attempt >= attempts {
@@ -102,10 +107,18 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 	}
 	done = true // Commit ends the transaction whether or not it succeeds.
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqldb: commit: %w", err)
+		return &commitError{err: err}
 	}
 	return nil
 }
+
+// commitError is a failed COMMIT: a connection lost there leaves the
+// transaction's outcome unknown, so InTx does not run it again (a lost race,
+// IsRetryable, is still retried: the server rolled it back).
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return "sqldb: commit: " + e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
 
 // txBackoff is the pause before attempt+1: 5 ms doubling per attempt, capped
 // at 500 ms, with up to 50% random jitter so that colliding transactions do
