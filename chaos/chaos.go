@@ -346,7 +346,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 			if total != lastLag {
 				lastLag, lagSince = total, time.Now()
-			} else if total > 0 && time.Since(lagSince) >= stuckAfter && len(rep.StaleMembers) < 2 {
+			} else if total > 0 && rc == nil && time.Since(lagSince) >= stuckAfter && len(rep.StaleMembers) < 2 {
+				// (the embedded broker's defect; a real cluster is not restarted for it)
 				if stale := staleMembers(drainCtx, chk.adm, c, rep.Lag); len(stale) > 0 {
 					rep.StaleMembers = append(rep.StaleMembers, stale...)
 					fmt.Fprintf(out, "chaos: no progress for %v and the broker keeps more members than processes: %s; restarting the broker, whose restore drops members past their session timeout\n",

@@ -3,9 +3,15 @@ package sqldb_test
 import (
 	"context"
 	"database/sql"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ordercast/ordercast/sqldb"
 	"github.com/ordercast/ordercast/store/storetest"
 )
 
@@ -52,4 +58,99 @@ func TestInTxRetriesWhenBackendTerminated(t *testing.T) {
 	if err := db.QueryRowContext(ctx, `SELECT attempt FROM conn_lost WHERE id = 1`).Scan(&got); err != nil || got != 2 || attempts != 2 {
 		t.Fatalf("row from attempt %d (%v), %d attempts: want the second attempt's row only", got, err, attempts)
 	}
+}
+
+// TestInTxRetriesWhileServerRestarts (found by ordercast chaos: a PostgreSQL
+// restart failed checkout's 'published' mark with "sqldb: begin: connection
+// refused" and "conn closed"): while the server is away (its connections
+// closed, new ones refused) a transaction is tried again until it is back,
+// within the context. The "server" is a forwarder to the real one, stopped
+// and started again.
+func TestInTxRetriesWhileServerRestarts(t *testing.T) {
+	base := os.Getenv(storetest.PostgresEnv)
+	if base == "" {
+		t.Skipf("PostgreSQL tests skipped: set %s", storetest.PostgresEnv)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := u.Host
+	fw := &forwarder{upstream: upstream}
+	addr := fw.start(t, "127.0.0.1:0")
+	u.Host = addr
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := sqldb.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var one int
+	if err := db.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+	fw.stop() // the pooled connection is closed, new ones are refused
+	for deadline := time.Now().Add(5 * time.Second); db.PingContext(ctx) == nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("the database still answers through a stopped forwarder")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.AfterFunc(800*time.Millisecond, func() { fw.start(t, addr) })
+	err = db.InTx(ctx, func(tx *sql.Tx) error { return tx.QueryRowContext(ctx, `SELECT 2`).Scan(&one) })
+	if err != nil || one != 2 {
+		t.Fatalf("InTx while the server comes back: %v", err)
+	}
+}
+
+// forwarder forwards TCP connections to upstream while started.
+type forwarder struct {
+	upstream string
+	mu       sync.Mutex
+	ln       net.Listener
+	conns    []net.Conn
+}
+
+func (f *forwarder) start(t *testing.T, addr string) string {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Errorf("listen %s: %v", addr, err)
+		return ""
+	}
+	f.mu.Lock()
+	f.ln = ln
+	f.mu.Unlock()
+	t.Cleanup(f.stop)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", f.upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c, u)
+			f.mu.Unlock()
+			go func() { _, _ = io.Copy(u, c); u.Close() }()
+			go func() { _, _ = io.Copy(c, u); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func (f *forwarder) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ln != nil {
+		f.ln.Close()
+	}
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.conns = nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 )
 
@@ -15,7 +16,9 @@ import (
 // serialization_failure (40001) or deadlock_detected (40P01); and when the
 // PostgreSQL session was lost before COMMIT (see [IsConnectionLost]:
 // pg_terminate_backend, a server restart), since nothing of the transaction
-// was kept; not when it was lost in COMMIT (outcome unknown). It makes at most
+// was kept, or when BEGIN failed (a refused or closed connection), for up to
+// 20 attempts (about 7 s of backoff: a server restart); not when it was lost
+// in COMMIT (outcome unknown). For lost races it makes at most
 // DB.MaxTxAttempts attempts (DefaultMaxTxAttempts when zero), sleeping a short
 // jittered backoff (5 ms doubling, at most 500 ms) between them, and stops
 // early when ctx is done.
@@ -57,17 +60,35 @@ func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if attempts <= 0 {
 		attempts = DefaultMaxTxAttempts
 	}
+	raced, lost := 0, 0
 	for attempt := 1; ; attempt++ {
 		err := db.runTx(ctx, fn)
-		var ce *commitError
-		if err == nil || !(IsRetryable(err) || (IsConnectionLost(err) && !errors.As(err, &ce))) {
-			return err
+		if err == nil {
+			return nil
 		}
-		if attempt >= attempts {
-			if attempt == 1 {
-				return err
+		var ce *commitError
+		var be *beginError
+		var pause time.Duration
+		switch {
+		case IsRetryable(err):
+			raced++
+			if raced >= attempts {
+				if attempt == 1 {
+					return err
+				}
+				return fmt.Errorf("sqldb: transaction failed %d times: %w", attempt, err)
 			}
-			return fmt.Errorf("sqldb: transaction failed %d times: %w", attempt, err)
+			pause = txBackoff(raced)
+		case ctx.Err() == nil && ((errors.As(err, &be) && !dbClosed(err)) || (IsConnectionLost(err) && !errors.As(err, &ce))):
+			// The session is gone (a server restart takes a second or
+			// two): try again for a while, on a new connection.
+			lost++
+			if lost >= maxConnLostAttempts {
+				return fmt.Errorf("sqldb: transaction failed %d times: %w", attempt, err)
+			}
+			pause = txBackoff(lost)
+		default:
+			return err
 		}
 		if ctx.Err() != nil {
 			return err
@@ -75,11 +96,16 @@ func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		if db.OnTxRetry != nil {
 			db.OnTxRetry(attempt, err)
 		}
-		if !sleepCtx(ctx, txBackoff(attempt)) {
+		if !sleepCtx(ctx, pause) {
 			return err
 		}
 	}
 }
+
+// maxConnLostAttempts bounds the attempts of a transaction whose connection
+// was lost before COMMIT or could not begin: with txBackoff's pauses (at most
+// 500 ms) about 7 s, a PostgreSQL restart's worth.
+const maxConnLostAttempts = 20
 
 // runTx is one attempt of InTx.
 func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
@@ -93,7 +119,7 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("sqldb: begin: %w", err)
+		return &beginError{err: err}
 	}
 	done := false
 	defer func() {
@@ -111,6 +137,17 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 	}
 	return nil
 }
+
+// dbClosed reports database/sql's error for a DB used after Close (not
+// exported by database/sql), which no retry mends.
+func dbClosed(err error) bool { return strings.Contains(err.Error(), "sql: database is closed") }
+
+// beginError is a failed BEGIN: no transaction ran, so InTx may run it
+// again (a refused or closed connection during a server restart).
+type beginError struct{ err error }
+
+func (e *beginError) Error() string { return "sqldb: begin: " + e.err.Error() }
+func (e *beginError) Unwrap() error { return e.err }
 
 // commitError is a failed COMMIT: a connection lost there leaves the
 // transaction's outcome unknown, so InTx does not run it again (a lost race,
