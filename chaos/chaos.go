@@ -130,8 +130,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if c.regPort, err = freePort(); err != nil {
 		return nil, err
 	}
-	c.brokers = fmt.Sprintf("127.0.0.1:%d", ds.port)
-	c.regURL = fmt.Sprintf("http://127.0.0.1:%d", c.regPort)
+	c.brokers = fmt.Sprintf("%s:%d", procHost, ds.port)
+	c.regURL = fmt.Sprintf("http://%s:%d", procHost, c.regPort)
 	c.dsn = "sqlite:" + filepath.Join(cfg.DataDir, "ordercast.db")
 	direct := []string{c.brokers} // the harness's own clients
 	rep.Backend = "embedded"
@@ -233,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	var checkouts []string
 	for _, p := range c.list("checkout") {
-		checkouts = append(checkouts, fmt.Sprintf("http://127.0.0.1:%d", p.port))
+		checkouts = append(checkouts, fmt.Sprintf("http://%s:%d", procHost, p.port))
 	}
 
 	// The fault phase.
