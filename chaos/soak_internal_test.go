@@ -26,7 +26,7 @@ func TestSoakTable(t *testing.T) {
 		Injected:        map[string]int{FaultBrokerKill: 2, FaultKill: 0},
 		InboxDuplicates: map[string]int{"orders": 4, "payments": 1},
 		TxnAborted:      2, RelayAborted: 1,
-		BadRecords:      make([]badRecord, 8), DLQRecords: map[string]int{"orders": 8},
+		BadRecords: make([]badRecord, 8), DLQRecords: map[string]int{"orders": 8},
 		RecoveryByFault: sum,
 		Invariants:      []Invariant{{Name: "a", OK: true}, {Name: "lost", OK: false, Violations: 3}},
 	}
