@@ -104,6 +104,61 @@ func TestInTxRetriesWhileServerRestarts(t *testing.T) {
 	}
 }
 
+// TestInTxRetriesWhenConnectionResetMidTransaction (found by the cluster
+// soak, seed 22: a PostgreSQL crash reset checkout's connection in the middle
+// of its 'published' mark, "read: connection reset by peer", and the 202
+// kept a pending row): a transaction whose socket dies between two
+// statements, before COMMIT, is run again on a new connection; the first
+// attempt's write is not kept.
+func TestInTxRetriesWhenConnectionResetMidTransaction(t *testing.T) {
+	base := os.Getenv(storetest.PostgresEnv)
+	if base == "" {
+		t.Skipf("PostgreSQL tests skipped: set %s", storetest.PostgresEnv)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := &forwarder{upstream: u.Host}
+	addr := fw.start(t, "127.0.0.1:0")
+	u.Host = addr
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := sqldb.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS conn_reset; CREATE TABLE conn_reset (id INT PRIMARY KEY, attempt INT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = db.ExecContext(context.Background(), `DROP TABLE conn_reset`) }()
+	attempts := 0
+	err = db.InTx(ctx, func(tx *sql.Tx) error {
+		attempts++
+		if _, err := tx.ExecContext(ctx, `INSERT INTO conn_reset (id, attempt) VALUES (1, $1)`, attempts); err != nil {
+			return err
+		}
+		if attempts == 1 {
+			fw.stop() // the socket dies under the open transaction
+			time.AfterFunc(300*time.Millisecond, func() { fw.start(t, addr) })
+			_, err := tx.ExecContext(ctx, `SELECT 1`)
+			if err == nil {
+				t.Fatal("a statement through a stopped forwarder succeeded")
+			}
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("InTx after a reset mid-transaction: %v (after %d attempts)", err, attempts)
+	}
+	var got int
+	if err := db.QueryRowContext(ctx, `SELECT attempt FROM conn_reset WHERE id = 1`).Scan(&got); err != nil || got != attempts || attempts < 2 {
+		t.Fatalf("row from attempt %d (%v) after %d attempts: want a later attempt's row only", got, err, attempts)
+	}
+}
+
 // forwarder forwards TCP connections to upstream while started.
 type forwarder struct {
 	upstream string

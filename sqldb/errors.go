@@ -1,8 +1,12 @@
 package sqldb
 
 import (
+	"database/sql/driver"
 	"errors"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
@@ -38,7 +42,9 @@ func IsRetryable(err error) bool {
 // backend crashed, or an immediate shutdown), cannot_connect_now (57P03: the
 // server is starting), any connection_exception (class 08), or an error pgx
 // marks safe to retry (nothing was sent: pgconn.SafeToRetry). Codes from the
-// PostgreSQL manual, Appendix A. InTx runs such a transaction again unless
+// PostgreSQL manual, Appendix A. Also a network error of the session's
+// socket (a reset, EOF: the server crashed under it) and database/sql's
+// driver.ErrBadConn, pgconn.ErrConnClosed. InTx runs such a transaction again unless
 // the connection was lost in COMMIT, whose outcome is then unknown.
 func IsConnectionLost(err error) bool {
 	if err == nil {
@@ -48,7 +54,9 @@ func IsConnectionLost(err error) bool {
 	if errors.As(err, &pe) {
 		return pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" || strings.HasPrefix(pe.Code, "08")
 	}
-	return pgconn.SafeToRetry(err)
+	var ne net.Error
+	return pgconn.SafeToRetry(err) || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, pgconn.ErrConnClosed)
 }
 
 // IsUniqueViolation reports whether err (or an error it wraps) is a primary
