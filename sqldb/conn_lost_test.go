@@ -1,6 +1,7 @@
 package sqldb_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,12 +161,64 @@ func TestInTxRetriesWhenConnectionResetMidTransaction(t *testing.T) {
 	}
 }
 
+// TestInTxIdempotentRetriesWhenLostInCommit (found by the cluster soak, seed
+// 31: pg_terminate_backend during checkout's COMMIT of its 'published' mark,
+// 57P01 in COMMIT, left a 202 with a pending row): the connection is cut
+// when the client sends COMMIT. InTx returns the error (outcome unknown, its
+// transaction is not run again); InTxIdempotent runs it again and succeeds.
+func TestInTxIdempotentRetriesWhenLostInCommit(t *testing.T) {
+	base := os.Getenv(storetest.PostgresEnv)
+	if base == "" {
+		t.Skipf("PostgreSQL tests skipped: set %s", storetest.PostgresEnv)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := &forwarder{upstream: u.Host}
+	addr := fw.start(t, "127.0.0.1:0")
+	u.Host = addr
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := sqldb.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS lost_commit; CREATE TABLE lost_commit (id INT PRIMARY KEY, status TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = db.ExecContext(context.Background(), `DROP TABLE lost_commit`) }()
+	if _, err := db.ExecContext(ctx, `INSERT INTO lost_commit VALUES (1, 'pending'), (2, 'pending')`); err != nil {
+		t.Fatal(err)
+	}
+	mark := func(id int) func(tx *sql.Tx) error {
+		return func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `UPDATE lost_commit SET status = 'published' WHERE id = $1 AND status = 'pending'`, id)
+			return err
+		}
+	}
+	fw.cutOnCommit.Store(true)
+	if err := db.InTx(ctx, mark(1)); err == nil {
+		t.Fatal("InTx with the connection cut at COMMIT: want an error (outcome unknown, not run again)")
+	}
+	fw.cutOnCommit.Store(true)
+	if err := db.InTxIdempotent(ctx, mark(2)); err != nil {
+		t.Fatalf("InTxIdempotent with the connection cut at COMMIT: %v", err)
+	}
+	var st string
+	if err := db.QueryRowContext(ctx, `SELECT status FROM lost_commit WHERE id = 2`).Scan(&st); err != nil || st != "published" {
+		t.Fatalf("row 2 %q (%v): want published", st, err)
+	}
+}
+
 // forwarder forwards TCP connections to upstream while started.
 type forwarder struct {
-	upstream string
-	mu       sync.Mutex
-	ln       net.Listener
-	conns    []net.Conn
+	upstream    string
+	cutOnCommit atomic.Bool // close the next connection that sends COMMIT, before forwarding it
+	mu          sync.Mutex
+	ln          net.Listener
+	conns       []net.Conn
 }
 
 func (f *forwarder) start(t *testing.T, addr string) string {
@@ -191,11 +245,32 @@ func (f *forwarder) start(t *testing.T, addr string) string {
 			f.mu.Lock()
 			f.conns = append(f.conns, c, u)
 			f.mu.Unlock()
-			go func() { _, _ = io.Copy(u, c); u.Close() }()
+			go func() { f.pump(u, c); u.Close(); c.Close() }()
 			go func() { _, _ = io.Copy(c, u); c.Close() }()
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// pump copies client bytes to the server; with cutOnCommit set it drops the
+// connection instead of forwarding a chunk holding a simple-query COMMIT
+// (pgx's stdlib sends "commit").
+func (f *forwarder) pump(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if f.cutOnCommit.Load() && bytes.Contains(bytes.ToLower(buf[:n]), []byte("commit\x00")) && f.cutOnCommit.CompareAndSwap(true, false) {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (f *forwarder) stop() {

@@ -56,6 +56,21 @@ import (
 // InTx is safe for concurrent use. Calls on SQLite serialise; calls on
 // PostgreSQL run in parallel up to the pool size.
 func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return db.inTx(ctx, fn, false)
+}
+
+// InTxIdempotent is InTx for a transaction whose effect is the same when it
+// is applied twice (an UPDATE ... WHERE status = 'pending', an INSERT ... ON
+// CONFLICT DO NOTHING): it is also run again when the connection was lost in
+// COMMIT, whose outcome is unknown (the first COMMIT may have been applied;
+// the second attempt then finds its work done). Use it only for such
+// transactions: fn must read what it needs, not assume the first attempt
+// failed.
+func (db *DB) InTxIdempotent(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return db.inTx(ctx, fn, true)
+}
+
+func (db *DB) inTx(ctx context.Context, fn func(tx *sql.Tx) error, idempotent bool) error {
 	attempts := db.MaxTxAttempts
 	if attempts <= 0 {
 		attempts = DefaultMaxTxAttempts
@@ -79,7 +94,7 @@ func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 				return fmt.Errorf("sqldb: transaction failed %d times: %w", attempt, err)
 			}
 			pause = txBackoff(raced)
-		case ctx.Err() == nil && ((errors.As(err, &be) && !dbClosed(err)) || (IsConnectionLost(err) && !errors.As(err, &ce))):
+		case ctx.Err() == nil && ((errors.As(err, &be) && !dbClosed(err)) || (IsConnectionLost(err) && (idempotent || !errors.As(err, &ce)))):
 			// The session is gone (a server restart takes a second or
 			// two): try again for a while, on a new connection.
 			lost++
