@@ -319,6 +319,10 @@ func TestOtherFlags(t *testing.T) {
 		{chaos("--rate", "NaN"), []string{"--rate", "number"}},
 		{chaos("--crash-rates", "crash-after-nothing=0.5"), []string{"--crash-rates", "crash-after-nothing", "crash-after-effect"}},
 		{chaos("--opening-credit", "lots"), []string{"--opening-credit", "GBP"}},
+		{chaos("--kafka-script", "scripts/kafka.sh"), []string{"--kafka-script", "--postgres-script", "--db", "together"}},
+		{chaos("--proxy"), []string{"--proxy", "real cluster"}},
+		{chaos("--seeds", "3"), []string{"--seeds", "--table"}},
+		{chaos("--faults", "net-reset"), []string{"net-reset", "embedded"}},
 	})
 	t.Setenv("KAFKA_TLS", "yes")
 	checkFlagErrors(t, []flagCase{{[]string{"groups", b}, []string{"KAFKA_TLS", `"yes"`, "true or false"}}})
