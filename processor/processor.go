@@ -205,6 +205,7 @@ type partState struct {
 	// its share of MaxInFlight in OrderPartition (holdShare: admission
 	// waits for its records to complete). See admitHoldLocked.
 	held    hold
+	pause   pauseState   // the user's Pause (pause.go)
 	hwm     int64        // last seen high watermark / last stable offset
 	blocked error        // non-nil while a retry-topic/DLQ write keeps failing
 	m       *partMetrics // nil without metrics
@@ -510,10 +511,14 @@ type Health struct {
 	// Paused reports backpressure: MaxInFlight is reached and polling
 	// waits for room.
 	Paused bool `json:"paused"`
-	// Parked counts held records of failing keys or partitions, and
-	// retry-topic records waiting for their due time: they do not use up
-	// MaxInFlight room.
+	// Parked counts held records of failing keys or partitions, of
+	// partitions paused by Pause, and retry-topic records waiting for
+	// their due time: they do not use up MaxInFlight room.
 	Parked int `json:"parked"`
+	// PausedPartitions lists the partitions paused by Pause
+	// ("topic[partition]", sorted); the runtime's own pausing is in
+	// Paused and Blocked.
+	PausedPartitions []string `json:"pausedPartitions,omitempty"`
 	// Blocked lists partitions whose retry-topic or DLQ write keeps failing
 	// (they are paused and their commit point is held), or has been in
 	// progress for longer than the maximum Backoff (the client retries a
@@ -554,6 +559,7 @@ func (p *Processor) Health() Health {
 	h.InFlight = p.inRecs
 	h.Paused = p.paused
 	h.Parked = p.parked
+	h.PausedPartitions = p.pausedPartitionsLocked()
 	h.Unreachable = p.reach.unreachable(time.Now())
 	return h
 }
