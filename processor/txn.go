@@ -95,6 +95,9 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 	if h == nil {
 		return nil, errors.New("processor: NewTransactional: a TxnHandler is required")
 	}
+	if len(c.topicHandlers) > 0 {
+		return nil, errors.New("processor: NewTransactional: HandleTopic is not used by the exactly-once mode: dispatch on r.Topic in the TxnHandler")
+	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
