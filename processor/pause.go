@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // ErrNotAssigned is wrapped by the error of Pause and Resume when a named
@@ -81,7 +83,8 @@ func (p *Processor) Pause(topic string, partitions ...int32) error {
 
 // Resume lifts Pause from the given partitions of topic (all of the topic's
 // partitions this member holds when none are given): their waiting records
-// are handled again, in their order, and their fetching resumes unless the
+// are handled again, in their order, and their fetching resumes (with the
+// fetch after the one in flight: kgo.FetchMaxWait, 500ms) unless the
 // runtime itself keeps it paused (backpressure, a failing retry-topic/DLQ
 // write). Resuming a partition that is not paused does nothing. It returns
 // an error wrapping ErrNotAssigned, and resumes nothing, if a named
@@ -175,4 +178,110 @@ func (p *Processor) pausedPartitionsLocked() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Pause stops the transformation of the given partitions of topic (all of
+// the topic's partitions this member holds when none are given) until
+// Resume: their fetching is paused in the client
+// (kgo.Client.PauseFetchPartitions, Kafka's KafkaConsumer.pause), and no
+// poll after Pause returns brings their records; records of theirs that an
+// earlier poll brought into the open transaction (at most MaxInFlight) are
+// still transformed and committed with it. Transactions go on for the other
+// partitions.
+//
+// A pause is of this member's hold of the partition, as with Kafka's
+// consumer: a rebalance that takes the partition away forgets it, and so
+// does a session replaced after a failed transaction (the member leaves the
+// group and joins again). Pausing a paused partition does nothing. Pause
+// returns an error wrapping ErrNotAssigned, and pauses nothing, if a named
+// partition is not held (or, with none named, no partition of topic is).
+// Safe for concurrent use, also from the TxnHandler. Health.PausedPartitions
+// lists the paused partitions.
+func (t *TxnProcessor) Pause(topic string, partitions ...int32) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	parts, err := t.heldLocked("pause", topic, partitions)
+	if err != nil {
+		return err
+	}
+	if t.paused == nil {
+		t.paused = map[tp]bool{}
+	}
+	for _, part := range parts {
+		t.paused[tp{topic, part}] = true
+	}
+	t.sess.Client().PauseFetchPartitions(map[string][]int32{topic: parts})
+	return nil
+}
+
+// Resume lifts Pause from the given partitions of topic (all of the topic's
+// partitions this member holds when none are given): the next polls bring
+// their records again, from where the member stopped. A resumed partition
+// joins the fetch after the one in flight, which on idle partitions takes
+// up to kgo.FetchMaxWait (franz-go's default 5s; ConsumerOpts sets it; New's
+// Processor uses 500ms). Resuming a partition
+// that is not paused does nothing. It returns an error wrapping
+// ErrNotAssigned, and resumes nothing, if a named partition is not held (a
+// rebalance took it away and with it the pause). Safe for concurrent use.
+func (t *TxnProcessor) Resume(topic string, partitions ...int32) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	parts, err := t.heldLocked("resume", topic, partitions)
+	if err != nil {
+		return err
+	}
+	for _, part := range parts {
+		delete(t.paused, tp{topic, part})
+	}
+	t.sess.Client().ResumeFetchPartitions(map[string][]int32{topic: parts})
+	return nil
+}
+
+// heldLocked returns the named partitions of topic (all held ones when none
+// are), or an error naming those the current session does not hold. t.mu
+// held.
+func (t *TxnProcessor) heldLocked(op, topic string, partitions []int32) ([]int32, error) {
+	owned := t.owned[topic]
+	if t.sess == nil {
+		owned = nil
+	}
+	if len(partitions) == 0 {
+		for part := range owned {
+			partitions = append(partitions, part)
+		}
+		if len(partitions) == 0 {
+			return nil, fmt.Errorf("processor: %s %s: no partition of the topic held: %w", op, topic, ErrNotAssigned)
+		}
+		return partitions, nil
+	}
+	var missing []int32
+	for _, part := range partitions {
+		if !owned[part] {
+			missing = append(missing, part)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("processor: %s %s partitions %v: %w", op, topic, missing, ErrNotAssigned)
+	}
+	return partitions, nil
+}
+
+// forgetPauses is the session's revoke and loss hook: the pauses of the
+// partitions it gives up are forgotten, in the client too (franz-go keeps a
+// paused partition paused across assignments).
+func (t *TxnProcessor) forgetPauses(cl *kgo.Client, gone map[string][]int32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	resume := map[string][]int32{}
+	for topic, parts := range gone {
+		for _, part := range parts {
+			if t.paused[tp{topic, part}] {
+				delete(t.paused, tp{topic, part})
+				resume[topic] = append(resume[topic], part)
+			}
+		}
+	}
+	if len(resume) > 0 {
+		cl.ResumeFetchPartitions(resume)
+	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ordercast/ordercast/internal/testkafka"
 )
 
 // pauseLog records, per partition, the offsets whose handler started, in
@@ -273,5 +275,106 @@ func TestPauseForgottenOnRevoke(t *testing.T) {
 	}
 	if len(b.p.Health().PausedPartitions) != 0 {
 		t.Fatalf("B inherited a pause: %v", b.p.Health().PausedPartitions)
+	}
+}
+
+// TestTxnPause: TxnProcessor.Pause stops the polling of a partition (its
+// records produced after Pause are not transformed) while transactions go
+// on for the other; after Resume they are transformed and committed once.
+func TestTxnPause(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 2, "out": 1})
+	var log pauseLog
+	tx, err := NewTransactional("txn-pause", func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		log.add(r)
+		return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
+	}, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(10*time.Millisecond),
+		ConsumerOpts(kgo.FetchMaxWait(100*time.Millisecond))) // a resumed partition joins the fetch after the one in flight
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Pause("in", 0); !errors.Is(err, ErrNotAssigned) {
+		t.Fatalf("Pause before Run: %v, want ErrNotAssigned", err)
+	}
+	testkafka.Run(t, tx)
+	recs := func(part int32, from, to int) (out []*kgo.Record) {
+		for i := from; i < to; i++ {
+			out = append(out, &kgo.Record{Topic: "in", Partition: part, Value: val(i)})
+		}
+		return out
+	}
+	produce(t, addrs, recs(0, 0, 3)...)
+	waitFor(t, 20*time.Second, "partition 0 committed", func() bool { return committed(t, addrs, "g", "in")[0] == 3 })
+	if err := tx.Pause("in", 0, 9); !errors.Is(err, ErrNotAssigned) {
+		t.Fatalf("Pause of a partition not held: %v, want ErrNotAssigned", err)
+	}
+	if err := tx.Pause("in", 0); err != nil {
+		t.Fatal(err)
+	}
+	if h := tx.Health(); fmt.Sprint(h.PausedPartitions) != "[in[0]]" {
+		t.Fatalf("Health.PausedPartitions %v", h.PausedPartitions)
+	}
+	produce(t, addrs, append(recs(0, 3, 6), recs(1, 0, 3)...)...)
+	waitFor(t, 20*time.Second, "partition 1 committed", func() bool { return committed(t, addrs, "g", "in")[1] == 3 })
+	if got := log.of(0); len(got) != 3 {
+		t.Fatalf("partition 0 transformed %v while paused, want offsets 0..2 only", got)
+	}
+	if err := tx.Resume("in"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "partition 0 committed after Resume", func() bool { return committed(t, addrs, "g", "in")[0] == 6 })
+	if got := log.of(0); fmt.Sprint(got) != "[0 1 2 3 4 5]" {
+		t.Fatalf("partition 0 transformed %v, want 0..5 once each, in order", got)
+	}
+	if h := tx.Health(); len(h.PausedPartitions) != 0 {
+		t.Fatalf("still paused after Resume: %v", h.PausedPartitions)
+	}
+}
+
+// TestTxnPauseForgottenOnRevoke: the partition a second member takes over
+// loses its pause at the first member (in the client too: franz-go would
+// keep it paused across assignments) and is transformed by the second; the
+// one the first keeps stays paused.
+func TestTxnPauseForgottenOnRevoke(t *testing.T) {
+	addrs := testCluster(t, map[string]int32{"in": 2, "out": 1})
+	var logA, logB pauseLog
+	start := func(id string, log *pauseLog) *TxnProcessor {
+		tx, err := NewTransactional(id, func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+			log.add(r)
+			return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
+		}, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(10*time.Millisecond),
+			ConsumerOpts(kgo.FetchMaxWait(100*time.Millisecond)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		testkafka.Run(t, tx)
+		return tx
+	}
+	a := start("txn-a", &logA)
+	waitFor(t, 20*time.Second, "A holds both partitions", func() bool { return len(a.Health().Partitions) == 2 })
+	if err := a.Pause("in"); err != nil {
+		t.Fatal(err)
+	}
+	b := start("txn-b", &logB)
+	waitFor(t, 20*time.Second, "one partition each", func() bool {
+		return len(a.Health().Partitions) == 1 && len(b.Health().Partitions) == 1
+	})
+	kept := a.Health().Partitions[0]
+	moved := int32(0)
+	if kept == "in[0]" {
+		moved = 1
+	}
+	if h := a.Health(); fmt.Sprint(h.PausedPartitions) != "["+kept+"]" {
+		t.Fatalf("A's paused partitions %v, want the one it kept, %s", h.PausedPartitions, kept)
+	}
+	a.mu.Lock()
+	clientPaused := a.sess.Client().PauseFetchPartitions(nil)
+	a.mu.Unlock()
+	if slices.Contains(clientPaused["in"], moved) || !slices.Contains(clientPaused["in"], 1-moved) {
+		t.Fatalf("A's client pauses %v, want in[%d] only", clientPaused, 1-moved)
+	}
+	produce(t, addrs, &kgo.Record{Topic: "in", Partition: 0, Value: []byte("x")}, &kgo.Record{Topic: "in", Partition: 1, Value: []byte("y")})
+	waitFor(t, 20*time.Second, "B transforms the moved partition", func() bool { return len(logB.of(moved)) == 1 })
+	if len(logA.of(1-moved)) != 0 || len(b.Health().PausedPartitions) != 0 {
+		t.Fatalf("A transformed its paused partition (%v) or B inherited a pause (%v)", logA.of(1-moved), b.Health().PausedPartitions)
 	}
 }

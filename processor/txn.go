@@ -56,6 +56,8 @@ type TxnProcessor struct {
 	mu    sync.Mutex
 	sess  *kgo.GroupTransactSession
 	owned map[string]map[int32]bool // partitions held by sess, from its rebalance callbacks
+	// paused are the partitions of sess paused by Pause (pause.go).
+	paused map[tp]bool
 
 	// lateRisk is when (unix ns) a TxnOffsetCommit last failed on the wire
 	// (a copy may still be in the network and land late); see
@@ -135,8 +137,14 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	// calls ours; they only keep Health's view of the assignment.
 	opts = append(opts,
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "assigned") }),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "revoked") }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "lost") }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			t.track(m, "revoked")
+			t.forgetPauses(cl, m)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			t.track(m, "lost")
+			t.forgetPauses(cl, m)
+		}),
 	)
 	opts = append(opts, kgo.WithHooks(lateCommitHook{t}))
 	if c.groupProtocol == "consumer" {
@@ -187,10 +195,10 @@ func (t *TxnProcessor) track(m map[string][]int32, kind string) {
 	}
 }
 
-// Health reports the member's group state and the partitions it holds
-// ("topic[partition]", sorted). InFlight, Paused, Parked and Blocked stay
-// zero: a transaction holds no records between polls. Safe for concurrent
-// use.
+// Health reports the member's group state, the partitions it holds
+// ("topic[partition]", sorted) and those paused by Pause. InFlight, Paused,
+// Parked and Blocked stay zero: a transaction holds no records between
+// polls. Safe for concurrent use.
 func (t *TxnProcessor) Health() Health {
 	t.mu.Lock()
 	sess := t.sess
@@ -200,8 +208,12 @@ func (t *TxnProcessor) Health() Health {
 			h.Partitions = append(h.Partitions, tp{topic, p}.String())
 		}
 	}
+	for k := range t.paused {
+		h.PausedPartitions = append(h.PausedPartitions, k.String())
+	}
 	t.mu.Unlock()
 	slices.Sort(h.Partitions)
+	slices.Sort(h.PausedPartitions)
 	if sess != nil {
 		h.MemberID, h.Generation = sess.Client().GroupMetadata()
 		h.Joined = h.MemberID != "" && h.Generation >= 0
@@ -236,12 +248,12 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 			checked = true
 		}
 		t.mu.Lock()
-		t.sess, t.owned = sess, nil
+		t.sess, t.owned, t.paused = sess, nil, nil
 		t.mu.Unlock()
 		err = t.runSession(ctx, sess)
 		sess.Close()
 		t.mu.Lock()
-		t.owned = nil
+		t.owned, t.paused = nil, nil
 		t.mu.Unlock()
 		if err == nil {
 			return nil
