@@ -113,7 +113,11 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 
 func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	c := t.cfg
-	opts := append(append(append([]kgo.Opt{}, c.clientOpts...), c.consumerOpts...), c.producerOpts...)
+	// Heartbeats every third of the session timeout, at most every 3s, as
+	// New's members do (franz-go's fixed 3s would expire a shorter session
+	// between heartbeats); ClientOpts may override it.
+	opts := []kgo.Opt{kgo.HeartbeatInterval(min(3*time.Second, c.sessionTimeout/3))}
+	opts = append(append(append(opts, c.clientOpts...), c.consumerOpts...), c.producerOpts...)
 	start := newStarter(&c, nil, t.groupStart)
 	opts = append(opts, start.opts()...)
 	opts = append(opts,
