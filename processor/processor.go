@@ -57,10 +57,10 @@
 //     its own, and New refuses a topic left without one.
 //   - Ordering: OrderPartition; Concurrency 16 handler calls per member;
 //     MaxInFlight 1000 records and 64 MiB of key+value bytes.
-//   - No partition paused. Processor.Pause pauses one until Resume or until
-//     a rebalance takes it from this member (a pause is of the member, as
-//     with Kafka's consumer); it never lifts, nor is lifted by, the
-//     runtime's own pausing for backpressure.
+//   - No partition paused. Pause (Processor, TxnProcessor) pauses one until
+//     Resume or until a rebalance takes it from this member (a pause is of
+//     the member, as with Kafka's consumer); it never lifts, nor is lifted
+//     by, the runtime's own pausing for backpressure.
 //   - A group with no committed offset starts at the earliest offset
 //     (StartOffset(Earliest), Kafka's auto.offset.reset=earliest).
 //   - Reads are always read_committed (records of aborted transactions are
