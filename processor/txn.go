@@ -235,6 +235,11 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 	failures := 0
 	checked := false
 	for ctx.Err() == nil {
+		// Cleared before the session exists: its client joins the group
+		// at once, and its assignment callback may run before Run goes on.
+		t.mu.Lock()
+		t.owned, t.paused = nil, nil
+		t.mu.Unlock()
 		sess, err := t.newSession()
 		if err != nil {
 			return fmt.Errorf("processor: transactional session: %w", err)
@@ -252,7 +257,7 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 			checked = true
 		}
 		t.mu.Lock()
-		t.sess, t.owned, t.paused = sess, nil, nil
+		t.sess = sess
 		t.mu.Unlock()
 		err = t.runSession(ctx, sess)
 		sess.Close()

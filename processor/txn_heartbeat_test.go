@@ -18,7 +18,7 @@ import (
 func TestTxnShortSessionTimeout(t *testing.T) {
 	addrs := testCluster(t, map[string]int32{"in": 2, "out": 1})
 	tx, err := NewTransactional("txn-hb", func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
-		Brokers(addrs...), Group("g"), Topics("in"), SessionTimeout(450*time.Millisecond), RebalanceTimeout(5*time.Second))
+		Brokers(addrs...), Group("g"), Topics("in"), SessionTimeout(1500*time.Millisecond), RebalanceTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
