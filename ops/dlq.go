@@ -525,7 +525,10 @@ const (
 // were refused the others are still replayed and the error is a
 // *RefusedError. On any other error (ctx done, write failed) the records of
 // committed transactions are in the result and marked; the rest are neither
-// written nor marked, so running the same replay again is safe.
+// written nor marked, so running the same replay again is safe. Each
+// transaction is read back before the next: when Replay returns, a List
+// shows the marks of what it replayed (a batch found aborted is written
+// again, see errNotApplied).
 func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error) {
 	if o.To == "" {
 		o.To = TargetSource
@@ -663,30 +666,92 @@ func (d *DLQ) fencedTxnClient(ctx context.Context) (*kgo.Client, error) {
 
 // writeReplays writes queue in transactions of at most replayBatch records
 // or replayBatchAge, pacing with a token bucket. A transaction is committed
-// before a wait of more than a second, so it never stays open long.
+// before a wait of more than a second, so it never stays open long. Each
+// commit is read back (awaitCommitted); a batch found aborted is written
+// again with a new client of the transactional id, at most commitAttempts
+// times in all (errNotApplied).
 func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*DLQRecord, to Target, retryTopic string, perSec float64, res *ReplayResult) error {
 	lim := rate.NewLimiter(rate.Inf, 1)
 	if perSec > 0 {
 		lim = rate.NewLimiter(rate.Limit(perSec), 1)
 	}
+	replaced := false // txn is a client of its own, closed here
+	defer func() {
+		if replaced {
+			txn.Close()
+		}
+	}()
 	var (
 		pending   []ReplayedRecord
+		batch     []*DLQRecord // the DLQ records of pending
 		inTxn     bool
 		opened    time.Time
 		lastState int64
 	)
+	// write produces r's replay and its mark in the open transaction.
+	write := func(r *DLQRecord) (ReplayedRecord, error) {
+		out := replayRecord(r, to, retryTopic)
+		pr := txn.ProduceSync(ctx, out)
+		if err := pr.FirstErr(); err != nil {
+			return ReplayedRecord{}, fmt.Errorf("write %s to %s: %w", r.ID, out.Topic, err)
+		}
+		w := pr[0].Record
+		mark := ReplayMark{At: time.Now().UTC(), To: Coord{w.Topic, w.Partition, w.Offset}.String(), Target: string(to), Forced: r.Replay != nil}
+		c, _ := ParseCoord(r.ID)
+		sr := txn.ProduceSync(ctx, stateRecord(replayedKey(c), mark))
+		if err := sr.FirstErr(); err != nil {
+			return ReplayedRecord{}, fmt.Errorf("mark %s as replayed in %s: %w", r.ID, StateTopic, err)
+		}
+		lastState = sr[0].Record.Offset
+		return ReplayedRecord{From: r.ID, To: mark.To, Key: r.Key, Class: r.ErrorClass, Forced: mark.Forced}, nil
+	}
 	commit := func() error {
 		if !inTxn {
 			return nil
 		}
-		inTxn = false
-		if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
-			return fmt.Errorf("commit the replay of %d records (%s .. %s): %w; they are not marked, run the replay again",
-				len(pending), pending[0].From, pending[len(pending)-1].From, err)
+		for attempt := 1; ; attempt++ {
+			inTxn = false
+			if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				return fmt.Errorf("commit the replay of %d records (%s .. %s): %w; they are not marked, run the replay again",
+					len(pending), pending[0].From, pending[len(pending)-1].From, err)
+			}
+			applied, err := awaitCommitted(ctx, d.opts, d.cl, lastState)
+			if err != nil {
+				return fmt.Errorf("replay of %d records (%s .. %s): %w", len(pending), pending[0].From, pending[len(pending)-1].From, err)
+			}
+			if applied {
+				break
+			}
+			if attempt == commitAttempts {
+				return fmt.Errorf("replay of %d records (%s .. %s): %w %d times; they are not marked, run the replay again",
+					len(pending), pending[0].From, pending[len(pending)-1].From, errNotApplied, attempt)
+			}
+			// Nothing of the batch was written: write it again (the
+			// aborted copies are invisible to read_committed readers),
+			// with a new client: the one that aborted fails its next
+			// produce with OUT_OF_ORDER_SEQUENCE_NUMBER.
+			fresh, err := d.fencedTxnClient(ctx)
+			if err != nil {
+				return err
+			}
+			if replaced {
+				txn.Close()
+			}
+			txn, replaced = fresh, true
+			if err := txn.BeginTransaction(); err != nil {
+				return fmt.Errorf("begin replay transaction: %w", err)
+			}
+			inTxn = true
+			for i, r := range batch {
+				rr, err := write(r)
+				if err != nil {
+					return err
+				}
+				pending[i] = rr
+			}
 		}
-		awaitStable(ctx, d.cl, lastState)
 		res.Replayed = append(res.Replayed, pending...)
-		pending = nil
+		pending, batch = nil, nil
 		return nil
 	}
 	abort := func(err error) error {
@@ -731,20 +796,11 @@ func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*DLQRec
 			}
 			inTxn, opened = true, time.Now()
 		}
-		out := replayRecord(r, to, retryTopic)
-		pr := txn.ProduceSync(ctx, out)
-		if err := pr.FirstErr(); err != nil {
-			return abort(fmt.Errorf("write %s to %s: %w", r.ID, out.Topic, err))
+		rr, err := write(r)
+		if err != nil {
+			return abort(err)
 		}
-		w := pr[0].Record
-		mark := ReplayMark{At: time.Now().UTC(), To: Coord{w.Topic, w.Partition, w.Offset}.String(), Target: string(to), Forced: r.Replay != nil}
-		c, _ := ParseCoord(r.ID)
-		sr := txn.ProduceSync(ctx, stateRecord(replayedKey(c), mark))
-		if err := sr.FirstErr(); err != nil {
-			return abort(fmt.Errorf("mark %s as replayed in %s: %w", r.ID, StateTopic, err))
-		}
-		lastState = sr[0].Record.Offset
-		pending = append(pending, ReplayedRecord{From: r.ID, To: mark.To, Key: r.Key, Class: r.ErrorClass, Forced: mark.Forced})
+		pending, batch = append(pending, rr), append(batch, r)
 		if len(pending) >= replayBatch || time.Since(opened) > replayBatchAge {
 			if err := commit(); err != nil {
 				return abort(err)
@@ -822,27 +878,47 @@ type PurgeResult struct {
 // o.Until (or their end), in one transaction on StateTopic. It never
 // deletes records: they stay in the DLQ topic until its retention.ms, and
 // Force can move a position back. List, Show and Replay start from the
-// position. Errors: ErrBackwards without Force when a position would move
-// back; an Until past a partition's end.
+// position. It returns once read_committed readers see the new positions
+// (a List right after shows them): the commit is read back, and a
+// transaction found aborted is run again with a new client, at most
+// commitAttempts times (see errNotApplied). Errors: ErrBackwards without
+// Force when a position would move back; an Until past a partition's end;
+// a commit that did not become visible within 10 s, or was aborted every
+// time.
 func (d *DLQ) Purge(ctx context.Context, o PurgeOptions) (*PurgeResult, error) {
 	if o.Until < 0 {
 		return nil, fmt.Errorf("purge position %d: want >= 0", o.Until)
 	}
+	for attempt := 1; ; attempt++ {
+		res, applied, err := d.purgeOnce(ctx, o)
+		if err != nil || applied {
+			return res, err
+		}
+		if attempt == commitAttempts {
+			return nil, fmt.Errorf("purge of %s: %w %d times (nothing was purged; run it again)", d.topic, errNotApplied, attempt)
+		}
+	}
+}
+
+// purgeOnce is one attempt of Purge, with its own transactional client:
+// the result, and whether the read-back found it applied (false: its
+// transaction was aborted, see errNotApplied).
+func (d *DLQ) purgeOnce(ctx context.Context, o PurgeOptions) (*PurgeResult, bool, error) {
 	var txn *kgo.Client
 	if !o.DryRun {
 		var err error
 		if txn, err = d.fencedTxnClient(ctx); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		defer txn.Close()
 	}
 	st, err := readState(ctx, d.opts, d.cl, d.topic)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	states, _, err := d.partitions(ctx, o.Partitions, st)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	res := &PurgeResult{Group: d.group, Topic: d.topic, DryRun: o.DryRun, Partitions: []PurgedPartition{}}
 	for _, s := range states {
@@ -853,9 +929,9 @@ func (d *DLQ) Purge(ctx context.Context, o PurgeOptions) (*PurgeResult, error) {
 		from := st.position(s.Partition)
 		switch {
 		case to > s.End:
-			return nil, fmt.Errorf("purge %s partition %d up to offset %d: past its end (the last offset is %d)", d.topic, s.Partition, to-1, s.End-1)
+			return nil, false, fmt.Errorf("purge %s partition %d up to offset %d: past its end (the last offset is %d)", d.topic, s.Partition, to-1, s.End-1)
 		case to < from && !o.Force:
-			return nil, fmt.Errorf("purge %s partition %d up to offset %d: the purge %w: it is at %d, records below it are purged (pass --force to un-purge; the records are still there)", d.topic, s.Partition, to-1, ErrBackwards, from)
+			return nil, false, fmt.Errorf("purge %s partition %d up to offset %d: the purge %w: it is at %d, records below it are purged (pass --force to un-purge; the records are still there)", d.topic, s.Partition, to-1, ErrBackwards, from)
 		case to == from:
 			continue
 		}
@@ -873,60 +949,111 @@ func (d *DLQ) Purge(ctx context.Context, o PurgeOptions) (*PurgeResult, error) {
 				pp.NotReplayed += sign
 			}
 		}); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		res.Partitions = append(res.Partitions, pp)
 	}
 	if o.DryRun || len(res.Partitions) == 0 {
-		return res, nil
+		return res, true, nil
 	}
+	lastState, err := d.writePositions(ctx, txn, res.Partitions)
+	if err != nil {
+		return nil, false, err
+	}
+	applied, err := awaitCommitted(ctx, d.opts, d.cl, lastState)
+	if err != nil {
+		return nil, false, fmt.Errorf("purge of %s: %w", d.topic, err)
+	}
+	return res, applied, nil
+}
+
+// commitAttempts is how many times a replay batch or a purge writes its
+// transaction when the read-back finds it was not applied (errNotApplied).
+const commitAttempts = 3
+
+// errNotApplied: a transaction the client reported committed is not
+// visible to read_committed readers once its outcome is decided, so it was
+// aborted. franz-go v1.22.3 does that under KIP-890 part 2 (Produce v12,
+// partitions added to the transaction implicitly): EndTransaction(TryCommit)
+// sometimes finds no partition marked as added although the produce
+// succeeded, logs "no produce succeeded in this transaction but produces
+// were attempted", aborts and returns nil (seen about once in 30 runs of
+// cmd/ordercast TestOperatorCommands under -race, issue 13 item 14).
+var errNotApplied = errors.New("the transaction was reported committed but was aborted")
+
+// writePositions writes the purge positions of pps in one transaction on
+// StateTopic and returns the offset of the last record written.
+func (d *DLQ) writePositions(ctx context.Context, txn *kgo.Client, pps []PurgedPartition) (int64, error) {
 	if err := txn.BeginTransaction(); err != nil {
-		return nil, fmt.Errorf("begin purge transaction: %w", err)
+		return 0, fmt.Errorf("begin purge transaction: %w", err)
 	}
 	now := time.Now().UTC()
 	var lastState int64
-	for _, pp := range res.Partitions {
+	for _, pp := range pps {
 		pr := txn.ProduceSync(ctx, stateRecord(positionKey(d.topic, pp.Partition), positionValue{Offset: pp.To, At: now}))
 		if err := pr.FirstErr(); err != nil {
 			actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			_ = txn.AbortBufferedRecords(actx)
 			_ = txn.EndTransaction(actx, kgo.TryAbort)
 			cancel()
-			return nil, d.fencedErr(fmt.Errorf("write the purge position of %s partition %d: %w", d.topic, pp.Partition, err))
+			return 0, d.fencedErr(fmt.Errorf("write the purge position of %s partition %d: %w", d.topic, pp.Partition, err))
 		}
 		lastState = pr[0].Record.Offset
 	}
 	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return nil, d.fencedErr(fmt.Errorf("commit the purge of %s: %w (nothing was purged; run it again)", d.topic, err))
+		return 0, d.fencedErr(fmt.Errorf("commit the purge of %s: %w (nothing was purged; run it again)", d.topic, err))
 	}
-	awaitStable(ctx, d.cl, lastState)
-	return res, nil
+	return lastState, nil
 }
 
-// awaitStable waits (at most 10s, and no longer than ctx) until the last
-// stable offset of StateTopic is past offset, so that read_committed
-// readers, such as a List right after a Replay or Purge, see what was just
-// committed: Kafka answers EndTxn once the commit is decided, and writes the
-// transaction markers that move the last stable offset just after. A later
-// Replay or Purge of the group does not depend on it: initialising the same
-// transactional id waits for the previous transaction to complete.
-func awaitStable(ctx context.Context, cl *kgo.Client, offset int64) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+// stableTimeout bounds how long awaitCommitted waits for the last stable
+// offset of StateTopic to pass a committed record.
+var stableTimeout = 10 * time.Second
+
+// awaitCommitted waits (at most stableTimeout, and no longer than ctx)
+// until the last stable offset of StateTopic is past offset, so that
+// read_committed readers, such as a List right after a Replay or Purge, see
+// what was just committed (Kafka answers EndTxn once the commit is decided
+// and writes the transaction markers that move the last stable offset just
+// after), then reads the record at offset back read_committed: true if it
+// is there, false if its transaction was aborted (errNotApplied). It
+// returns an error when the last stable offset does not get there in
+// time, or the read fails. A later Replay or Purge of the group does not
+// depend on it: initialising the same transactional id waits for the
+// previous transaction to complete.
+func awaitCommitted(ctx context.Context, opts []kgo.Opt, cl *kgo.Client, offset int64) (bool, error) {
+	wctx, cancel := context.WithTimeout(ctx, stableTimeout)
 	defer cancel()
 	adm := kadm.NewClient(cl)
+	var lso int64 = -1
 	for {
-		lso, err := adm.ListCommittedOffsets(ctx, StateTopic)
+		los, err := adm.ListCommittedOffsets(wctx, StateTopic)
 		if err == nil {
-			if o, ok := lso.Lookup(StateTopic, 0); ok && o.Err == nil && o.Offset > offset {
-				return
+			if o, ok := los.Lookup(StateTopic, 0); ok && o.Err == nil {
+				lso = o.Offset
 			}
+		}
+		if lso > offset {
+			break
 		}
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
 			t.Stop()
-			return
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			return false, fmt.Errorf("committed, but the last stable offset of %s is %d after %v, not past the record written at %d: readers do not see it yet (list again later; a transaction the broker has not completed holds it back)", StateTopic, lso, stableTimeout, offset)
 		case <-t.C:
 		}
 	}
+	found := false
+	err := readRange(ctx, opts, StateTopic, map[int32]bounds{0: {Start: offset, End: lso}}, func(r *kgo.Record) error {
+		found = found || r.Offset == offset
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("read back what was committed to %s: %w", StateTopic, err)
+	}
+	return found, nil
 }

@@ -313,7 +313,10 @@ func Concurrency(n int) Opt { return opt(func(c *cfg) { c.concurrency = n }) }
 // room (MaxInFlight / assigned partitions, rounded up); the rest of its
 // fetched records wait aside, its fetching paused, so that the poll loop
 // goes on fetching for the partitions that have nothing; those records are
-// bounded by a quarter of the byte bound, past which polling waits. The
+// bounded by a quarter of the byte bound, past which polling waits. In
+// OrderKey the same share bounds a partition's records that wait behind an
+// earlier record of their key (so a partition of few keys cannot fill the
+// room); a partition of distinct keys may take the whole room. The
 // processor sizes fetches from the byte bound and the compression ratio of
 // the batches it reads (fetch sizes count compressed bytes): at most a
 // quarter of it per fetch and 1/32 of it per partition, decoded, the

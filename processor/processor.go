@@ -110,6 +110,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,8 +145,16 @@ type Processor struct {
 	mu       sync.Mutex
 	cond     *sync.Cond // state changes: backpressure lifted, handlers done, releases done (Broadcast)
 	workCond *sync.Cond // a lane became ready (Signal: one worker takes it)
-	parts    map[tp]*partState
-	ready    []*lane
+	// Workers waiting on workCond, those of them signalled and not yet
+	// running, and how many may be signalled at a time (GOMAXPROCS; see
+	// wakeWorkerLocked).
+	idleWorkers, wakes, maxWakes int
+	parts                        map[tp]*partState
+	ready                        []*lane
+	// laneSeed hashes keys to lanes (laneKey); freeLanes are emptied
+	// lanes kept for reuse (freeLaneLocked).
+	laneSeed  maphash.Seed
+	freeLanes []*lane
 	// Fetched records not admitted into lanes yet (see enqueue), and the
 	// partitions that have some, in round-robin order.
 	pendingParts []*partState
@@ -208,7 +218,7 @@ type partState struct {
 	// fetching is paused, because its next pending record would make the
 	// completed-offsets map outgrow CommitMetadataMaxBytes (holdWindow:
 	// admission waits for the commit point to move), or because it holds
-	// its share of MaxInFlight in OrderPartition (holdShare: admission
+	// its share of MaxInFlight (OrderPartition, OrderKey; holdShare: admission
 	// waits for its records to complete). See admitHoldLocked.
 	held    hold
 	pause   pauseState   // the user's Pause (pause.go)
@@ -255,6 +265,8 @@ func New(opts ...Opt) (*Processor, error) {
 	}
 	p.cond = sync.NewCond(&p.mu)
 	p.workCond = sync.NewCond(&p.mu)
+	p.maxWakes = runtime.GOMAXPROCS(0)
+	p.laneSeed = maphash.MakeSeed()
 	p.mm = c.metrics.member(c.group, c.clientID)
 	p.clock = newCoarseClock()
 	p.reach = newReach(c.sessionTimeout / 3)

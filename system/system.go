@@ -184,7 +184,7 @@ type System struct {
 	rights   []Right // the ACLs the services of this process need (Rights)
 	procs    []*processor.Processor
 	txns     []*processor.TxnProcessor
-	httpSrv  *http.Server
+	httpSrv  *drainServer
 	httpAddr string
 
 	runCtx context.Context
@@ -476,15 +476,16 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	s.httpAddr = ln.Addr().String()
 	// ReadHeaderTimeout bounds the header; checkout bounds each body
 	// (checkout.Config.BodyTimeout), and stops reading them on Shutdown.
-	s.httpSrv = &http.Server{ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: checkout.ServerMaxHeaderBytes, IdleTimeout: 2 * time.Minute}
-	var top http.Handler = mux
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: checkout.ServerMaxHeaderBytes, IdleTimeout: 2 * time.Minute, Handler: mux}
+	var onDrain []func()
 	if s.Checkout != nil {
 		// JSON, not ServeMux's redirects and plain text (checkout.Guard).
-		top = checkout.Guard(mux)
-		s.httpSrv.RegisterOnShutdown(s.Checkout.StopReadingBodies)
+		srv.Handler = checkout.Guard(mux)
+		onDrain = append(onDrain, s.Checkout.StopReadingBodies)
 	}
-	s.httpSrv.Handler = top
-	go func() { _ = s.httpSrv.Serve(ln) }()
+	// Stop drains it: see drainServer.Shutdown.
+	s.httpSrv = newDrainServer(srv, ln, onDrain...)
+	go func() { _ = s.httpSrv.Serve() }()
 	log.Info("order system started", "http", s.httpAddr, "services", cfg.Services, "brokers", cfg.Brokers)
 	return s, nil
 }
@@ -623,9 +624,14 @@ func (s *System) readyz(w http.ResponseWriter, r *http.Request) {
 	_ = jsonEncode(w, h)
 }
 
-// Stop stops taking HTTP requests, stops every member (each drains its
-// in-flight records, commits and leaves its group), then closes the clients
-// and the database. It returns the errors services stopped with.
+// Stop stops taking HTTP requests and drains the HTTP server: it stops
+// accepting connections, answers each request it reads with "Connection:
+// close", and waits (at most 10 s in all) until every connection has closed,
+// closing those left idle for a second, so that every request the server
+// read gets its answer and none a connection reset (drainServer.Shutdown).
+// Then it stops every member (each drains its in-flight records, commits and
+// leaves its group), and closes the clients and the database. It returns the
+// errors services stopped with.
 func (s *System) Stop(ctx context.Context) error {
 	if s.httpSrv != nil {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -280,6 +280,12 @@ func TestAuthGetAnothersOrder(t *testing.T) {
 	if r := e.do(http.MethodGet, "/orders/"+ok.OrderID, "", bearer(idp.token("17850"))...); r.status != http.StatusOK {
 		t.Fatalf("GET of 17850's order with its token: %d %s, want 200", r.status, r.body)
 	}
+	// A malformed Authorization header is refused on GET as on POST, not
+	// read as a guest's request.
+	if r := e.do(http.MethodGet, "/orders/"+ok.OrderID, "", "Authorization", "Bearer "); r.status != http.StatusBadRequest ||
+		r.errorCode(t) != checkout.CodeBadAuthorization || !strings.Contains(r.header.Get("WWW-Authenticate"), "invalid_request") {
+		t.Fatalf("GET with Bearer and no token: %d %s %q, want 400 %s with error=invalid_request", r.status, r.body, r.header.Get("WWW-Authenticate"), checkout.CodeBadAuthorization)
+	}
 }
 
 // Per-client rate limiting: past its burst a client gets 429 with

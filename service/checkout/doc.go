@@ -8,6 +8,7 @@
 //	POST /orders        body order.PlaceOrderRequest, optional Idempotency-Key header
 //	                    202 order.PlaceOrderResponse once the event is acknowledged
 //	GET  /orders/{id}   200 OrderView: status, stage history, notifications
+//	GET  /openapi.json  200 the OpenAPI 3.1 description of the API ([OpenAPI])
 //
 // The body of POST /orders is one JSON object with the members customerId
 // (string; absent or null: a guest), country, reference, channel (strings,

@@ -55,7 +55,10 @@ type testEnv struct {
 	registry *sr.Client // the in-memory registry the Serde registered with
 	reg      *prometheus.Registry
 	svc      *checkout.Service
-	handler  http.Handler
+	// handler is svc's Handler checked against the OpenAPI description
+	// (apiContract); pinned says its Serde pins schema versions.
+	handler http.Handler
+	pinned  bool
 }
 
 // envSettings is what envOpts change: the Service's Config and the options
@@ -81,6 +84,15 @@ func withMaxBody(n int64) envOpt { return func(s *envSettings) { s.cfg.MaxBodyBy
 // instances), such as schema.WithWriterVersion.
 func withSerde(opts ...schema.Opt) envOpt {
 	return func(s *envSettings) { s.serdeOpts = append(s.serdeOpts, opts...) }
+}
+
+// pinned reports whether opts pin the Serde's schema versions (withSerde).
+func pinned(opts []envOpt) bool {
+	var set envSettings
+	for _, o := range opts {
+		o(&set)
+	}
+	return len(set.serdeOpts) > 0
 }
 
 // newEnv builds a test environment on a fresh SQLite database.
@@ -128,7 +140,8 @@ func newEnvOn(t *testing.T, db *store.DB, opts ...envOpt) *testEnv {
 	}
 	e := &testEnv{t: t, db: db, brokers: brokers, cluster: cluster, producer: producer, registry: rcl}
 	e.serde, e.reg, e.svc = e.newService(opts...)
-	e.handler = e.svc.Handler()
+	e.pinned = pinned(opts)
+	e.handler = apiContract.wrap(t, e.svc.Handler(), e.pinned)
 	return e
 }
 
@@ -139,7 +152,8 @@ func (e *testEnv) instance(opts ...envOpt) *testEnv {
 	e.t.Helper()
 	o := *e
 	o.serde, o.reg, o.svc = e.newService(opts...)
-	o.handler = o.svc.Handler()
+	o.pinned = pinned(opts)
+	o.handler = apiContract.wrap(e.t, o.svc.Handler(), o.pinned)
 	return &o
 }
 

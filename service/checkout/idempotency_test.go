@@ -246,6 +246,29 @@ func TestPendingRowWithoutPayload(t *testing.T) {
 	}
 }
 
+// A pending row whose stored event does not decode (corrupt data) is 500
+// internal, and nothing is published: checkout does not make up another
+// event for the key.
+func TestPendingRowWithCorruptPayload(t *testing.T) {
+	e := newEnv(t)
+	hash, err := checkout.RequestHash([]byte(keyedBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.ExecContext(testCtx(t), e.db.Rebind(`INSERT INTO checkout_requests
+		(idempotency_key, request_hash, order_id, event_id, status, payload, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)`),
+		"corrupt", hash, "ord_corrupt", "evt_corrupt", []byte{0, 0, 0, 0, 99, 1, 2}, time.Now().UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	r := e.post(keyedBody, "Idempotency-Key", "corrupt")
+	if r.status != http.StatusInternalServerError || r.errorCode(t) != checkout.CodeInternal {
+		t.Fatalf("retry of a row with a corrupt event: %d %s, want 500 internal", r.status, r.body)
+	}
+	if n := e.topicCount(); n != 0 {
+		t.Errorf("%d records published for a corrupt stored event, want 0", n)
+	}
+}
+
 // The broker refuses every produce: 503 broker_unavailable, the row stays
 // pending; once the broker is back the same key succeeds with the same order.
 func TestBrokerDownThenRecovers(t *testing.T) {
@@ -363,7 +386,7 @@ func testIdempotencyKeyAcrossInstances(t *testing.T, db *store.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handlers := []http.Handler{e.handler, other.Handler()}
+	handlers := []http.Handler{e.handler, apiContract.wrap(t, other.Handler(), false)}
 	const n = 6
 	var (
 		wg      sync.WaitGroup

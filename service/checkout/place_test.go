@@ -383,7 +383,7 @@ func TestCloseIdle(t *testing.T) {
 // Over a real HTTP server: JSON with a charset parameter is accepted.
 func TestOverHTTP(t *testing.T) {
 	e := newEnv(t)
-	srv := httptest.NewServer(e.svc.Handler())
+	srv := httptest.NewServer(e.handler)
 	defer srv.Close()
 	ctx := testCtx(t)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders",

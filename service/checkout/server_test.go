@@ -16,9 +16,10 @@ import (
 )
 
 // serveHTTP serves e's handler on a real server, as system does: behind
-// Guard, StopReadingBodies registered for Shutdown.
+// Guard, StopReadingBodies registered for Shutdown. What Guard answers
+// itself is checked against the OpenAPI description too.
 func (e *testEnv) serveHTTP() *httptest.Server {
-	srv := httptest.NewUnstartedServer(checkout.Guard(e.handler))
+	srv := httptest.NewUnstartedServer(apiContract.wrap(e.t, checkout.Guard(e.handler), e.pinned))
 	srv.Config.MaxHeaderBytes = checkout.ServerMaxHeaderBytes
 	srv.Config.RegisterOnShutdown(e.svc.StopReadingBodies)
 	srv.Start()
@@ -119,6 +120,8 @@ func TestServerAnswersJSON(t *testing.T) {
 		{"dot segment", "POST /./orders HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 404, checkout.CodeNotFound},
 		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 405, checkout.CodeMethodNotAllowed},
 		{"large header", "GET /orders/ord_1 HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 100<<10) + "\r\n\r\n", 431, checkout.CodeHeaderTooLarge},
+		{"large header on POST", "POST /orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nX-Big: " + strings.Repeat("a", 100<<10) + "\r\n\r\n{}", 431, checkout.CodeHeaderTooLarge},
+		{"large header on an unknown path", "GET /nope HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 100<<10) + "\r\n\r\n", 431, checkout.CodeHeaderTooLarge},
 		{"unknown path", "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n", 404, checkout.CodeNotFound},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -78,6 +78,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	mux.HandleFunc("/orders", s.methodNotAllowed(http.MethodPost))
 	mux.HandleFunc(routeGet, s.handleGet)
 	mux.HandleFunc("/orders/{id}", s.methodNotAllowed("GET, HEAD"))
+	mux.HandleFunc(routeOpenAPI, serveOpenAPI)
+	mux.HandleFunc("/openapi.json", s.methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, reject(http.StatusNotFound, CodeNotFound, fmt.Sprintf("no such resource: %s %s", r.Method, r.URL.Path)))
 	})

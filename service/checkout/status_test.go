@@ -140,6 +140,23 @@ func TestOrderNotFoundError(t *testing.T) {
 	if _, err := e.svc.Order(testCtx(t), "ord_nope"); !errors.Is(err, checkout.ErrOrderNotFound) {
 		t.Errorf("Order: %v, want ErrOrderNotFound", err)
 	}
+	if r := e.do(http.MethodHead, "/orders/ord_nope", ""); r.status != http.StatusNotFound {
+		t.Errorf("HEAD of an unknown order: %d, want 404", r.status)
+	}
+}
+
+// GET /orders/{id} when the database fails: 503 database_unavailable with
+// Retry-After, not a 404 or a 500.
+func TestGetOrderDatabaseFails(t *testing.T) {
+	e := newEnv(t)
+	id := e.post(`{"lines":[{"stockCode":"85123A","quantity":1}]}`).accepted(t).OrderID
+	if err := e.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do(http.MethodGet, "/orders/"+id, "")
+	if r.status != http.StatusServiceUnavailable || r.errorCode(t) != checkout.CodeDatabaseUnavailable || r.header.Get("Retry-After") == "" {
+		t.Errorf("GET with the database closed: %d %s (Retry-After %q), want 503 database_unavailable with Retry-After", r.status, r.body, r.header.Get("Retry-After"))
+	}
 }
 
 // The history is in time order, checkout's "accepted" included: the orders

@@ -1,0 +1,21 @@
+package ops
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// AwaitCommitted is awaitCommitted, for the tests.
+func AwaitCommitted(ctx context.Context, opts []kgo.Opt, cl *kgo.Client, offset int64) (bool, error) {
+	return awaitCommitted(ctx, opts, cl, offset)
+}
+
+// SetStableTimeout sets awaitCommitted's wait until the test ends (restore
+// is returned).
+func SetStableTimeout(d time.Duration) (restore func()) {
+	old := stableTimeout
+	stableTimeout = d
+	return func() { stableTimeout = old }
+}
