@@ -60,6 +60,7 @@ type Metrics struct {
 	windowUsedG   *prometheus.GaugeVec
 	skippedC      *prometheus.CounterVec
 	oldestAge     *ageCollector
+	batch         *batchMetrics // batch.go
 }
 
 // ageCollector reports ordercast_consumer_oldest_in_flight_seconds, computed
@@ -158,6 +159,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.consumedRecs, m.consumedBytes, m.processed, m.failed, m.retriedC, m.deadLettered, m.retryTopic,
 		m.fwdFailed, m.droppedC, m.fetchErrors, m.rebalances, m.committedOff, m.lag, m.inFlightRecs, m.inFlightBytes,
 		m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.mapBytes, m.windowFullG, m.windowUsedG, m.skippedC, m.oldestAge)
+	m.batch = newBatchMetrics(ns, reg)
 	return m
 }
 

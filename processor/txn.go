@@ -93,6 +93,9 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 	if h == nil {
 		return nil, errors.New("processor: NewTransactional: a TxnHandler is required")
 	}
+	if c.batch != nil {
+		return nil, errors.New("processor: NewTransactional: WithBatchHandler is for New only")
+	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
