@@ -76,6 +76,11 @@ type Config struct {
 	// without checkout (`ordercast run payments`). Default: same as HTTPAddr.
 	Ordering    processor.Ordering
 	Concurrency int
+	// MaxBatch is the most records the orders, payments and notifications
+	// groups apply in one database transaction (processor.WithBatchHandler,
+	// processor.MaxBatch): 0 is processor.DefaultMaxBatch (100), a negative
+	// value turns batching off (one transaction per record).
+	MaxBatch int
 	Layout      ops.Layout
 	// OpeningCredit is each known customer's opening wallet balance.
 	OpeningCredit order.Money
@@ -346,13 +351,16 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 		return o
 	}
+	ordersSvc := &orders.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}
+	notifSvc := &notifications.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}
 	consumers := []struct {
 		name    string
 		topics  []string
 		handler processor.Handler
+		batch   processor.BatchHandler
 	}{
-		{ServiceOrders, orders.Topics, (&orders.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}).Handle},
-		{ServiceNotifications, notifications.Topics, (&notifications.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}).Handle},
+		{ServiceOrders, orders.Topics, ordersSvc.Handle, ordersSvc.HandleBatch},
+		{ServiceNotifications, notifications.Topics, notifSvc.Handle, notifSvc.HandleBatch},
 	}
 	if cfg.runs(ServicePayments) {
 		// Exactly once for read_committed readers: a duplicate
@@ -366,11 +374,13 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			s.close()
 			return nil, err
 		}
+		paySvc := &payments.Service{DB: s.DB, Serde: s.Serde, Logger: log, Relay: s.Relay, Metrics: svcMetrics}
 		consumers = append(consumers, struct {
 			name    string
 			topics  []string
 			handler processor.Handler
-		}{ServicePayments, payments.Topics, (&payments.Service{DB: s.DB, Serde: s.Serde, Logger: log, Relay: s.Relay, Metrics: svcMetrics}).Handle})
+			batch   processor.BatchHandler
+		}{ServicePayments, payments.Topics, paySvc.Handle, paySvc.HandleBatch})
 		s.goRun("outbox relay", s.Relay.Run)
 	}
 	for _, c := range consumers {
@@ -378,7 +388,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			continue
 		}
 		for i := range cfg.instances(c.name) {
-			p, err := processor.New(append(popts(c.name, c.topics, cfg.Ordering, true),
+			p, err := processor.New(append(append(popts(c.name, c.topics, cfg.Ordering, true), flt.batchOpts(c.name, c.batch, cfg.MaxBatch)...),
 				processor.WithHandler(flt.handler(c.name, c.handler)), processor.ClientID(fmt.Sprintf("%s-%d-%s", c.name, i+1, order.NewID("")[:6])))...)
 			if err != nil {
 				s.Stop(context.Background())

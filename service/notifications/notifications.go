@@ -54,30 +54,57 @@ type Service struct {
 
 // Handle is the processor.Handler of the notifications group.
 func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
+	ev, err := s.event(ctx, r)
+	if err != nil {
+		return err
+	}
+	_, err = service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, ev.ID, r, ev.Apply)
+	return err
+}
+
+// HandleBatch is the processor.BatchHandler of the notifications group: the
+// notifications and inbox rows of the records in one transaction
+// (service.ProcessBatch). Any record that fails fails the batch, and the
+// runtime then handles its records one at a time with Handle.
+func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {
+	events := make([]service.Event, len(recs))
+	for i, r := range recs {
+		ev, err := s.event(ctx, r)
+		if err != nil {
+			return err
+		}
+		events[i] = ev
+	}
+	_, err := service.ProcessBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, events)
+	return err
+}
+
+// event decodes r into the notification to record.
+func (s *Service) event(ctx context.Context, r *kgo.Record) (service.Event, error) {
 	switch r.Topic {
 	case order.TopicOrderCreated:
 		var ev order.OrderCreated
 		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
-			return err
+			return service.Event{}, err
 		}
 		body := fmt.Sprintf("We received your order %s (%d lines, total %s %s).", ev.OrderID, len(ev.Lines), ev.Total, order.Currency)
-		return s.notify(ctx, r, ev.EventID, ev.OrderID, ev.CustomerID, KindOrderReceived, body)
+		return s.notify(r, ev.EventID, ev.OrderID, ev.CustomerID, KindOrderReceived, body), nil
 	case order.TopicPaymentProcessed:
 		var ev order.PaymentProcessed
 		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
-			return err
+			return service.Event{}, err
 		}
 		kind, body := KindPaymentConfirmed, fmt.Sprintf("Payment of %s %s for order %s confirmed.", ev.Amount, order.Currency, ev.OrderID)
 		if ev.Status == order.PaymentRefused {
 			kind, body = KindPaymentFailed, fmt.Sprintf("Payment for order %s was refused: %s.", ev.OrderID, ev.Reason)
 		}
-		return s.notify(ctx, r, ev.EventID, ev.OrderID, ev.CustomerID, kind, body)
+		return s.notify(r, ev.EventID, ev.OrderID, ev.CustomerID, kind, body), nil
 	}
-	return processor.Permanentf("notifications: unexpected topic %q", r.Topic)
+	return service.Event{}, processor.Permanentf("notifications: unexpected topic %q", r.Topic)
 }
 
-func (s *Service) notify(ctx context.Context, r *kgo.Record, eventID, orderID, customerID, kind, body string) error {
-	_, err := service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, eventID, r, func(ctx context.Context, tx *sql.Tx) error {
+func (s *Service) notify(r *kgo.Record, eventID, orderID, customerID, kind, body string) service.Event {
+	return service.Event{ID: eventID, Record: r, Apply: func(ctx context.Context, tx *sql.Tx) error {
 		var cust any
 		if customerID != "" {
 			cust = customerID
@@ -89,6 +116,5 @@ func (s *Service) notify(ctx context.Context, r *kgo.Record, eventID, orderID, c
 			return fmt.Errorf("notifications: insert %s for %s: %w", kind, orderID, err)
 		}
 		return nil
-	})
-	return err
+	}}
 }

@@ -48,34 +48,60 @@ type Service struct {
 // error for a record that breaks its contract and a transient one for a
 // database failure.
 func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
+	ev, err := s.event(ctx, r)
+	if err != nil {
+		return err
+	}
+	_, err = service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, ev.ID, r, ev.Apply)
+	return err
+}
+
+// HandleBatch is the processor.BatchHandler of the orders group: the
+// records' effects and inbox rows in one transaction (service.ProcessBatch).
+// Any record that fails (a contract violation included) fails the batch,
+// and the runtime then handles its records one at a time with Handle.
+func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {
+	events := make([]service.Event, len(recs))
+	for i, r := range recs {
+		ev, err := s.event(ctx, r)
+		if err != nil {
+			return err
+		}
+		events[i] = ev
+	}
+	_, err := service.ProcessBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, events)
+	return err
+}
+
+// event decodes r into the event to apply.
+func (s *Service) event(ctx context.Context, r *kgo.Record) (service.Event, error) {
 	switch r.Topic {
 	case order.TopicOrderCreated:
 		var ev order.OrderCreated
 		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
-			return err
+			return service.Event{}, err
 		}
-		_, err := service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, ev.EventID, r, func(ctx context.Context, tx *sql.Tx) error {
+		return service.Event{ID: ev.EventID, Record: r, Apply: func(ctx context.Context, tx *sql.Tx) error {
 			return s.store(ctx, tx, &ev)
-		})
-		return err
+		}}, nil
 	case order.TopicPaymentProcessed:
 		var ev order.PaymentProcessed
 		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
-			return err
+			return service.Event{}, err
 		}
 		kind := StatusPaid
 		if ev.Status == order.PaymentRefused {
 			kind = StatusPaymentRefused
 		}
-		return s.status(ctx, r, ev.EventID, ev.OrderID, kind, ev.Reason, ev.ProcessedAt)
+		return s.status(r, ev.EventID, ev.OrderID, kind, ev.Reason, ev.ProcessedAt), nil
 	case order.TopicShipmentRequested:
 		var ev order.ShipmentRequested
 		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
-			return err
+			return service.Event{}, err
 		}
-		return s.status(ctx, r, ev.EventID, ev.OrderID, StatusShipmentRequested, ev.ShipmentID, ev.RequestedAt)
+		return s.status(r, ev.EventID, ev.OrderID, StatusShipmentRequested, ev.ShipmentID, ev.RequestedAt), nil
 	}
-	return processor.Permanentf("orders: unexpected topic %q", r.Topic)
+	return service.Event{}, processor.Permanentf("orders: unexpected topic %q", r.Topic)
 }
 
 func (s *Service) store(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated) error {
@@ -108,11 +134,10 @@ func nullIfEmpty(v string) any {
 	return v
 }
 
-func (s *Service) status(ctx context.Context, r *kgo.Record, eventID, orderID, kind, detail string, at time.Time) error {
-	_, err := service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, eventID, r, func(ctx context.Context, tx *sql.Tx) error {
+func (s *Service) status(r *kgo.Record, eventID, orderID, kind, detail string, at time.Time) service.Event {
+	return service.Event{ID: eventID, Record: r, Apply: func(ctx context.Context, tx *sql.Tx) error {
 		return insertStatus(ctx, s.DB, tx, orderID, kind, detail, at.UnixMilli())
-	})
-	return err
+	}}
 }
 
 func insertStatus(ctx context.Context, db *store.DB, tx *sql.Tx, orderID, kind, detail string, at int64) error {
