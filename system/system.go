@@ -81,7 +81,7 @@ type Config struct {
 	// processor.MaxBatch): 0 is processor.DefaultMaxBatch (100), a negative
 	// value turns batching off (one transaction per record).
 	MaxBatch int
-	Layout      ops.Layout
+	Layout   ops.Layout
 	// OpeningCredit is each known customer's opening wallet balance.
 	OpeningCredit order.Money
 	// SeedFile is the Online Retail CSV the catalog and wallets are seeded
