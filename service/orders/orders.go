@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -111,19 +112,26 @@ func (s *Service) store(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated)
 		ev.CreatedAt.UnixMilli(), now, nullIfEmpty(ev.Channel)); err != nil {
 		return service.OrderConflict(fmt.Errorf("orders: insert order %s: %w", ev.OrderID, err), order.GroupOrders, ev.OrderID, ev.EventID)
 	}
-	stmt, err := tx.PrepareContext(ctx, s.DB.Rebind(`INSERT INTO order_lines (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`))
-	if err != nil {
-		return fmt.Errorf("orders: prepare lines: %w", err)
-	}
-	defer stmt.Close()
-	for i, l := range ev.Lines {
-		if _, err := stmt.ExecContext(ctx, ev.OrderID, i+1, l.StockCode, l.Description, l.Quantity, int64(l.UnitPrice), int64(l.LineTotal)); err != nil {
-			return service.OrderConflict(fmt.Errorf("orders: insert line %d of %s: %w", i+1, ev.OrderID, err), order.GroupOrders, ev.OrderID, ev.EventID)
+	// The lines in multi-row INSERTs of up to linesPerInsert rows: one
+	// round trip per chunk instead of one per line.
+	for from := 0; from < len(ev.Lines); from += linesPerInsert {
+		chunk := ev.Lines[from:min(from+linesPerInsert, len(ev.Lines))]
+		args := make([]any, 0, 7*len(chunk))
+		for i, l := range chunk {
+			args = append(args, ev.OrderID, from+i+1, l.StockCode, l.Description, l.Quantity, int64(l.UnitPrice), int64(l.LineTotal))
+		}
+		q := `INSERT INTO order_lines (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", len(chunk)), ", ")
+		if _, err := tx.ExecContext(ctx, s.DB.Rebind(q), args...); err != nil {
+			return service.OrderConflict(fmt.Errorf("orders: insert lines %d-%d of %s: %w", from+1, from+len(chunk), ev.OrderID, err), order.GroupOrders, ev.OrderID, ev.EventID)
 		}
 	}
 	return insertStatus(ctx, s.DB, tx, ev.OrderID, StatusCreated, ev.Reference, now)
 }
+
+// linesPerInsert is the most order lines one INSERT writes: 7 parameters
+// each, well below SQLite's 32,766 and PostgreSQL's 65,535 per statement.
+const linesPerInsert = 500
 
 // nullIfEmpty maps "" to SQL NULL: a guest's customer_id, an unknown
 // channel (every orderCreated v1 event, and v2 events without one).
