@@ -2,7 +2,11 @@ package system
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -33,4 +37,13 @@ func (f *faults) batchOpts(group string, h processor.BatchHandler, max int) []pr
 		}
 	}
 	return []processor.Opt{processor.WithBatchHandler(h), processor.MaxBatch(max)}
+}
+
+// registerDBStats exposes the database pool's statistics (prometheus'
+// DBStatsCollector: go_sql_open_connections, go_sql_in_use_connections,
+// go_sql_wait_count_total, go_sql_wait_duration_seconds_total... with
+// db_name="ordercast"): the time checkout and the consumers wait for a pooled
+// connection shows whether the pool, not the database, bounds them.
+func registerDBStats(reg prometheus.Registerer, db *sql.DB) {
+	reg.MustRegister(collectors.NewDBStatsCollector(db, "ordercast"))
 }

@@ -419,6 +419,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 	}
 	s.registerMetrics()
+	registerDBStats(cfg.Registry, s.DB.DB) // batch.go
 	mux := http.NewServeMux()
 	if cfg.runs(ServiceCheckout) {
 		s.Checkout, err = checkout.New(ctx, checkout.Config{DB: s.DB, Serde: s.Serde, Producer: s.Producer, Logger: log, Registerer: cfg.Registry})
