@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ordercast/ordercast/sqldb"
@@ -62,4 +63,96 @@ func ProcessTx(ctx context.Context, tx *sql.Tx, db *sqldb.DB, group, eventID str
 		}
 	}
 	return false, nil
+}
+
+// Claim is one event of [ClaimTx]: its stable id and where it was consumed
+// from (with its digest, as for [Process]).
+type Claim struct {
+	EventID string
+	Meta    Meta
+}
+
+// claimsPerInsert is the most inbox rows one INSERT of ClaimTx writes: 7
+// parameters each, well below SQLite's 32,766 and PostgreSQL's 65,535.
+const claimsPerInsert = 500
+
+// ClaimTx inserts the inbox rows of several events through tx, in
+// multi-row INSERTs (one round trip per 500 events, where [ProcessTx] takes
+// one per event), and reports which were claimed: claimed[i] is true when
+// the group had not applied claims[i].EventID before (neither committed nor
+// earlier in this transaction, nor earlier in claims: of two claims of one
+// event id only the first is claimed). The caller then applies the effects
+// of exactly the claimed events through tx, and commits or rolls back
+// everything together, as for ProcessTx (no retry here; sqldb.DB.InTx
+// retries the whole transaction). A claim not claimed whose event was
+// applied with other content (both digests set and different) makes ClaimTx
+// return a *ConflictError for the first such claim; the caller must roll
+// back. An empty group or event id is an error. db is used for its
+// placeholder dialect only. Safe for concurrent use on distinct
+// transactions. Needs INSERT ... RETURNING (SQLite 3.35+, PostgreSQL).
+func ClaimTx(ctx context.Context, tx *sql.Tx, db *sqldb.DB, group string, claims []Claim) (claimed []bool, err error) {
+	if group == "" {
+		return nil, fmt.Errorf("inbox: group %q must not be empty", group)
+	}
+	for _, c := range claims {
+		if c.EventID == "" {
+			return nil, fmt.Errorf("inbox: group %q: an event id must not be empty", group)
+		}
+	}
+	now := time.Now().UnixMilli()
+	inserted := make(map[string]bool, len(claims))
+	for from := 0; from < len(claims); from += claimsPerInsert {
+		chunk := claims[from:min(from+claimsPerInsert, len(claims))]
+		var q strings.Builder
+		q.WriteString(`INSERT INTO inbox (consumer_group, event_id, topic, "partition", "offset", processed_at, digest) VALUES `)
+		args := make([]any, 0, 7*len(chunk))
+		for i, c := range chunk {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, group, c.EventID, c.Meta.Topic, c.Meta.Partition, c.Meta.Offset, now,
+				sql.NullString{String: c.Meta.Digest, Valid: c.Meta.Digest != ""})
+		}
+		q.WriteString(` ON CONFLICT (consumer_group, event_id) DO NOTHING RETURNING event_id`)
+		rows, err := tx.QueryContext(ctx, db.Rebind(q.String()), args...)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: insert %d rows of %s: %w", len(chunk), group, err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("inbox: insert rows of %s: %w", group, err)
+			}
+			inserted[id] = true
+		}
+		if err := rows.Close(); err != nil {
+			return nil, fmt.Errorf("inbox: insert rows of %s: %w", group, err)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("inbox: insert rows of %s: %w", group, err)
+		}
+	}
+	claimed = make([]bool, len(claims))
+	for i, c := range claims {
+		if inserted[c.EventID] {
+			claimed[i] = true
+			delete(inserted, c.EventID) // a later claim of the same id is a duplicate
+			continue
+		}
+		if c.Meta.Digest == "" {
+			continue
+		}
+		var first Meta
+		var firstDigest sql.NullString
+		if err := tx.QueryRowContext(ctx, db.Rebind(firstSQL), group, c.EventID).Scan(&first.Topic, &first.Partition, &first.Offset, &firstDigest); err != nil {
+			return nil, fmt.Errorf("inbox: read %s/%s: %w", group, c.EventID, err)
+		}
+		if firstDigest.Valid && firstDigest.String != c.Meta.Digest {
+			first.Digest = firstDigest.String
+			return nil, &ConflictError{Group: group, EventID: c.EventID, First: first}
+		}
+	}
+	return claimed, nil
 }

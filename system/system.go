@@ -40,6 +40,7 @@ import (
 	"github.com/ordercast/ordercast/service/notifications"
 	"github.com/ordercast/ordercast/service/orders"
 	"github.com/ordercast/ordercast/service/payments"
+	"github.com/ordercast/ordercast/sqldb"
 	"github.com/ordercast/ordercast/store"
 )
 
@@ -81,7 +82,11 @@ type Config struct {
 	// processor.MaxBatch): 0 is processor.DefaultMaxBatch (100), a negative
 	// value turns batching off (one transaction per record).
 	MaxBatch int
-	Layout   ops.Layout
+	// DBConns, if > 0, is the PostgreSQL pool size (every service of this
+	// process shares the pool); 0 keeps sqldb.PostgresMaxOpenConns. SQLite
+	// keeps its own (sqldb.SQLiteMaxOpenConns): its writers are serialised.
+	DBConns int
+	Layout  ops.Layout
 	// OpeningCredit is each known customer's opening wallet balance.
 	OpeningCredit order.Money
 	// SeedFile is the Online Retail CSV the catalog and wallets are seeded
@@ -269,6 +274,9 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	}
 	if s.DB, err = store.Open(ctx, cfg.DSN); err != nil {
 		return nil, fmt.Errorf("database %q (--db): %w", RedactDSN(cfg.DSN), err)
+	}
+	if cfg.DBConns > 0 && s.DB.Dialect == sqldb.Postgres {
+		s.DB.SetMaxOpenConns(cfg.DBConns)
 	}
 	if err := store.Migrate(ctx, s.DB); err != nil {
 		s.DB.Close()

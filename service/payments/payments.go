@@ -99,7 +99,7 @@ func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {
 			return s.charge(ctx, tx, ev)
 		}}
 	}
-	applied, err := service.ProcessBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupPayments, events)
+	applied, err := service.ProcessBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupPayments, events, nil)
 	if err != nil {
 		return err
 	}
