@@ -119,6 +119,7 @@ type cfg struct {
 	producer       *kgo.Client
 	errorMsgMax    int
 	hooks          hooks
+	batch          *batchCfg // WithBatchHandler, MaxBatch (batch.go)
 }
 
 // hooks are test seams that record a history of what the runtime did; they

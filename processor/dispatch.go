@@ -44,7 +44,8 @@ type lane struct {
 	queue   []*item
 	bytes   int64 // key+value bytes of queue
 	active  bool
-	running bool // a worker is processing queue[0]
+	running bool // a worker is processing queue[0] (a batch: queue[:batchN])
+	batchN  int  // records of queue in a running batch (batch.go)
 	waiting bool // a timer will put the lane back in the ready queue
 	failing bool // the lane's records are parked (see above)
 }
@@ -73,6 +74,7 @@ type item struct {
 	first    time.Time
 	last     time.Time
 	lastErr  error
+	solo     bool // its batch failed: handled one at a time (batch.go)
 }
 
 // enqueue takes a poll's records: the whole fetch the client buffered, every
@@ -715,6 +717,11 @@ func (p *Processor) worker() {
 				l = nil
 				continue
 			}
+		}
+		if p.cfg.batch != nil && p.batchable(l, it) {
+			p.runBatchLocked(l) // batch.go
+			l = nil
+			continue
 		}
 		l.running = true
 		ps.running++

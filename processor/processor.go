@@ -250,7 +250,7 @@ func New(opts ...Opt) (*Processor, error) {
 	for _, o := range opts {
 		o.apply(&c)
 	}
-	if err := c.validate(); err != nil {
+	if err := errors.Join(c.adoptBatch(), c.validate()); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if c.clientID == "" {

@@ -100,6 +100,9 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 	if len(c.topicHandlers) > 0 {
 		return nil, errors.New("processor: NewTransactional: HandleTopic is not used by the exactly-once mode: dispatch on r.Topic in the TxnHandler")
 	}
+	if c.batch != nil {
+		return nil, errors.New("processor: NewTransactional: WithBatchHandler is for New only")
+	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}

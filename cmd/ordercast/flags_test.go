@@ -289,6 +289,8 @@ func TestUpFlags(t *testing.T) {
 		{upQuick(t, "--replay", oneDay, "--exit-when-done", "--timeout", "0"), []string{"--timeout", "positive"}},
 		{upQuick(t, "--replay", oneDay, "--exit-when-done", "--report", ""), []string{"--report", "file"}},
 		{upQuick(t, "--replay", "/nonexistent/orders.csv"), []string{"--replay", "/nonexistent/orders.csv"}},
+		{upQuick(t, "--max-batch", "-1"), []string{"--max-batch", ">= 0"}},
+		{upQuick(t, "--db-conns", "-1"), []string{"--db-conns", ">= 0"}},
 	})
 }
 
