@@ -37,6 +37,7 @@ type outcome struct {
 	orderID  string // set on 202
 	reason   string // rejection code
 	attempts int
+	at       time.Time // when the definite answer came
 }
 
 // workload generates orders and sends them to checkout, retrying each with
@@ -97,7 +98,7 @@ func (w *workload) send(ctx context.Context, req request, worker int) {
 			var resp order.PlaceOrderResponse
 			_ = json.Unmarshal(body, &resp)
 			w.mu.Lock()
-			o.status, o.orderID = status, resp.OrderID
+			o.status, o.orderID, o.at = status, resp.OrderID, time.Now()
 			w.mu.Unlock()
 			w.hist.add(event{Ev: "order", Key: req.key, Status: status, OrderID: resp.OrderID, Attempts: o.attempts, Detail: req.kind})
 			return
@@ -105,7 +106,7 @@ func (w *workload) send(ctx context.Context, req request, worker int) {
 			var resp order.ErrorResponse
 			_ = json.Unmarshal(body, &resp)
 			w.mu.Lock()
-			o.status, o.reason = status, resp.Code
+			o.status, o.reason, o.at = status, resp.Code, time.Now()
 			w.mu.Unlock()
 			w.hist.add(event{Ev: "order", Key: req.key, Status: status, Reason: resp.Code, Attempts: o.attempts, Detail: req.kind})
 			return

@@ -87,7 +87,7 @@ func (r *Relay) authzError(err error, request, topic, topicOp string) *Authoriza
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
 		ae.Resource, ae.Operation = "TransactionalId", "WRITE"
 		if r.txn != nil {
-			ae.Name = TransactionalID(r.txn.name) + r.txn.idSuffix
+			ae.Name = r.txn.txnID + r.txn.idSuffix
 		}
 	case errors.Is(err, kerr.GroupAuthorizationFailed):
 		ae.Resource = "Group"

@@ -33,23 +33,41 @@ const (
 	markerVersion = 1
 )
 
-// TransactionalID returns the transactional id of the exactly-once relay
-// named name: "ordercast-outbox-" + name.
-func TransactionalID(name string) string { return "ordercast-outbox-" + name }
+// Default name prefixes of the exactly-once relay (see TransactionalID and
+// MarkerTopic; WithTransactionalID and WithMarkerTopicName replace them).
+const (
+	DefaultTransactionalIDPrefix = "ordercast-outbox-"
+	DefaultMarkerTopicPrefix     = "ordercast.outbox."
+)
 
-// MarkerTopic returns the progress marker topic of the exactly-once relay
-// named name: "ordercast.outbox." + name (one partition, compacted).
-func MarkerTopic(name string) string { return "ordercast.outbox." + name }
+// TransactionalID returns the default transactional id of the exactly-once
+// relay named name: DefaultTransactionalIDPrefix + name
+// ("ordercast-outbox-" + name). A relay given WithTransactionalID uses that
+// instead; [Relay.TransactionalID] returns the one a relay uses. Derive ACLs
+// (WRITE on the TransactionalId resource) from the relay's, not from this,
+// when the option is used.
+func TransactionalID(name string) string { return DefaultTransactionalIDPrefix + name }
+
+// MarkerTopic returns the default progress marker topic of the exactly-once
+// relay named name: DefaultMarkerTopicPrefix + name ("ordercast.outbox." +
+// name; one partition, compacted). A relay given WithMarkerTopicName uses
+// that instead; [Relay.MarkerTopic] returns the one a relay uses.
+func MarkerTopic(name string) string { return DefaultMarkerTopicPrefix + name }
 
 // txnConfig is the exactly-once mode's configuration.
 type txnConfig struct {
-	name          string
-	clientOpts    []kgo.Opt
-	rf            int16
-	minISR        int
-	txnTimeout    time.Duration
-	takeoverAfter time.Duration
-	idSuffix      string
+	name string
+	// txnID and markerTopic are the names in use: TransactionalID(name)
+	// and MarkerTopic(name) unless set by WithTransactionalID or
+	// WithMarkerTopicName (checked by NewTransactionalRelay).
+	txnID, markerTopic string
+	txnIDSet, topicSet bool
+	clientOpts         []kgo.Opt
+	rf                 int16
+	minISR             int
+	txnTimeout         time.Duration
+	takeoverAfter      time.Duration
+	idSuffix           string
 }
 
 // WithMarkerTopic sets the replication factor and min.insync.replicas of
@@ -88,8 +106,41 @@ func WithTransactionTimeout(d time.Duration) Opt {
 	}
 }
 
+// WithTransactionalID sets the exactly-once relay's transactional id
+// (Kafka's transactional.id; default TransactionalID(name),
+// "ordercast-outbox-<name>"). Every relay of one outbox must use the same id
+// (that is what fences a zombie), and it must stay the same across restarts;
+// the relay's principal needs WRITE on it. An empty id makes
+// NewTransactionalRelay return an error. Ignored by a relay made with
+// NewRelay.
+func WithTransactionalID(id string) Opt {
+	return func(r *Relay) {
+		if r.txn != nil {
+			r.txn.txnID, r.txn.txnIDSet = id, true
+		}
+	}
+}
+
+// WithMarkerTopicName sets the name of the exactly-once relay's progress
+// marker topic (default MarkerTopic(name), "ordercast.outbox.<name>"). Every
+// relay of one outbox must use the same topic, and no other program may
+// write to it; the relay's principal needs READ, WRITE and (unless the topic
+// exists, with one partition and cleanup.policy=compact) CREATE on it. A
+// name that is not a valid Kafka topic name (1 to 249 of a-z A-Z 0-9 '.' '_'
+// '-', not "." or "..") makes NewTransactionalRelay return an error. Ignored
+// by a relay made with NewRelay. (WithMarkerTopic sets its replication, not
+// its name.)
+func WithMarkerTopicName(topic string) Opt {
+	return func(r *Relay) {
+		if r.txn != nil {
+			r.txn.markerTopic, r.txn.topicSet = topic, true
+		}
+	}
+}
+
 // WithTransactionalIDSuffix appends suffix to the relay's transactional id
-// (TransactionalID(name)+suffix); the marker topic keeps its name. Only for
+// (TransactionalID(name), or the WithTransactionalID id, + suffix); the
+// marker topic keeps its name. Only for
 // an embedded kfake broker that dies with this process: there a fresh id per
 // start avoids a defect of kfake's recovery of transactions left open by a
 // crashed producer. On a real cluster the id must stay
@@ -106,7 +157,9 @@ func WithTransactionalIDSuffix(suffix string) Opt {
 // NewTransactionalRelay returns a relay that publishes db's outbox exactly
 // once for read_committed readers. name identifies the outbox (one name per
 // database): the relay's transactional id is TransactionalID(name) and its
-// progress marker topic MarkerTopic(name). clientOpts configure the Kafka
+// progress marker topic MarkerTopic(name) unless WithTransactionalID and
+// WithMarkerTopicName choose others; name is also the key of its marker
+// records. clientOpts configure the Kafka
 // clients the relay creates and owns (kgo.SeedBrokers, TLS, SASL); do not
 // pass a transactional id, acks or producer-id options.
 //
@@ -152,7 +205,9 @@ func WithTransactionalIDSuffix(suffix string) Opt {
 //
 // NewTransactionalRelay creates no client yet; Run does, and creates the
 // marker topic (one partition, cleanup.policy=compact) if it is missing. It
-// returns an error if name is empty or not a valid topic name suffix.
+// returns an error if name is empty or not a valid topic name suffix, if a
+// WithTransactionalID id is empty, or a WithMarkerTopicName name is not a
+// valid topic name.
 func NewTransactionalRelay(db *sqldb.DB, name string, clientOpts []kgo.Opt, opts ...Opt) (*Relay, error) {
 	if name == "" || strings.ContainsFunc(name, func(c rune) bool {
 		return !(c == '.' || c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9')
@@ -170,10 +225,67 @@ func NewTransactionalRelay(db *sqldb.DB, name string, clientOpts []kgo.Opt, opts
 	for _, o := range opts {
 		o(r)
 	}
+	if err := r.txn.resolveNames(); err != nil {
+		return nil, err
+	}
 	if err := r.bindTable(); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// resolveNames fills in the default names and checks the chosen ones.
+func (tc *txnConfig) resolveNames() error {
+	if !tc.txnIDSet {
+		tc.txnID = TransactionalID(tc.name)
+	} else if tc.txnID == "" {
+		return errors.New("outbox: WithTransactionalID: empty transactional id")
+	}
+	if !tc.topicSet {
+		tc.markerTopic = MarkerTopic(tc.name)
+	}
+	if err := checkTopicName(tc.markerTopic); err != nil {
+		return fmt.Errorf("outbox: marker topic: %w", err)
+	}
+	return nil
+}
+
+// checkTopicName applies Kafka's topic name rule (org.apache.kafka.common.
+// internals.Topic.validate): 1 to 249 characters of a-z A-Z 0-9 '.' '_'
+// '-', and not "." or "..".
+func checkTopicName(t string) error {
+	switch {
+	case t == "":
+		return errors.New("empty topic name")
+	case t == "." || t == "..":
+		return fmt.Errorf("topic name %q is not allowed", t)
+	case len(t) > 249:
+		return fmt.Errorf("topic name of %d characters, want at most 249", len(t))
+	case strings.ContainsFunc(t, func(c rune) bool {
+		return !(c == '.' || c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9')
+	}):
+		return fmt.Errorf("topic name %q: want letters, digits, '.', '_' or '-'", t)
+	}
+	return nil
+}
+
+// TransactionalID returns the transactional id the exactly-once relay uses
+// (without a WithTransactionalIDSuffix suffix), or "" for a relay made with
+// NewRelay.
+func (r *Relay) TransactionalID() string {
+	if r.txn == nil {
+		return ""
+	}
+	return r.txn.txnID
+}
+
+// MarkerTopic returns the progress marker topic the exactly-once relay uses,
+// or "" for a relay made with NewRelay.
+func (r *Relay) MarkerTopic() string {
+	if r.txn == nil {
+		return ""
+	}
+	return r.txn.markerTopic
 }
 
 // Stats are a relay's counters since it was created. Safe to read while
@@ -313,7 +425,7 @@ func (r *Relay) awaitTakeover(ctx context.Context) bool {
 func (r *Relay) session(ctx context.Context, probe bool) error {
 	tc := r.txn
 	opts := append(append([]kgo.Opt{}, tc.clientOpts...),
-		kgo.TransactionalID(TransactionalID(tc.name)+tc.idSuffix),
+		kgo.TransactionalID(tc.txnID+tc.idSuffix),
 		kgo.TransactionTimeout(tc.txnTimeout),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
@@ -333,7 +445,7 @@ func (r *Relay) session(ctx context.Context, probe bool) error {
 		if ae := r.authzError(err, "init producer id", "", ""); ae != nil {
 			err = ae
 		}
-		return fmt.Errorf("outbox: init producer id for %s: %w", TransactionalID(tc.name)+tc.idSuffix, err)
+		return fmt.Errorf("outbox: init producer id for %s: %w", tc.txnID+tc.idSuffix, err)
 	}
 	if !created { // a topic this session created holds no marker
 		if err := r.recover(ctx, cl); err != nil {
@@ -364,7 +476,7 @@ func (r *Relay) session(ctx context.Context, probe bool) error {
 // ensureMarkerTopic creates the marker topic if missing and checks that it
 // has one partition; created reports whether this call created it.
 func (r *Relay) ensureMarkerTopic(ctx context.Context, cl *kgo.Client) (created bool, err error) {
-	topic := MarkerTopic(r.txn.name)
+	topic := r.txn.markerTopic
 	adm := kadm.NewClient(cl)
 	tds, err := adm.ListTopics(ctx, topic)
 	if err != nil {
@@ -423,7 +535,7 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, limit int) (int, er
 	if err != nil {
 		return 0, &fatalError{err}
 	}
-	recs = append(recs, &kgo.Record{Topic: MarkerTopic(r.txn.name), Key: []byte(r.txn.name), Value: mv})
+	recs = append(recs, &kgo.Record{Topic: r.txn.markerTopic, Key: []byte(r.txn.name), Value: mv})
 
 	if err := cl.BeginTransaction(); err != nil {
 		return 0, fmt.Errorf("outbox: begin transaction: %w", err)
@@ -494,7 +606,7 @@ func (r *Relay) recover(ctx context.Context, cl *kgo.Client) error {
 	if len(rows) != len(ids) || checksum(rows) != m.Sum {
 		r.stats.mismatches.Add(1)
 		r.logger.Error("outbox relay: the last progress marker does not match this database's rows; not trusting it, its rows are published again (was the database replaced while the broker was kept?)",
-			"relay", r.txn.name, "marker_topic", MarkerTopic(r.txn.name), "first_id", ids[0], "rows", len(ids), "found", len(rows))
+			"relay", r.txn.name, "marker_topic", r.txn.markerTopic, "first_id", ids[0], "rows", len(ids), "found", len(rows))
 		return nil
 	}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -598,7 +710,7 @@ func checksum(rows []rowSum) string {
 // there is none. It reads backwards from the last stable offset in growing
 // windows.
 func (r *Relay) readMarker(ctx context.Context, cl *kgo.Client) (*marker, error) {
-	topic := MarkerTopic(r.txn.name)
+	topic := r.txn.markerTopic
 	adm := kadm.NewClient(cl)
 	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offset
 	if err != nil {
@@ -628,7 +740,7 @@ func (r *Relay) readMarker(ctx context.Context, cl *kgo.Client) (*marker, error)
 // scanMarkers reads [from, end) of the marker partition as a
 // read_committed reader and returns the last marker with this relay's key.
 func (r *Relay) scanMarkers(ctx context.Context, from, end int64) (*marker, error) {
-	topic := MarkerTopic(r.txn.name)
+	topic := r.txn.markerTopic
 	rd, err := kgo.NewClient(append(append([]kgo.Opt{}, r.txn.clientOpts...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

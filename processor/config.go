@@ -82,6 +82,7 @@ type cfg struct {
 	group          string
 	topics         []string
 	handler        Handler
+	topicHandlers  []topicHandler // HandleTopic, in order (topichandler.go)
 	ordering       Ordering
 	concurrency    int
 	maxRecords     int
@@ -118,6 +119,7 @@ type cfg struct {
 	producer       *kgo.Client
 	errorMsgMax    int
 	hooks          hooks
+	batch          *batchCfg // WithBatchHandler, MaxBatch (batch.go)
 }
 
 // hooks are test seams that record a history of what the runtime did; they
@@ -180,7 +182,9 @@ func (c *cfg) validate() error {
 	if len(c.topics) == 0 {
 		errs = append(errs, errors.New("Topics: at least one topic is required"))
 	}
-	if c.handler == nil {
+	if len(c.topicHandlers) > 0 {
+		errs = append(errs, c.resolveTopicHandlers()...) // sets c.handler
+	} else if c.handler == nil {
 		errs = append(errs, errors.New("WithHandler: a handler is required"))
 	}
 	if c.concurrency < 1 {
@@ -279,7 +283,9 @@ func Group(group string) Opt { return opt(func(c *cfg) { c.group = group }) }
 // any, are consumed in addition and need not be listed.
 func Topics(topics ...string) Opt { return opt(func(c *cfg) { c.topics = topics }) }
 
-// WithHandler sets the record handler. Required.
+// WithHandler sets the record handler. Required, unless every topic has
+// its own (HandleTopic); with HandleTopic options it handles the records of
+// the topics without one.
 func WithHandler(h Handler) Opt { return opt(func(c *cfg) { c.handler = h }) }
 
 // WithOrdering sets the ordering mode. Default OrderPartition.

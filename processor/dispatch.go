@@ -44,7 +44,8 @@ type lane struct {
 	queue   []*item
 	bytes   int64 // key+value bytes of queue
 	active  bool
-	running bool // a worker is processing queue[0]
+	running bool // a worker is processing queue[0] (a batch: queue[:batchN])
+	batchN  int  // records of queue in a running batch (batch.go)
 	waiting bool // a timer will put the lane back in the ready queue
 	failing bool // the lane's records are parked (see above)
 }
@@ -73,6 +74,7 @@ type item struct {
 	first    time.Time
 	last     time.Time
 	lastErr  error
+	solo     bool // its batch failed: handled one at a time (batch.go)
 }
 
 // enqueue takes a poll's records: the whole fetch the client buffered, every
@@ -200,12 +202,15 @@ const (
 	holdNone   hold = iota
 	holdWindow      // the completed-offsets map is full (windowBlocksLocked)
 	holdShare       // OrderPartition, OrderKey: the partition holds its share of MaxInFlight (shareFullLocked)
+	holdPause       // paused by the user (Pause, pause.go)
 )
 
 // admitHoldLocked reports whether r, the next pending record of ps, must
 // wait, and why. p.mu held.
 func (p *Processor) admitHoldLocked(ps *partState, r *kgo.Record) hold {
 	switch {
+	case ps.pause.on:
+		return holdPause
 	case p.windowBlocksLocked(ps, r):
 		return holdWindow
 	case p.shareFullLocked(ps):
@@ -281,7 +286,7 @@ func (p *Processor) unholdLocked(ps *partState) {
 			if h == holdShare {
 				break
 			}
-			if h == holdWindow {
+			if h != holdNone { // holdWindow, or holdPause
 				p.releaseHoldLocked(ps)
 				p.setHoldLocked(ps, h)
 				return
@@ -617,13 +622,13 @@ func (p *Processor) checkBackpressureLocked() {
 }
 
 // wantPausedLocked reports whether fetching of ps should be paused in the
-// client: a failing retry-topic/DLQ write (S11), a full completed-offsets
+// client: a user pause (Pause), a failing retry-topic/DLQ write (S11), a full completed-offsets
 // map (holdWindow), a partition held by its share with its share of the
 // pending budget (checkPendingShareLocked), a full parked room with parked records in ps, or nothing held in ps able to make progress where
 // fetching more cannot help either (partition order, whose single lane is
 // failing, and retry topics, whose later records are due later still).
 func (p *Processor) wantPausedLocked(ps *partState) bool {
-	return ps.blocked != nil || ps.held == holdWindow || ps.sharePaused || (p.parkFull && ps.parked > 0) ||
+	return ps.pause.on || ps.blocked != nil || ps.held == holdWindow || ps.sharePaused || (p.parkFull && ps.parked > 0) ||
 		(ps.recs > 0 && ps.parked == ps.recs && (ps.retry || p.cfg.ordering == OrderPartition))
 }
 
@@ -696,6 +701,10 @@ func (p *Processor) worker() {
 			l = nil // dropped by a revoke
 			continue
 		}
+		if p.setAsidePausedLocked(l) {
+			l = nil // until Resume
+			continue
+		}
 		it := l.queue[0]
 		if it.stage == stageHandle && !it.due.IsZero() {
 			if wait := time.Until(it.due); wait > 0 {
@@ -708,6 +717,11 @@ func (p *Processor) worker() {
 				l = nil
 				continue
 			}
+		}
+		if p.cfg.batch != nil && p.batchable(l, it) {
+			p.runBatchLocked(l) // batch.go
+			l = nil
+			continue
 		}
 		l.running = true
 		ps.running++

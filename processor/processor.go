@@ -53,8 +53,14 @@
 //
 // Every default in one place (each option's doc has the details):
 //
+//   - One handler for every topic (WithHandler); HandleTopic gives a topic
+//     its own, and New refuses a topic left without one.
 //   - Ordering: OrderPartition; Concurrency 16 handler calls per member;
 //     MaxInFlight 1000 records and 64 MiB of key+value bytes.
+//   - No partition paused. Pause (Processor, TxnProcessor) pauses one until
+//     Resume or until a rebalance takes it from this member (a pause is of
+//     the member, as with Kafka's consumer); it never lifts, nor is lifted
+//     by, the runtime's own pausing for backpressure.
 //   - A group with no committed offset starts at the earliest offset
 //     (StartOffset(Earliest), Kafka's auto.offset.reset=earliest).
 //   - Reads are always read_committed (records of aborted transactions are
@@ -216,6 +222,7 @@ type partState struct {
 	// its share of MaxInFlight (OrderPartition, OrderKey; holdShare: admission
 	// waits for its records to complete). See admitHoldLocked.
 	held    hold
+	pause   pauseState   // the user's Pause (pause.go)
 	hwm     int64        // last seen high watermark / last stable offset
 	blocked error        // non-nil while a retry-topic/DLQ write keeps failing
 	m       *partMetrics // nil without metrics
@@ -244,7 +251,7 @@ func New(opts ...Opt) (*Processor, error) {
 	for _, o := range opts {
 		o.apply(&c)
 	}
-	if err := c.validate(); err != nil {
+	if err := errors.Join(c.adoptBatch(), c.validate()); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if c.clientID == "" {
@@ -531,10 +538,14 @@ type Health struct {
 	// Paused reports backpressure: MaxInFlight is reached and polling
 	// waits for room.
 	Paused bool `json:"paused"`
-	// Parked counts held records of failing keys or partitions, and
-	// retry-topic records waiting for their due time: they do not use up
-	// MaxInFlight room.
+	// Parked counts held records of failing keys or partitions, of
+	// partitions paused by Pause, and retry-topic records waiting for
+	// their due time: they do not use up MaxInFlight room.
 	Parked int `json:"parked"`
+	// PausedPartitions lists the partitions paused by Pause
+	// ("topic[partition]", sorted); the runtime's own pausing is in
+	// Paused and Blocked.
+	PausedPartitions []string `json:"pausedPartitions,omitempty"`
 	// Blocked lists partitions whose retry-topic or DLQ write keeps failing
 	// (they are paused and their commit point is held), or has been in
 	// progress for longer than the maximum Backoff (the client retries a
@@ -575,6 +586,7 @@ func (p *Processor) Health() Health {
 	h.InFlight = p.inRecs
 	h.Paused = p.paused
 	h.Parked = p.parked
+	h.PausedPartitions = p.pausedPartitionsLocked()
 	h.Unreachable = p.reach.unreachable(time.Now())
 	return h
 }

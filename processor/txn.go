@@ -56,6 +56,8 @@ type TxnProcessor struct {
 	mu    sync.Mutex
 	sess  *kgo.GroupTransactSession
 	owned map[string]map[int32]bool // partitions held by sess, from its rebalance callbacks
+	// paused are the partitions of sess paused by Pause (pause.go).
+	paused map[tp]bool
 
 	// lateRisk is when (unix ns) a TxnOffsetCommit last failed on the wire
 	// (a copy may still be in the network and land late); see
@@ -95,6 +97,12 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 	if h == nil {
 		return nil, errors.New("processor: NewTransactional: a TxnHandler is required")
 	}
+	if len(c.topicHandlers) > 0 {
+		return nil, errors.New("processor: NewTransactional: HandleTopic is not used by the exactly-once mode: dispatch on r.Topic in the TxnHandler")
+	}
+	if c.batch != nil {
+		return nil, errors.New("processor: NewTransactional: WithBatchHandler is for New only")
+	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
@@ -108,7 +116,11 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 
 func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	c := t.cfg
-	opts := append(append(append([]kgo.Opt{}, c.clientOpts...), c.consumerOpts...), c.producerOpts...)
+	// Heartbeats every third of the session timeout, at most every 3s, as
+	// New's members do (franz-go's fixed 3s would expire a shorter session
+	// between heartbeats); ClientOpts may override it.
+	opts := []kgo.Opt{kgo.HeartbeatInterval(min(3*time.Second, c.sessionTimeout/3))}
+	opts = append(append(append(opts, c.clientOpts...), c.consumerOpts...), c.producerOpts...)
 	start := newStarter(&c, nil, t.groupStart)
 	opts = append(opts, start.opts()...)
 	opts = append(opts,
@@ -132,8 +144,14 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	// calls ours; they only keep Health's view of the assignment.
 	opts = append(opts,
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "assigned") }),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "revoked") }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "lost") }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			t.track(m, "revoked")
+			t.forgetPauses(cl, m)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			t.track(m, "lost")
+			t.forgetPauses(cl, m)
+		}),
 	)
 	opts = append(opts, kgo.WithHooks(lateCommitHook{t}))
 	if c.groupProtocol == "consumer" {
@@ -184,10 +202,10 @@ func (t *TxnProcessor) track(m map[string][]int32, kind string) {
 	}
 }
 
-// Health reports the member's group state and the partitions it holds
-// ("topic[partition]", sorted). InFlight, Paused, Parked and Blocked stay
-// zero: a transaction holds no records between polls. Safe for concurrent
-// use.
+// Health reports the member's group state, the partitions it holds
+// ("topic[partition]", sorted) and those paused by Pause. InFlight, Paused,
+// Parked and Blocked stay zero: a transaction holds no records between
+// polls. Safe for concurrent use.
 func (t *TxnProcessor) Health() Health {
 	t.mu.Lock()
 	sess := t.sess
@@ -197,8 +215,12 @@ func (t *TxnProcessor) Health() Health {
 			h.Partitions = append(h.Partitions, tp{topic, p}.String())
 		}
 	}
+	for k := range t.paused {
+		h.PausedPartitions = append(h.PausedPartitions, k.String())
+	}
 	t.mu.Unlock()
 	slices.Sort(h.Partitions)
+	slices.Sort(h.PausedPartitions)
 	if sess != nil {
 		h.MemberID, h.Generation = sess.Client().GroupMetadata()
 		h.Joined = h.MemberID != "" && h.Generation >= 0
@@ -218,6 +240,11 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 	failures := 0
 	checked := false
 	for ctx.Err() == nil {
+		// Cleared before the session exists: its client joins the group
+		// at once, and its assignment callback may run before Run goes on.
+		t.mu.Lock()
+		t.owned, t.paused = nil, nil
+		t.mu.Unlock()
 		sess, err := t.newSession()
 		if err != nil {
 			return fmt.Errorf("processor: transactional session: %w", err)
@@ -235,12 +262,12 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 			checked = true
 		}
 		t.mu.Lock()
-		t.sess, t.owned = sess, nil
+		t.sess = sess
 		t.mu.Unlock()
 		err = t.runSession(ctx, sess)
 		sess.Close()
 		t.mu.Lock()
-		t.owned = nil
+		t.owned, t.paused = nil, nil
 		t.mu.Unlock()
 		if err == nil {
 			return nil

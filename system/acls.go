@@ -100,9 +100,10 @@ func (r Right) TypeName() string {
 //     not fulfillment, which retries in place); WRITE on its DLQ
 //     ("<group>.dlq") and on the event topics it produces.
 //   - payments also: WRITE on its outbox relay's transactional id
-//     (outbox.TransactionalID) and READ, WRITE and CREATE on the relay's
-//     progress marker topic (outbox.MarkerTopic; CREATE because the relay
-//     creates it, compacted, on its first start).
+//     (outbox.TransactionalID: the relay keeps the default names) and READ,
+//     WRITE and CREATE on the relay's progress marker topic
+//     (outbox.MarkerTopic; CREATE because the relay creates it, compacted,
+//     on its first start).
 //   - fulfillment also: WRITE on the transactional ids starting with
 //     "ordercast-fulfillment-" (PREFIXED; one id per member and member id).
 //

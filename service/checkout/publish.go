@@ -96,7 +96,10 @@ func (s *Service) markPublished(ctx context.Context, d *decision, body []byte) {
 	defer cancel()
 	now := s.now().UnixMilli()
 	var first bool
-	err := s.db.InTx(mctx, func(tx *sql.Tx) error {
+	// Idempotent (WHERE status = 'pending'): run again even when the
+	// connection was lost in COMMIT (found by ordercast chaos on PostgreSQL:
+	// pg_terminate_backend at the COMMIT left an acknowledged order pending).
+	err := s.db.InTxIdempotent(mctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(mctx, s.db.Rebind(`UPDATE checkout_requests
 			SET status = 'published', response_status = ?, response_body = ?, published_at = ?
 			WHERE idempotency_key = ? AND status = 'pending'`),
