@@ -250,7 +250,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer endPhase()
 	drainCtx, cancelDrain := context.WithDeadline(ctx, phaseStart.Add(cfg.Duration+cfg.DrainTimeout))
 	defer cancelDrain()
-	wl := newWorkload(&cfg, hist, checkouts)
+	wl, err := newWorkload(&cfg, hist, checkouts)
+	if err != nil {
+		return nil, err
+	}
 	wl.startWorkers(drainCtx, 16)
 	go wl.feed(phaseCtx, real, cfg.Duration/2, gen, cfg.Rate)
 	rec := &recoveries{adm: kadm.NewClient(cl)}

@@ -134,6 +134,9 @@ func (c *cluster) args(p *proc) []string {
 	args := []string{"run", p.service, "--brokers", c.brokers, "--registry", c.regURL, "--db", c.dsn,
 		"--http", procHost + ":" + strconv.Itoa(p.port), "--seed-data", c.cfg.SeedData,
 		"--opening-credit", c.cfg.OpeningCredit, "--log-level", "info"}
+	if p.service == "checkout" {
+		args = append(args, "--auth-dev-key", devKeyPath(c.cfg)) // the key the workload signs with
+	}
 	if c.rc != nil {
 		args = append(args, "--replication-factor", strconv.Itoa(min(3, c.rc.nodes)),
 			"--min-insync-replicas", strconv.Itoa(c.cfg.Cluster.MinInsyncReplicas))

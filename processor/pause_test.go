@@ -170,7 +170,7 @@ func TestPauseComposesWithRuntimePauses(t *testing.T) {
 	waitFor(t, 20*time.Second, "partitions assigned", func() bool { return len(m.p.Health().Partitions) == 2 })
 
 	// Partition 0: the DLQ refuses writes; the runtime pauses it.
-	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "g.dlq", Err: kerr.TopicAuthorizationFailed, Count: -1})
+	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "g.dlq", Err: kerr.InvalidRecord, Count: -1})
 	produce(t, addrs, &kgo.Record{Topic: "in", Partition: 0, Value: []byte("poison")}, &kgo.Record{Topic: "in", Partition: 0, Value: []byte("after")})
 	waitFor(t, 20*time.Second, "partition 0 blocked", func() bool {
 		b := m.p.Health().Blocked
@@ -197,7 +197,7 @@ func TestPauseComposesWithRuntimePauses(t *testing.T) {
 	// runtime lifts its pause, the user's stays. (In OrderKey the runtime
 	// pauses for a failing write only: the "after" record, parked behind
 	// the poison one of its key, would not keep the partition paused.)
-	fault = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "g.dlq", Err: kerr.TopicAuthorizationFailed, Count: -1})
+	fault = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "g.dlq", Err: kerr.InvalidRecord, Count: -1})
 	produce(t, addrs, &kgo.Record{Topic: "in", Partition: 1, Key: []byte("k"), Value: []byte("poison")},
 		&kgo.Record{Topic: "in", Partition: 1, Key: []byte("k"), Value: []byte("after")})
 	waitFor(t, 20*time.Second, "partition 1 blocked", func() bool {

@@ -155,6 +155,10 @@ type Processor struct {
 	// lanes kept for reuse (freeLaneLocked).
 	laneSeed  maphash.Seed
 	freeLanes []*lane
+
+	// consumeTopics are the sources and retry topics, given to the
+	// client by Run (New must not join the group).
+	consumeTopics []string
 	// Fetched records not admitted into lanes yet (see enqueue), and the
 	// partitions that have some, in round-robin order.
 	pendingParts []*partState
@@ -308,7 +312,9 @@ func New(opts ...Opt) (*Processor, error) {
 		kgo.SeedBrokers(c.brokers...),
 		kgo.ClientID(c.clientID),
 		kgo.ConsumerGroup(c.group),
-		kgo.ConsumeTopics(topics...),
+		// No ConsumeTopics here: franz-go joins the group as soon as
+		// its client knows a topic, and New must not join (Run checks
+		// the DLQ and retry topics first, then adds them: consumeTopics).
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),
 		// Transaction markers are returned so the commit point can pass
@@ -338,6 +344,7 @@ func New(opts ...Opt) (*Processor, error) {
 		return nil, fmt.Errorf("processor: consumer client: %w", err)
 	}
 	p.cl = cl
+	p.consumeTopics = topics
 	sizer.start(cl)
 	if w, ok := cl.OptValue(kgo.FetchMaxWait).(time.Duration); ok {
 		p.reach.after = max(p.reach.after, 2*w) // a long poll is not a wait
@@ -401,6 +408,8 @@ func (p *Processor) Run(ctx context.Context) error {
 		return err
 	}
 
+	// Only now does the client learn its topics and join the group.
+	p.cl.AddConsumeTopics(p.consumeTopics...)
 	p.cfg.metrics.track(p)
 	defer p.cfg.metrics.untrack(p)
 	var wg sync.WaitGroup

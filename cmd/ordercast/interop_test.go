@@ -166,7 +166,9 @@ func TestInterop(t *testing.T) {
 	}
 	freshCluster(t)
 	bin := buildBinary(t)
-	up := startUp(t, bin, filepath.Join(t.TempDir(), "data"))
+	// --auth none: this test is of the Kafka clients side by side, not of
+	// checkout's tokens (TestDevAuthEndToEnd is).
+	up := startUp(t, bin, filepath.Join(t.TempDir(), "data"), "--auth", "none")
 
 	// Orders through Ordercast's own checkout: known customers pay from
 	// their wallets, the guest by card.
