@@ -74,7 +74,8 @@
 // # Publication and idempotency
 //
 // Every accepted order is a row of table checkout_requests, keyed by the
-// client's Idempotency-Key or, without one, by "order:<orderId>"; the table
+// client's Idempotency-Key (scoped to the token's customer: see scopedKey)
+// or, without one, by "order:<orderId>"; the table
 // is therefore the durable list of every order checkout accepted ([Service.Accepted]
 // counts its published rows). A request is handled as follows:
 //
