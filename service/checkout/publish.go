@@ -58,7 +58,7 @@ func (s *Service) publish(ctx context.Context, d *decision, release func()) (*ou
 			s.metrics.produceDuration.WithLabelValues("error").Observe(time.Since(start).Seconds())
 			s.log.Warn("checkout: orderCreated not acknowledged; the request stays pending",
 				slog.String("idempotency_key", d.key), slog.String("order_id", ev.OrderID), slog.Any("error", err))
-			return nil, unknownOutcome(ev.OrderID, d.key, "the order event was not acknowledged by Kafka: "+err.Error())
+			return nil, unknownOutcome(ev.OrderID, d.retryKey, "the order event was not acknowledged by Kafka: "+err.Error())
 		}
 		s.metrics.produceDuration.WithLabelValues("ok").Observe(time.Since(start).Seconds())
 		s.markPublished(ctx, d, body)
@@ -82,7 +82,7 @@ func (s *Service) publish(ctx context.Context, d *decision, release func()) (*ou
 				slog.String("idempotency_key", d.key), slog.String("order_id", ev.OrderID))
 			s.markPublished(ctx, d, body)
 		}()
-		return nil, unknownOutcome(ev.OrderID, d.key, fmt.Sprintf("the order event was not acknowledged by Kafka within %v", s.cfg.ProduceTimeout))
+		return nil, unknownOutcome(ev.OrderID, d.retryKey, fmt.Sprintf("the order event was not acknowledged by Kafka within %v", s.cfg.ProduceTimeout))
 	}
 }
 
