@@ -71,7 +71,7 @@ type Tail struct {
 	topic     string
 	partition int32
 	from      int64
-	asked     int64        // the highest offset asked so far (-1: none)
+	asked     int64         // the highest offset asked so far (-1: none)
 	buf       []*kgo.Record // records read at or above asked, in offset order
 }
 
