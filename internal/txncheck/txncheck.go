@@ -59,6 +59,10 @@ var ErrAborted = errors.New("the transaction was reported committed but was abor
 // so it bounds only the case where they do not.
 const fetchMaxWait = 250 * time.Millisecond
 
+// metadataMinAge is the reader's metadata.max.age lower bound for
+// refreshes it triggers itself (kgo.MetadataMinAge, default 5 s there).
+const metadataMinAge = 100 * time.Millisecond
+
 // Tail reads one partition as a read_committed reader, from a start offset
 // on, and tells for offsets at or above it whether the record there is
 // visible. It keeps one Kafka client (and its fetch session) for its life,
@@ -88,6 +92,10 @@ func NewTail(opts []kgo.Opt, topic string, partition int32, from int64) (*Tail, 
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), // an abort marker is what shows that an aborted record was passed
 		kgo.FetchMaxWait(fetchMaxWait),
+		// A topic created just before (the outbox's marker topic, the
+		// DLQ state topic) may lack a leader in the first metadata;
+		// the default 5 s minimum age would hold the read that long.
+		kgo.MetadataMinAge(metadataMinAge),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("txncheck: reader of %s/%d: %w", topic, partition, err)
