@@ -114,8 +114,14 @@ func WithTransactionalIDSuffix(suffix string) Opt {
 // How it works. Each step reads up to the batch size of unsent rows in id
 // order and, in one Kafka transaction, produces them and one progress marker
 // record (key name, value: the exact ids of the batch and a checksum of
-// their contents) to the marker topic, then commits, then marks the rows
-// sent. Kafka commits the rows and the marker together or neither. A crash
+// their contents) to the marker topic, then commits, then reads the marker
+// back as a read_committed reader, then marks the rows sent. Kafka commits
+// the rows and the marker together or neither. The read-back is there
+// because franz-go v1.22.3's EndTransaction can abort a write-only
+// transaction and return nil (internal/txncheck): a marker found aborted
+// ends the session without marking, and the next session publishes the
+// rows again. It costs one fetch the relay's reader (one client per
+// session) is already waiting on. A crash
 // after the commit and before the marking leaves the rows unmarked but the
 // marker committed; a crash before the commit leaves an open transaction.
 // Every (re)start of the relay, and every failed step, starts a new session:
