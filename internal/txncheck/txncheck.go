@@ -6,16 +6,21 @@
 // # Why a nil from EndTransaction is not enough
 //
 // franz-go v1.22.3 decides client-side whether a transaction has anything to
-// commit: under KIP-890 part 2 (Produce v12+, partitions added to the
-// transaction implicitly by the produce) it marks a partition added only when
-// a produce response arrives, and when EndTransaction finds no partition
-// marked and no consumer offsets added, it logs "no produce succeeded in this
-// transaction but produces were attempted; issuing an abort ...", sends
-// EndTxn(abort) instead of the commit the caller asked for, and returns nil.
-// A transaction whose records were all acknowledged can take that path (seen
-// on the embedded broker, docs/upstream/franz-go-write-only-txn-abort.md),
-// and nothing in the return value says so. A transaction that committed
-// consumer offsets always has something marked and is not affected.
+// commit: EndTransaction looks for a partition marked added to the
+// transaction in the client's table of produce topics, and when it finds none
+// and no consumer offsets were added, under KIP-890 part 2 it logs "no
+// produce succeeded in this transaction but produces were attempted; issuing
+// an abort ...", sends EndTxn(abort) instead of the commit the caller asked
+// for, and returns nil. On a topic's first metadata load the client places the
+// records that waited for it, and they can be sent and acknowledged, before it
+// stores the topic's partitions in that table: an EndTransaction in that
+// window aborts a transaction whose records were all acknowledged, and
+// nothing in its return value says so. It takes a client's first produce to
+// a topic (the first transaction of a fresh client) and an End close behind
+// the acknowledgement; it happens on kfake and on Kafka 4.4
+// (docs/upstream/franz-go-write-only-txn-abort.md, reproduced by
+// TestFranzGoAbortsAnAcknowledgedWriteOnlyTxn). A transaction that commits
+// consumer offsets has something added and is not affected.
 //
 // # What is checked
 //
