@@ -978,8 +978,11 @@ const commitAttempts = 3
 // partitions added to the transaction implicitly): EndTransaction(TryCommit)
 // sometimes finds no partition marked as added although the produce
 // succeeded, logs "no produce succeeded in this transaction but produces
-// were attempted", aborts and returns nil (seen about once in 30 runs of
-// cmd/ordercast TestOperatorCommands under -race, issue 13 item 14).
+// were attempted", aborts and returns nil (seen about once in 100 runs of
+// cmd/ordercast TestOperatorCommands under -race, issue 13 item 14): the
+// transaction is a fresh client's first produce to StateTopic, and End can
+// run before the client stored the topic's partitions (cause and
+// reproduction: docs/upstream/franz-go-write-only-txn-abort.md).
 var errNotApplied = txncheck.ErrAborted
 
 // writePositions writes the purge positions of pps in one transaction on
