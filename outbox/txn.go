@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/internal/txncheck"
 	"github.com/ordercast/ordercast/sqldb"
 )
 
@@ -166,8 +167,14 @@ func WithTransactionalIDSuffix(suffix string) Opt {
 // How it works. Each step reads up to the batch size of unsent rows in id
 // order and, in one Kafka transaction, produces them and one progress marker
 // record (key name, value: the exact ids of the batch and a checksum of
-// their contents) to the marker topic, then commits, then marks the rows
-// sent. Kafka commits the rows and the marker together or neither. A crash
+// their contents) to the marker topic, then commits, then reads the marker
+// back as a read_committed reader, then marks the rows sent. Kafka commits
+// the rows and the marker together or neither. The read-back is there
+// because franz-go v1.22.3's EndTransaction can abort a write-only
+// transaction and return nil (internal/txncheck): a marker found aborted
+// ends the session without marking, and the next session publishes the
+// rows again. It costs one fetch the relay's reader (one client per
+// session) is already waiting on. A crash
 // after the commit and before the marking leaves the rows unmarked but the
 // marker committed; a crash before the commit leaves an open transaction.
 // Every (re)start of the relay, and every failed step, starts a new session:
@@ -456,8 +463,14 @@ func (r *Relay) session(ctx context.Context, probe bool) error {
 	if probe {
 		limit = 1
 	}
+	var tail *txncheck.Tail // reads the markers back; started at the first commit
+	defer func() {
+		if tail != nil {
+			tail.Close()
+		}
+	}()
 	for ctx.Err() == nil {
-		n, err := r.txnStep(ctx, cl, limit)
+		n, err := r.txnStep(ctx, cl, &tail, limit)
 		if err != nil {
 			return err
 		}
@@ -517,8 +530,10 @@ func (r *Relay) ensureMarkerTopic(ctx context.Context, cl *kgo.Client) (created 
 }
 
 // txnStep relays up to limit rows in one transaction and returns how many
-// (all committed and marked unless err is set).
-func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, limit int) (int, error) {
+// (all committed and marked unless err is set). A commit is trusted only
+// once its marker reads back read_committed (confirm): franz-go's
+// EndTransaction can abort a write-only transaction and return nil.
+func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, tail **txncheck.Tail, limit int) (int, error) {
 	rows, err := r.load(ctx, limit)
 	if err != nil || len(rows) == 0 {
 		return 0, err
@@ -535,7 +550,8 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, limit int) (int, er
 	if err != nil {
 		return 0, &fatalError{err}
 	}
-	recs = append(recs, &kgo.Record{Topic: r.txn.markerTopic, Key: []byte(r.txn.name), Value: mv})
+	mrec := &kgo.Record{Topic: r.txn.markerTopic, Key: []byte(r.txn.name), Value: mv}
+	recs = append(recs, mrec)
 
 	if err := cl.BeginTransaction(); err != nil {
 		return 0, fmt.Errorf("outbox: begin transaction: %w", err)
@@ -565,6 +581,10 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, limit int) (int, er
 		r.stats.aborted.Add(1)
 		return 0, fmt.Errorf("outbox: commit transaction of %d rows from id %d (outcome unknown until the next session reads the marker): %w", len(rows), ids[0], err)
 	}
+	if err := r.confirm(ctx, tail, mrec); err != nil {
+		r.stats.aborted.Add(1)
+		return 0, fmt.Errorf("outbox: commit transaction of %d rows from id %d: %w", len(rows), ids[0], err)
+	}
 	r.stats.transactions.Add(1)
 	if r.afterCommit != nil {
 		if err := r.afterCommit(ids); err != nil {
@@ -579,6 +599,41 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, limit int) (int, er
 	}
 	r.stats.published.Add(int64(len(ids)))
 	return len(rows), nil
+}
+
+// confirmTimeout bounds the wait for a committed marker to become visible
+// to read_committed readers (Kafka writes the markers just after answering
+// EndTxn; the coordinator retries them while a partition leader is away).
+const confirmTimeout = 30 * time.Second
+
+// confirm reads the transaction's progress marker (the last record it
+// produced, m) back as a read_committed reader, through *tail (started at
+// m's offset when nil). nil: the transaction committed. An error wrapping
+// txncheck.ErrAborted: it was aborted although EndTransaction returned nil
+// (franz-go v1.22.3, see internal/txncheck); the rows are not marked, and
+// the next session, whose marker read does not see the aborted marker,
+// publishes them again. Any other error leaves the outcome to that marker
+// read too.
+func (r *Relay) confirm(ctx context.Context, tail **txncheck.Tail, m *kgo.Record) error {
+	if *tail == nil {
+		t, err := txncheck.NewTail(r.txn.clientOpts, m.Topic, m.Partition, m.Offset)
+		if err != nil {
+			return err
+		}
+		*tail = t
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	defer cancel()
+	ok, err := (*tail).Committed(cctx, m.Offset)
+	switch {
+	case err != nil:
+		return fmt.Errorf("read back progress marker %s/%d@%d (outcome decided by the next session's marker read): %w", m.Topic, m.Partition, m.Offset, err)
+	case !ok:
+		r.logger.Warn("outbox relay: a transaction reported committed was aborted; its rows are published again",
+			"relay", r.txn.name, "marker_topic", m.Topic, "marker_offset", m.Offset)
+		return fmt.Errorf("progress marker %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, txncheck.ErrAborted)
+	}
+	return nil
 }
 
 // recover reads the last committed marker and marks its rows sent.
