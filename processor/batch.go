@@ -42,6 +42,7 @@ const DefaultMaxBatch = 100
 type batchCfg struct {
 	handler BatchHandler
 	max     int
+	maxSet  bool // MaxBatch was given
 }
 
 // WithBatchHandler sets a handler that receives several records at once, as
@@ -83,13 +84,15 @@ func WithBatchHandler(h BatchHandler) Opt {
 
 // MaxBatch sets the most records one BatchHandler call receives. Default
 // DefaultMaxBatch (100); it has no effect without WithBatchHandler. Must be
-// >= 1 (1 makes every batch one record).
+// >= 1 (1 makes every batch one record): New refuses a smaller value
+// whether or not WithBatchHandler is given. NewTransactional refuses
+// MaxBatch (it does not batch).
 func MaxBatch(n int) Opt {
 	return opt(func(c *cfg) {
 		if c.batch == nil {
 			c.batch = &batchCfg{}
 		}
-		c.batch.max = n
+		c.batch.max, c.batch.maxSet = n, true
 	})
 }
 
@@ -101,14 +104,12 @@ func (c *cfg) adoptBatch() error {
 	if b == nil {
 		return nil
 	}
-	if b.handler == nil {
-		if b.max != 0 {
-			c.batch = nil // MaxBatch alone: no batching
-		}
-		return nil
-	}
 	if b.max < 1 {
 		return fmt.Errorf("MaxBatch: %d, want >= 1", b.max)
+	}
+	if b.handler == nil {
+		c.batch = nil // MaxBatch alone: no batching
+		return nil
 	}
 	if c.handler == nil {
 		h := b.handler

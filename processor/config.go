@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -74,6 +75,32 @@ func ParseOrdering(s string) (Ordering, error) {
 type Opt interface{ apply(*cfg) }
 
 type opt func(*cfg)
+
+// applyOpts applies opts to c in order. It returns an error naming the
+// position (from 1) of every nil Opt, such as a nil Opt variable or a
+// conditional option left unset, and applies none of them then.
+func applyOpts(c *cfg, opts []Opt) error {
+	var errs []error
+	for i, o := range opts {
+		if o == nil || isNilOpt(o) {
+			errs = append(errs, fmt.Errorf("option %d of %d is nil", i+1, len(opts)))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	for _, o := range opts {
+		o.apply(c)
+	}
+	return nil
+}
+
+// isNilOpt reports whether o holds a nil func (an Opt interface holding a
+// typed nil, such as opt(nil)).
+func isNilOpt(o Opt) bool {
+	f, ok := o.(opt)
+	return ok && f == nil
+}
 
 func (o opt) apply(c *cfg) { o(c) }
 
@@ -176,6 +203,11 @@ func (c *cfg) validate() error {
 	if len(c.brokers) == 0 {
 		errs = append(errs, errors.New("Brokers: at least one seed broker is required (host:port)"))
 	}
+	for i, b := range c.brokers {
+		if strings.TrimSpace(b) == "" {
+			errs = append(errs, fmt.Errorf("Brokers: address %d of %d is empty, want host:port (an unset variable split on commas gives one)", i+1, len(c.brokers)))
+		}
+	}
 	if c.group == "" {
 		errs = append(errs, errors.New("Group: a consumer group is required"))
 	}
@@ -186,6 +218,12 @@ func (c *cfg) validate() error {
 		errs = append(errs, c.resolveTopicHandlers()...) // sets c.handler
 	} else if c.handler == nil {
 		errs = append(errs, errors.New("WithHandler: a handler is required"))
+	}
+	if c.ordering < OrderPartition || c.ordering > OrderUnordered {
+		errs = append(errs, fmt.Errorf("WithOrdering: %v, want OrderPartition, OrderKey or OrderUnordered", c.ordering))
+	}
+	if c.handlerTimeout < 0 {
+		errs = append(errs, fmt.Errorf("HandlerTimeout: %v, want >= 0 (0 disables)", c.handlerTimeout))
 	}
 	if c.concurrency < 1 {
 		errs = append(errs, fmt.Errorf("Concurrency: %d, want >= 1", c.concurrency))
@@ -271,7 +309,8 @@ func (c *cfg) validate() error {
 }
 
 // Brokers sets the seed brokers ("host:port"). Required. Kafka setting:
-// bootstrap.servers.
+// bootstrap.servers. An empty (or blank) address is refused at New, naming
+// its position: strings.Split of an unset variable gives [""].
 func Brokers(brokers ...string) Opt { return opt(func(c *cfg) { c.brokers = brokers }) }
 
 // Group sets the consumer group. Required. Kafka setting: group.id. By
@@ -288,7 +327,9 @@ func Topics(topics ...string) Opt { return opt(func(c *cfg) { c.topics = topics 
 // the topics without one.
 func WithHandler(h Handler) Opt { return opt(func(c *cfg) { c.handler = h }) }
 
-// WithOrdering sets the ordering mode. Default OrderPartition.
+// WithOrdering sets the ordering mode. Default OrderPartition. New and
+// NewTransactional refuse a value other than OrderPartition, OrderKey and
+// OrderUnordered.
 func WithOrdering(o Ordering) Opt { return opt(func(c *cfg) { c.ordering = o }) }
 
 // Concurrency sets how many handler calls may run at once across all
@@ -334,7 +375,7 @@ func MaxInFlight(records int, bytes int64) Opt {
 
 // HandlerTimeout sets how long one attempt of one record may run before its
 // context is cancelled and it counts as a transient failure. Default 30s; 0
-// disables. Unlike max.poll.interval.ms it does not affect group membership:
+// disables; a negative value is refused at New. Unlike max.poll.interval.ms it does not affect group membership:
 // franz-go heartbeats from its own goroutine whatever the handler does. The
 // deadline is measured from a clock refreshed every millisecond, so it is
 // precise to about a millisecond; the context arms a timer only when the

@@ -249,11 +249,12 @@ const (
 )
 
 // New creates a Processor and its franz-go clients. It does not contact the
-// brokers; Run does. It returns an error listing every invalid option.
+// brokers; Run does. It returns an error listing every invalid option, or
+// naming the position (from 1) of a nil Opt.
 func New(opts ...Opt) (*Processor, error) {
 	c := defaultCfg()
-	for _, o := range opts {
-		o.apply(&c)
+	if err := applyOpts(&c, opts); err != nil {
+		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if err := errors.Join(c.adoptBatch(), c.validate()); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)

@@ -88,8 +88,8 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 	c := defaultCfg()
 	c.commitInterval = 100 * time.Millisecond
 	c.handler = func(context.Context, *kgo.Record) error { return nil }
-	for _, o := range opts {
-		o.apply(&c)
+	if err := applyOpts(&c, opts); err != nil {
+		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if transactionalID == "" {
 		return nil, errors.New("processor: NewTransactional: transactionalID is required")
@@ -100,8 +100,11 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 	if len(c.topicHandlers) > 0 {
 		return nil, errors.New("processor: NewTransactional: HandleTopic is not used by the exactly-once mode: dispatch on r.Topic in the TxnHandler")
 	}
-	if c.batch != nil {
+	if c.batch != nil && c.batch.handler != nil {
 		return nil, errors.New("processor: NewTransactional: WithBatchHandler is for New only")
+	}
+	if c.batch != nil {
+		return nil, fmt.Errorf("processor: NewTransactional: MaxBatch(%d) is not used by the exactly-once mode (it does not batch; MaxBatch is for New with WithBatchHandler): drop it", c.batch.max)
 	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
