@@ -147,6 +147,7 @@ type cfg struct {
 	errorMsgMax    int
 	hooks          hooks
 	batch          *batchCfg // WithBatchHandler, MaxBatch (batch.go)
+	txn            bool      // NewTransactional (for its error hints)
 }
 
 // hooks are test seams that record a history of what the runtime did; they
@@ -272,14 +273,13 @@ func (c *cfg) validate() error {
 	if err := c.start.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("StartOffset: %w", err))
 	}
-	if err := refusedClientOpts(c.clientOpts); err != nil {
-		errs = append(errs, err)
-	}
-	if err := refusedClientOpts(c.consumerOpts); err != nil {
-		errs = append(errs, fmt.Errorf("ConsumerOpts: %w", err))
-	}
-	if err := refusedClientOpts(c.producerOpts); err != nil {
-		errs = append(errs, fmt.Errorf("ProducerOpts: %w", err))
+	for _, o := range []struct {
+		where string
+		opts  []kgo.Opt
+	}{{"ClientOpts", c.clientOpts}, {"ConsumerOpts", c.consumerOpts}, {"ProducerOpts", c.producerOpts}} {
+		if err := refusedClientOpts(o.where, o.opts, c.txn); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.producer != nil && len(c.producerOpts) > 0 {
 		errs = append(errs, errors.New("ProducerOpts: not used with Producer (the given client is used as it is): drop one"))
@@ -587,7 +587,7 @@ func WithMetrics(m *Metrics) Opt { return opt(func(c *cfg) { c.metrics = m }) }
 // An option the runtime sets itself (group, topics, start and reset offsets,
 // isolation level, auto-commit, rebalance callbacks and blocking, session and
 // rebalance timeouts, balancers, static and transactional ids, client id,
-// seed brokers, the DLQ producer's acks and linger) is refused: New and NewTransactional return an error
+// seed brokers, the DLQ producer's acks, idempotence and linger) is refused: New and NewTransactional return an error
 // wrapping ErrClientOpt that names it and the processor option to use
 // instead, rather than silently overriding it. To tell which options opts
 // set, New applies them to two franz-go clients that are never started (no
@@ -611,7 +611,9 @@ func ConsumerOpts(opts ...kgo.Opt) Opt {
 // ProducerOpts adds franz-go options to the producer client New creates for
 // retry-topic and DLQ records (after ClientOpts): its hooks, batching and
 // retries (kgo.RecordRetries, kgo.UnknownTopicRetries...). acks (always
-// all) and linger (always 0) are refused, as with ClientOpts. It is an error
+// all), kgo.DisableIdempotentWrite (the producer is always idempotent) and
+// linger (always 0) are refused, as with ClientOpts, with an error
+// wrapping ErrClientOpt that names the option. It is an error
 // together with Producer, whose client is used as given. See ConsumerOpts
 // for NewTransactional.
 func ProducerOpts(opts ...kgo.Opt) Opt {

@@ -88,6 +88,7 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 	c := defaultCfg()
 	c.commitInterval = 100 * time.Millisecond
 	c.handler = func(context.Context, *kgo.Record) error { return nil }
+	c.txn = true
 	if err := applyOpts(&c, opts); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
