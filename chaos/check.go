@@ -18,6 +18,7 @@ import (
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/service/checkout"
 	"github.com/ordercast/ordercast/service/fulfillment"
 	"github.com/ordercast/ordercast/service/notifications"
 	"github.com/ordercast/ordercast/service/orders"
@@ -347,7 +348,7 @@ func (c *checker) history(ctx context.Context, outcomes map[string]outcome) (Inv
 			rows.Close()
 			return Invariant{}, err
 		}
-		reqs[k] = r
+		reqs[checkout.ClientKey(k)] = r // a customer's key is stored scoped to the customer
 	}
 	rows.Close()
 	stored := map[string]int{}

@@ -70,6 +70,21 @@ func scopedKey(p principal, clientKey string) string {
 	return "customer" + scopeSep + p.customer + scopeSep + clientKey
 }
 
+// ClientKey is the Idempotency-Key a client sent for the checkout_requests
+// key stored: a customer's scoped key ("customer" US <customer> US <key>)
+// without its scope, any other key as it is. For tools that match their
+// requests' keys against the table (the crash harness).
+func ClientKey(stored string) string {
+	rest, ok := strings.CutPrefix(stored, "customer"+scopeSep)
+	if !ok {
+		return stored
+	}
+	if _, key, ok := strings.Cut(rest, scopeSep); ok {
+		return key
+	}
+	return stored
+}
+
 // place runs the idempotent flow of the package doc for a validated request
 // whose canonical hash is hash; clientKey is its Idempotency-Key or "", sent
 // by p (its key is scoped to p: scopedKey).
