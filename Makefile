@@ -1,7 +1,7 @@
 # Targets named in the README. CI runs `make ci` through .ci/run.
 GO ?= go
 
-.PHONY: build test test-race test-short test-kafka test-kafka-3 test-kafka-secure bench bench-compare lint ci
+.PHONY: build test test-race test-short test-kafka test-kafka-3 test-kafka-secure chaos-kafka-3 bench bench-compare lint ci
 
 build:
 	$(GO) build -o bin/ordercast ./cmd/ordercast
@@ -34,18 +34,45 @@ test-kafka-3:
 # Secured: starts a fresh 1-node Kafka with SASL_SSL, SCRAM-SHA-512 and the StandardAuthorizer
 # (scripts/kafka.sh start --secure; state $(KAFKASEC_STATE), ports $(KAFKASEC_PORT)..+1), runs
 # TestSecureCluster on it (each service as its own principal with the ACLs of `ordercast acls`;
-# a wrong password, an untrusted certificate and a missing ACL refused at start), then stops and
-# deletes the cluster.
+# a wrong password, an untrusted certificate and a missing ACL refused at start) and the tests of
+# testkafka.Secure (KAFKASEC_RUN: the start checks, `acls --apply`, rights lost while running, in
+# processor, outbox, system and cmd/ordercast; one package at a time), then stops and deletes it.
 KAFKASEC_STATE ?= /tmp/ordercast-kafka-secure
 KAFKASEC_PORT ?= 19292
+KAFKASEC_RUN ?= TestSecureCluster|TestACLsApply|RightLostWhileRunning|TestCheckRights|TestCheckTxnWrite|TestStartChecksRelayTxnWrite|TestServiceLosesRightWhileRunning
 test-kafka-secure:
 	@export ORDERCAST_KAFKA_STATE=$(KAFKASEC_STATE) ORDERCAST_KAFKA_PORT=$(KAFKASEC_PORT) \
 	  ORDERCAST_KAFKA_EXTRA_PROPS=group.min.session.timeout.ms=100; \
 	scripts/kafka.sh start --clean --secure --brokers 1 || exit 1; \
 	ORDERCAST_TEST_SECURE_BROKERS=$$(scripts/kafka.sh brokers) ORDERCAST_TEST_SECURE_CA=$(KAFKASEC_STATE)/tls/ca.pem \
 	  ORDERCAST_TEST_SECURE_ADMIN_PASSWORD=$$(cat $(KAFKASEC_STATE)/tls/admin.password) \
-	  $(GO) test -count=1 -timeout 10m -v -run 'TestSecureCluster' ./cmd/ordercast/; rc=$$?; \
+	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN)' ./processor/ ./outbox/ ./system/ ./cmd/ordercast/; rc=$$?; \
 	scripts/kafka.sh stop --clean; exit $$rc
+
+# The crash harness on a real cluster: starts a fresh 3-node Kafka whose nodes advertise the
+# harness's fault proxies (state $(CHAOS3_STATE), ports $(CHAOS3_PORT)..+8) and a durable
+# PostgreSQL (port $(CHAOS3_PG_PORT)), runs `ordercast chaos` for $(CHAOS3_DURATION) with every
+# fault (CHAOS3_FLAGS="--seeds 20 --table soak.md --duration 10m" for the soak), then stops and
+# deletes both. Small heaps: the cluster and a dozen services share the machine.
+CHAOS3_STATE ?= /tmp/ordercast-chaos-kafka-3
+CHAOS3_PORT ?= 19392
+CHAOS3_PG_PORT ?= 15442
+CHAOS3_PG_STATE ?= /tmp/ordercast-chaos-pg
+CHAOS3_DURATION ?= 3m
+CHAOS3_SEED ?= 1
+CHAOS3_FLAGS ?=
+CHAOS3_DATA ?= /tmp/ordercast-chaos-run
+chaos-kafka-3: build
+	@export ORDERCAST_KAFKA_STATE=$(CHAOS3_STATE) ORDERCAST_KAFKA_PORT=$(CHAOS3_PORT) ORDERCAST_KAFKA_PROXIED=1 \
+	  ORDERCAST_KAFKA_HEAP="$${ORDERCAST_KAFKA_HEAP:--Xms96m -Xmx256m}" \
+	  ORDERCAST_PG_PORT=$(CHAOS3_PG_PORT) ORDERCAST_PG_STATE=$(CHAOS3_PG_STATE) ORDERCAST_PG_DURABLE=1; \
+	scripts/kafka.sh start --clean --brokers 3 >/dev/null || exit 1; \
+	scripts/postgres.sh start >/dev/null || { scripts/kafka.sh stop --clean; exit 1; }; \
+	rm -rf $(CHAOS3_DATA); \
+	bin/ordercast chaos --duration $(CHAOS3_DURATION) --seed $(CHAOS3_SEED) --data-dir $(CHAOS3_DATA) \
+	  --kafka-script scripts/kafka.sh --postgres-script scripts/postgres.sh --proxy \
+	  --db "$$(scripts/postgres.sh dsn)" $(CHAOS3_FLAGS); rc=$$?; \
+	scripts/postgres.sh stop; scripts/kafka.sh stop --clean; exit $$rc
 
 test-short:
 	$(GO) test -short -count=1 ./...

@@ -202,8 +202,8 @@ func Check(ctx context.Context, db *store.DB, cl *kgo.Client, serde *schema.Serd
 	res.ShipmentRecords = len(recs)
 	undecodable := 0
 	for _, r := range recs {
-		var ev order.ShipmentRequested
-		if _, err := serde.DecodeContext(ctx, r.Topic, r.Value, &ev); err != nil {
+		ev, ok := DecodeEvent(ctx, serde, r)
+		if !ok {
 			undecodable++
 			continue
 		}
@@ -274,47 +274,31 @@ func CountDLQ(ctx context.Context, cl *kgo.Client) (map[string]int, error) {
 // orderIDOf decodes a DLQ record's payload with its original topic's schema
 // and returns the order id, or "" if it does not decode.
 func orderIDOf(ctx context.Context, serde *schema.Serde, r *kgo.Record) string {
-	topic := ""
+	if _, ok := findHeader(r, processor.HeaderOriginalTopic); !ok {
+		return ""
+	}
+	ev, _ := DecodeEvent(ctx, serde, r)
+	return ev.OrderID
+}
+
+func findHeader(r *kgo.Record, key string) (string, bool) {
 	for _, h := range r.Headers {
-		if h.Key == processor.HeaderOriginalTopic {
-			topic = string(h.Value)
+		if h.Key == key {
+			return string(h.Value), true
 		}
 	}
-	switch topic {
-	case order.TopicOrderCreated:
-		var ev order.OrderCreated
-		if _, err := serde.DecodeContext(ctx, topic, r.Value, &ev); err == nil {
-			return ev.OrderID
-		}
-	case order.TopicPaymentProcessed:
-		var ev order.PaymentProcessed
-		if _, err := serde.DecodeContext(ctx, topic, r.Value, &ev); err == nil {
-			return ev.OrderID
-		}
-	case order.TopicShipmentRequested:
-		var ev order.ShipmentRequested
-		if _, err := serde.DecodeContext(ctx, topic, r.Value, &ev); err == nil {
-			return ev.OrderID
-		}
-	}
-	return ""
+	return "", false
 }
 
 // ReadTopic reads every record of topic up to its current end offsets as a
 // read_committed reader (records of aborted transactions are skipped),
 // without control records. It gives up after 60s.
 func ReadTopic(ctx context.Context, cl *kgo.Client, topic string) ([]*kgo.Record, error) {
-	all, err := ReadAll(ctx, cl, topic, true)
+	v, err := ReadView(ctx, cl, topic, true)
 	if err != nil {
 		return nil, err
 	}
-	out := all[:0]
-	for _, r := range all {
-		if !r.Attrs.IsControl() {
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	return v.Records, nil
 }
 
 // ReadAll reads every record of topic from its log start offsets to its

@@ -69,10 +69,18 @@ type Report struct {
 	// members never expired by their session timeout); the harness then
 	// restarted the broker. A defect of the embedded broker: reported, and
 	// the drain must still reach lag 0.
-	StaleMembers []string       `json:"staleMembers,omitempty"`
-	Lag          map[string]int `json:"lagRecords"`
-	Invariants   []Invariant    `json:"invariants"`
-	OK           bool           `json:"ok"`
+	StaleMembers []string `json:"staleMembers,omitempty"`
+	// Backend is "embedded" (kfake, SQLite) or "kafka+postgres" (with
+	// "+proxies" when the clients go through the fault proxies).
+	Backend string `json:"backend"`
+	// Recoveries: per fault end and group, the time until the group had
+	// consumed what was in its topics then; RecoveryByFault summarises them.
+	Recoveries      []Recovery                 `json:"recoveries"`
+	RecoveryByFault map[string]RecoverySummary `json:"recoveryByFault"`
+	BadRecords      []badRecord                `json:"badRecords"`
+	Lag             map[string]int             `json:"lagRecords"`
+	Invariants      []Invariant                `json:"invariants"`
+	OK              bool                       `json:"ok"`
 }
 
 // OrderCounts are the client's answers for one kind of order.
@@ -122,9 +130,29 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if c.regPort, err = freePort(); err != nil {
 		return nil, err
 	}
-	c.brokers = fmt.Sprintf("127.0.0.1:%d", ds.port)
-	c.regURL = fmt.Sprintf("http://127.0.0.1:%d", c.regPort)
+	c.brokers = fmt.Sprintf("%s:%d", procHost, ds.port)
+	c.regURL = fmt.Sprintf("http://%s:%d", procHost, c.regPort)
 	c.dsn = "sqlite:" + filepath.Join(cfg.DataDir, "ordercast.db")
+	direct := []string{c.brokers} // the harness's own clients
+	rep.Backend = "embedded"
+	var rc *realCluster
+	if cfg.Cluster != nil {
+		if rc, err = openRealCluster(ctx, cfg.Cluster); err != nil {
+			return nil, err
+		}
+		defer rc.close()
+		rc.crashesPG = cfg.enabled(FaultPGRestart)
+		fmt.Fprintf(out, "chaos: emptying the cluster %s and the database\n", strings.Join(rc.direct, ","))
+		if err := rc.reset(ctx); err != nil {
+			return nil, err
+		}
+		c.rc = rc
+		c.brokers, c.dsn, direct = rc.serviceBrokers(), cfg.Cluster.DSN, rc.direct
+		rep.Backend = "kafka+postgres"
+		if rc.proxy != nil {
+			rep.Backend += "+proxies"
+		}
+	}
 	fmt.Fprintf(out, "chaos: seed %d; %v of faults (%s); %d processes per service, %d checkouts; data in %s\n",
 		cfg.Seed, cfg.Duration, rep.Faults, cfg.Instances, cfg.Checkouts, cfg.DataDir)
 	if err := c.start(ds); err != nil {
@@ -173,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	// The harness's own clients.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers), kgo.RetryTimeout(time.Minute))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(direct...), kgo.RetryTimeout(time.Minute))
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	var checkouts []string
 	for _, p := range c.list("checkout") {
-		checkouts = append(checkouts, fmt.Sprintf("http://127.0.0.1:%d", p.port))
+		checkouts = append(checkouts, fmt.Sprintf("http://%s:%d", procHost, p.port))
 	}
 
 	// The fault phase.
@@ -222,10 +250,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer endPhase()
 	drainCtx, cancelDrain := context.WithDeadline(ctx, phaseStart.Add(cfg.Duration+cfg.DrainTimeout))
 	defer cancelDrain()
-	wl := newWorkload(&cfg, hist, checkouts)
+	wl, err := newWorkload(&cfg, hist, checkouts)
+	if err != nil {
+		return nil, err
+	}
 	wl.startWorkers(drainCtx, 16)
 	go wl.feed(phaseCtx, real, cfg.Duration/2, gen, cfg.Rate)
-	in := &injector{cfg: &cfg, c: c, hist: hist, scr: scr, rng: rng}
+	rec := &recoveries{adm: kadm.NewClient(cl)}
+	go rec.loop(scrapeCtx)
+	in := &injector{cfg: &cfg, c: c, hist: hist, scr: scr, rng: rng, rc: rc, db: db, adminCl: cl, rec: rec}
+	badDone := make(chan []badRecord, 1)
+	go func() { badDone <- produceBad(phaseCtx, cl, cfg.Seed, cfg.BadRecords, cfg.Duration/2, hist) }()
 	injected := make(chan struct{})
 	go func() {
 		defer close(injected)
@@ -257,6 +292,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	<-phaseCtx.Done()
 	<-injected
+	rep.BadRecords = <-badDone
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -274,6 +310,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	fmt.Fprintln(out, "chaos: faults stopped; restoring every process and draining")
 	hist.add(event{Ev: "phase", Detail: "faults stop"})
 	in.finish()
+	if rc != nil {
+		if err := rc.restoreNodes(ctx); err != nil {
+			fmt.Fprintf(out, "chaos: restoring the Kafka nodes: %v\n", err)
+		}
+	}
 	drainStart := time.Now()
 
 	// Drain: every order answered, processed by every service, lag 0.
@@ -308,7 +349,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 			if total != lastLag {
 				lastLag, lagSince = total, time.Now()
-			} else if total > 0 && time.Since(lagSince) >= stuckAfter && len(rep.StaleMembers) < 2 {
+			} else if total > 0 && rc == nil && time.Since(lagSince) >= stuckAfter && len(rep.StaleMembers) < 2 {
+				// (the embedded broker's defect; a real cluster is not restarted for it)
 				if stale := staleMembers(drainCtx, chk.adm, c, rep.Lag); len(stale) > 0 {
 					rep.StaleMembers = append(rep.StaleMembers, stale...)
 					fmt.Fprintf(out, "chaos: no progress for %v and the broker keeps more members than processes: %s; restarting the broker, whose restore drops members past their session timeout\n",
@@ -339,6 +381,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		sleepCtx(drainCtx, 500*time.Millisecond)
 	}
 	rep.DrainSeconds = time.Since(drainStart).Seconds()
+	stopScraping() // the recovery sampler too
+	rep.Recoveries = rec.settle(time.Now())
+	rep.RecoveryByFault = summarizeRecoveries(rep.Recoveries)
 	drained := drainCtx.Err() == nil && rep.Progress.Done()
 	hist.add(event{Ev: "phase", Detail: fmt.Sprintf("drained=%v after %.1fs", drained, rep.DrainSeconds)})
 	fmt.Fprintf(out, "chaos: drained=%v in %.1fs\n", drained, rep.DrainSeconds)
@@ -350,7 +395,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	stopScraping()
 	checkCtx, cancelCheck := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancelCheck()
-	if err := rep.check(checkCtx, chk, wl, lagInv, drained, sampleBad); err != nil {
+	if err := rep.check(checkCtx, chk, wl, rec, lagInv, drained, sampleBad); err != nil {
 		return nil, err
 	}
 	rep.fillCounts(wl, scr.totals(), hist)
@@ -365,7 +410,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 // check runs every check and sets rep.Invariants and rep.OK.
-func (rep *Report) check(ctx context.Context, chk *checker, wl *workload, lagInv Invariant, drained bool, sampleBad []Invariant) error {
+func (rep *Report) check(ctx context.Context, chk *checker, wl *workload, rec *recoveries, lagInv Invariant, drained bool, sampleBad []Invariant) error {
 	add := func(inv Invariant) { rep.Invariants = append(rep.Invariants, inv) }
 	progress := Invariant{Name: "drained_every_order_processed_lag_0", OK: drained,
 		Detail: fmt.Sprintf("%s; lag (records) %v", rep.Progress.Missing(), rep.Lag)}
@@ -386,6 +431,16 @@ func (rep *Report) check(ctx context.Context, chk *checker, wl *workload, lagInv
 		return fmt.Errorf("chaos: history check: %w", err)
 	}
 	add(hinv)
+	ainv, err := chk.acknowledged(ctx, wl.snapshot(), rec.downAt)
+	if err != nil {
+		return fmt.Errorf("chaos: acknowledged orders check: %w", err)
+	}
+	add(ainv)
+	dinv, err := chk.dlqExact(ctx, rep.BadRecords)
+	if err != nil {
+		return fmt.Errorf("chaos: DLQ check: %w", err)
+	}
+	add(dinv)
 	cinv, err := chk.charges(ctx)
 	if err != nil {
 		return fmt.Errorf("chaos: charges check: %w", err)
@@ -470,7 +525,7 @@ func crashPointHits(dir string) map[string]int {
 
 // print writes the summary.
 func (rep *Report) print(w io.Writer) {
-	fmt.Fprintf(w, "\nordercast chaos: seed %d, %ds of faults, %d processes per service, %d checkouts\n", rep.Seed, rep.FaultSeconds, rep.Instances, rep.Checkouts)
+	fmt.Fprintf(w, "\nordercast chaos: seed %d, %ds of faults, %d processes per service, %d checkouts, on %s\n", rep.Seed, rep.FaultSeconds, rep.Instances, rep.Checkouts, rep.Backend)
 	kinds := sortedKeys(rep.OrdersByKind)
 	var parts []string
 	for _, k := range kinds {
@@ -486,7 +541,8 @@ func (rep *Report) print(w io.Writer) {
 		tc := rep.Topics[t]
 		fmt.Fprintf(w, "  %-26s read_committed %d, in the log %d, abort markers %d, commit markers %d\n", t+":", tc.Committed, tc.Uncommitted, tc.AbortMarkers, tc.CommitMarkers)
 	}
-	fmt.Fprintf(w, "  drained in %.1fs; lag %v; DLQ %v\n", rep.DrainSeconds, rep.Lag, rep.DLQRecords)
+	fmt.Fprintf(w, "  drained in %.1fs; lag %v; DLQ %v (%d records made bad)\n", rep.DrainSeconds, rep.Lag, rep.DLQRecords, len(rep.BadRecords))
+	fmt.Fprintf(w, "  recovery (fault end to the slowest group caught up): %s\n", fmtRecoveries(rep.RecoveryByFault))
 	if len(rep.StaleMembers) > 0 {
 		fmt.Fprintf(w, "  NOTE the embedded broker kept dead group members past their session timeout; the harness restarted it: %s\n", strings.Join(rep.StaleMembers, "; "))
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -16,10 +18,12 @@ import (
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/service/checkout"
 	"github.com/ordercast/ordercast/service/fulfillment"
 	"github.com/ordercast/ordercast/service/notifications"
 	"github.com/ordercast/ordercast/service/orders"
 	"github.com/ordercast/ordercast/service/payments"
+	"github.com/ordercast/ordercast/sqldb"
 	"github.com/ordercast/ordercast/store"
 )
 
@@ -242,8 +246,18 @@ func (c *checker) charges(ctx context.Context) (Invariant, error) {
 	for id, w := range wallets {
 		balance[id] = w.opening
 	}
+	// Commit order: SQLite's rowid (writes are serialised); PostgreSQL's
+	// commit timestamps (track_commit_timestamp, set by the cluster run's
+	// reset). A debit's wallet UPDATE waits for the previous debit's
+	// commit, so their commit timestamps are in order; a refusal committed
+	// after a debit it did not see read a higher balance than the replay
+	// gives it, so the replay never calls a correct refusal wrong.
+	commitOrder := `p.rowid`
+	if c.db.Dialect == sqldb.Postgres {
+		commitOrder = `pg_xact_commit_timestamp(p.xmin), p.processed_at`
+	}
 	rows, err = c.db.QueryContext(ctx, `SELECT p.order_id, COALESCE(p.customer_id, ''), p.status, p.method, p.amount_milli, COALESCE(p.reason, ''), COALESCE(o.total_milli, -1)
-		FROM payments p LEFT JOIN orders o ON o.order_id = p.order_id ORDER BY p.rowid`)
+		FROM payments p LEFT JOIN orders o ON o.order_id = p.order_id ORDER BY `+commitOrder)
 	if err != nil {
 		return Invariant{}, err
 	}
@@ -334,7 +348,7 @@ func (c *checker) history(ctx context.Context, outcomes map[string]outcome) (Inv
 			rows.Close()
 			return Invariant{}, err
 		}
-		reqs[k] = r
+		reqs[checkout.ClientKey(k)] = r // a customer's key is stored scoped to the customer
 	}
 	rows.Close()
 	stored := map[string]int{}
@@ -434,6 +448,9 @@ func (c *checker) exactlyOnceTopics(ctx context.Context, rep *Report) ([]Invaria
 		rep.Topics[t.topic] = TopicCounts{Committed: len(committedView.records), Uncommitted: len(raw.records), AbortMarkers: raw.aborts, CommitMarkers: raw.commits}
 		per := map[string]int{}
 		for _, r := range committedView.records {
+			if isBad(r) {
+				continue // made bad by the harness: the DLQ check counts them
+			}
 			if ev, ok := decodeEvent(ctx, c.serde, r); ok {
 				per[ev.orderID]++
 			} else {
@@ -519,4 +536,176 @@ func (c *checker) auditInvariants(ctx context.Context) ([]Invariant, map[string]
 		out = append(out, Invariant{Name: "audit_" + name, OK: inv.OK, Violations: inv.Violations, Detail: inv.Detail})
 	}
 	return out, res.DLQRecords, nil
+}
+
+// acknowledged checks every order checkout answered 202: its orderCreated is
+// in the topic for read_committed readers (acks=all: nothing acknowledged is
+// lost when a broker dies), it is stored, it has a payment decision, it is
+// debited at most once, and a PAID one has exactly one shipmentRequested.
+// The detail counts the orders acknowledged while a Kafka node was down.
+func (c *checker) acknowledged(ctx context.Context, outcomes map[string]outcome, downAt func(time.Time) bool) (Invariant, error) {
+	created, err := readTopic(ctx, c.cl, order.TopicOrderCreated, true)
+	if err != nil {
+		return Invariant{}, err
+	}
+	inTopic := map[string]int{}
+	for _, r := range created.records {
+		if ev, ok := decodeEvent(ctx, c.serde, r); ok {
+			inTopic[ev.orderID]++
+		}
+	}
+	shipped, err := readTopic(ctx, c.cl, order.TopicShipmentRequested, true)
+	if err != nil {
+		return Invariant{}, err
+	}
+	ships := map[string]int{}
+	for _, r := range shipped.records {
+		if ev, ok := decodeEvent(ctx, c.serde, r); ok {
+			ships[ev.orderID]++
+		}
+	}
+	set := func(q string) (map[string]int, error) {
+		ids, err := c.db.QueryStrings(ctx, q)
+		m := map[string]int{}
+		for _, id := range ids {
+			m[id]++
+		}
+		return m, err
+	}
+	stored, err := set(`SELECT order_id FROM orders`)
+	if err != nil {
+		return Invariant{}, err
+	}
+	debits, err := set(`SELECT order_id FROM wallet_ledger`)
+	if err != nil {
+		return Invariant{}, err
+	}
+	paid, err := set(`SELECT order_id FROM payments WHERE status = 'PAID'`)
+	if err != nil {
+		return Invariant{}, err
+	}
+	decided, err := set(`SELECT order_id FROM payments`)
+	if err != nil {
+		return Invariant{}, err
+	}
+	var bad []string
+	acked, whileDown, dupCreated := 0, 0, 0
+	for k, o := range outcomes {
+		if o.status != http.StatusAccepted {
+			continue
+		}
+		acked++
+		if downAt != nil && downAt(o.at) {
+			whileDown++
+		}
+		id := o.orderID
+		switch {
+		case inTopic[id] == 0:
+			bad = append(bad, fmt.Sprintf("%s: order %s acknowledged but not in %s (lost)", k, id, order.TopicOrderCreated))
+		case stored[id] != 1:
+			bad = append(bad, fmt.Sprintf("%s: order %s stored %d times", k, id, stored[id]))
+		case decided[id] != 1:
+			bad = append(bad, fmt.Sprintf("%s: order %s has %d payment decisions", k, id, decided[id]))
+		case debits[id] > 1:
+			bad = append(bad, fmt.Sprintf("%s: order %s debited %d times", k, id, debits[id]))
+		case paid[id] == 1 && ships[id] != 1:
+			bad = append(bad, fmt.Sprintf("%s: paid order %s has %d shipmentRequested", k, id, ships[id]))
+		case paid[id] == 0 && ships[id] != 0:
+			bad = append(bad, fmt.Sprintf("%s: unpaid order %s has %d shipmentRequested", k, id, ships[id]))
+		}
+		if inTopic[id] > 1 {
+			dupCreated++
+		}
+	}
+	inv := Invariant{Name: "every_acknowledged_order_present_stored_charged_once_shipped_once", OK: len(bad) == 0, Violations: len(bad),
+		Detail: fmt.Sprintf("%d orders acknowledged (202), %d of them while a Kafka node was down; %d with more than one orderCreated (consumers deduplicate)", acked, whileDown, dupCreated)}
+	if len(bad) > 0 {
+		inv.Detail += "; " + examples(bad)
+	}
+	return inv, nil
+}
+
+// badRecord is a record the harness made bad (undecodable) and produced.
+type badRecord struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// badKeyPrefix starts the key of every record the harness makes bad.
+const badKeyPrefix = "chaos-bad-"
+
+func isBad(r *kgo.Record) bool { return strings.HasPrefix(string(r.Key), badKeyPrefix) }
+
+// dlqExact checks that each group's DLQ holds exactly the bad records of its
+// input topics for read_committed readers (by the DLQ records' original
+// topic, partition and offset headers), and nothing else; fulfillment's
+// (transactional) each once, the inbox groups' at least once (a crash
+// between the DLQ produce and the offset commit writes it again).
+func (c *checker) dlqExact(ctx context.Context, bad []badRecord) (Invariant, error) {
+	var viol []string
+	total, dups := 0, 0
+	for _, g := range order.Groups {
+		want := map[badRecord]bool{}
+		var inputs []string
+		switch g {
+		case order.GroupOrders:
+			inputs = orders.Topics
+		case order.GroupPayments:
+			inputs = payments.Topics
+		case order.GroupNotifications:
+			inputs = notifications.Topics
+		case order.GroupFulfillment:
+			inputs = fulfillment.Topics
+		}
+		for _, b := range bad {
+			if contains(inputs, b.Topic) {
+				want[b] = true
+			}
+		}
+		v, err := readTopic(ctx, c.cl, processor.DLQTopic(g), true)
+		if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return Invariant{}, err
+		}
+		got := map[badRecord]int{}
+		if v != nil {
+			for _, r := range v.records {
+				var b badRecord
+				for _, h := range r.Headers {
+					switch h.Key {
+					case processor.HeaderOriginalTopic:
+						b.Topic = string(h.Value)
+					case processor.HeaderOriginalPartition:
+						p, _ := strconv.ParseInt(string(h.Value), 10, 32)
+						b.Partition = int32(p)
+					case processor.HeaderOriginalOffset:
+						b.Offset, _ = strconv.ParseInt(string(h.Value), 10, 64)
+					}
+				}
+				got[b]++
+				total++
+			}
+		}
+		for b := range want {
+			if got[b] == 0 {
+				viol = append(viol, fmt.Sprintf("%s: bad record %s/%d@%d not in the DLQ", g, b.Topic, b.Partition, b.Offset))
+			}
+		}
+		for b, n := range got {
+			switch {
+			case !want[b]:
+				viol = append(viol, fmt.Sprintf("%s: DLQ holds %s/%d@%d, which was not made bad", g, b.Topic, b.Partition, b.Offset))
+			case n > 1 && g == order.GroupFulfillment:
+				viol = append(viol, fmt.Sprintf("%s: DLQ holds bad record %s/%d@%d %d times (its DLQ is written in its transaction: exactly once)", g, b.Topic, b.Partition, b.Offset, n))
+			case n > 1:
+				dups += n - 1
+			}
+		}
+	}
+	inv := Invariant{Name: "dlq_holds_exactly_the_records_made_bad", OK: len(viol) == 0, Violations: len(viol),
+		Detail: fmt.Sprintf("%d records made bad, %d DLQ records over %d groups, %d of them copies of a bad record already there (the inbox groups write their DLQ before committing the offset: at least once, a reader deduplicates on the original topic/partition/offset headers; fulfillment's is transactional and must hold each once)", len(bad), total, len(order.Groups), dups)}
+	if len(viol) > 0 {
+		inv.Detail += "; " + examples(viol)
+	}
+	return inv, nil
 }

@@ -31,6 +31,50 @@ const (
 	FaultBroker = "broker"
 )
 
+// Faults of a run on a real cluster (Config.Cluster).
+const (
+	// FaultBrokerKill SIGKILLs one Kafka node (every other time the active
+	// controller of the KRaft quorum) and starts it again 3 to 6 s later
+	// (`kafka.sh start-node`, which waits until it is back in every ISR).
+	FaultBrokerKill = "broker-kill"
+	// FaultBrokerPause SIGSTOPs one Kafka node for brokerPause, past the
+	// controller's broker session timeout (broker.session.timeout.ms, 9 s)
+	// and the clients' request timeout (10 s), then SIGCONTs it.
+	FaultBrokerPause = "broker-pause"
+	// FaultPGRestart crashes and restarts PostgreSQL (`postgres.sh
+	// restart`: immediate shutdown, WAL recovery).
+	FaultPGRestart = "pg-restart"
+	// FaultPGTerminate ends every service connection to PostgreSQL with
+	// pg_terminate_backend, under load.
+	FaultPGTerminate = "pg-terminate"
+	// FaultNetLatency adds 200 to 800 ms to every frame between the
+	// clients and one broker (or all), for 5 to 10 s. Needs Cluster.Proxied.
+	FaultNetLatency = "net-latency"
+	// FaultNetReset resets (TCP RST) every client connection to one broker
+	// open now.
+	FaultNetReset = "net-reset"
+	// FaultNetHold holds one request of a kind that commits (Produce,
+	// OffsetCommit, TxnOffsetCommit, EndTxn, AddOffsetsToTxn) for 15 s,
+	// past the client's request timeout (10 s), then delivers it to the
+	// broker: the late request a client gave up on.
+	FaultNetHold = "net-hold"
+	// FaultNetOneWay cuts one broker off from the clients one way for 20 s:
+	// their requests reach it, its responses are withheld (then released).
+	FaultNetOneWay = "net-oneway"
+)
+
+// EmbeddedFaults are the process faults of a run on the embedded broker;
+// ClusterFaults those of a run on a real cluster (the net-* ones need
+// Cluster.Proxied).
+var (
+	EmbeddedFaults = []string{FaultKill, FaultTerm, FaultStop, FaultScale, FaultBroker}
+	ClusterFaults  = []string{FaultKill, FaultTerm, FaultStop, FaultScale, FaultBrokerKill, FaultBrokerPause,
+		FaultPGRestart, FaultPGTerminate, FaultNetLatency, FaultNetReset, FaultNetHold, FaultNetOneWay}
+)
+
+// netFaults need the fault proxies.
+var netFaults = []string{FaultNetLatency, FaultNetReset, FaultNetHold, FaultNetOneWay}
+
 // Faults armed inside the processes (system.EnvFault): each process SIGKILLs
 // itself with a probability at that point (term-in-txn: sends itself
 // SIGTERM, a clean shutdown starting mid-transaction).
@@ -44,7 +88,8 @@ const (
 
 // ProcessFaults are the faults injected from outside, in the order the
 // summary lists them.
-var ProcessFaults = []string{FaultKill, FaultTerm, FaultStop, FaultScale, FaultBroker}
+var ProcessFaults = []string{FaultKill, FaultTerm, FaultStop, FaultScale, FaultBroker, FaultBrokerKill, FaultBrokerPause,
+	FaultPGRestart, FaultPGTerminate, FaultNetLatency, FaultNetReset, FaultNetHold, FaultNetOneWay}
 
 // CrashPoints are the faults armed inside the processes, with their default
 // probability per pass through the point. Chosen so that a two-minute run on
@@ -87,8 +132,9 @@ type Config struct {
 	// Checkouts is the number of checkout processes the client spreads its
 	// requests over. Default 2.
 	Checkouts int
-	// Faults are the enabled faults: any of ProcessFaults and of the
-	// CrashPoints names. Default: all.
+	// Faults are the enabled faults: any of EmbeddedFaults (ClusterFaults
+	// with Cluster) and of the CrashPoints names. Default: all of them
+	// (with Cluster but not Cluster.Proxied, the net-* ones left out).
 	Faults []string
 	// FaultEvery is the mean pause between two injected process faults
 	// (drawn uniformly from [FaultEvery/2, 3*FaultEvery/2]). Default 4s.
@@ -124,6 +170,15 @@ type Config struct {
 	// applied effects" check during the fault phase (it runs again at the
 	// end). Default 15s; 0 keeps the default, negative checks only at the end.
 	CheckEvery time.Duration
+	// BadRecords is the number of records the harness makes bad: it
+	// produces them, undecodable, to orderCreated and paymentProcessed
+	// (alternately) during the fault phase, and checks that every DLQ
+	// holds exactly the bad records of its group's input topics. Default
+	// 8; negative: none.
+	BadRecords int
+	// Cluster runs on a real Kafka cluster and PostgreSQL instead of the
+	// embedded broker and SQLite. Nil: embedded.
+	Cluster *Cluster
 	// Out receives progress lines and the summary. Default io.Discard.
 	Out io.Writer
 }
@@ -147,13 +202,39 @@ func (c *Config) defaults() error {
 	if c.Checkouts <= 0 {
 		c.Checkouts = 2
 	}
+	kinds := EmbeddedFaults
+	if c.Cluster != nil {
+		kinds = ClusterFaults
+		if c.Cluster.KafkaScript == "" || c.Cluster.PostgresScript == "" || c.Cluster.DSN == "" {
+			return errors.New("chaos: Cluster needs KafkaScript, PostgresScript and DSN")
+		}
+		if c.Cluster.MinInsyncReplicas <= 0 {
+			c.Cluster.MinInsyncReplicas = 2
+		}
+	}
 	if len(c.Faults) == 0 {
-		c.Faults = append(append([]string{}, ProcessFaults...), sortedKeys(CrashPoints)...)
+		for _, f := range kinds {
+			if c.Cluster != nil && !c.Cluster.Proxied && contains(netFaults, f) {
+				continue
+			}
+			c.Faults = append(c.Faults, f)
+		}
+		c.Faults = append(c.Faults, sortedKeys(CrashPoints)...)
 	}
 	for _, f := range c.Faults {
-		if !contains(ProcessFaults, f) && CrashPoints[f] == 0 {
-			return fmt.Errorf("chaos: unknown fault %q: want %s or %s", f, strings.Join(ProcessFaults, ", "), strings.Join(sortedKeys(CrashPoints), ", "))
+		if !contains(kinds, f) && CrashPoints[f] == 0 {
+			where := "on the embedded broker"
+			if c.Cluster != nil {
+				where = "on a real cluster"
+			}
+			return fmt.Errorf("chaos: fault %q is not one %s: want %s or %s", f, where, strings.Join(kinds, ", "), strings.Join(sortedKeys(CrashPoints), ", "))
 		}
+		if contains(netFaults, f) && (c.Cluster == nil || !c.Cluster.Proxied) {
+			return fmt.Errorf("chaos: fault %q needs the fault proxies (Cluster.Proxied, --proxy)", f)
+		}
+	}
+	if c.BadRecords == 0 {
+		c.BadRecords = 8
 	}
 	if c.FaultEvery <= 0 {
 		c.FaultEvery = 4 * time.Second

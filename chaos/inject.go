@@ -2,7 +2,11 @@ package chaos
 
 import (
 	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"fmt"
+	"github.com/ordercast/ordercast/store"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -21,11 +25,29 @@ type injector struct {
 	episodes                      sync.WaitGroup // stop, scale and broker episodes in the background
 	stopping, scaling, restarting atomic.Bool
 	lastBroker                    time.Time // of the last broker restart; run's goroutine only
+
+	// A real cluster's faults (Config.Cluster): rc nil on the embedded
+	// broker. db is the harness's connection (pg_terminate_backend).
+	rc                 *realCluster
+	db                 *store.DB
+	adminCl            *kgo.Client // direct, for the active controller
+	nodeDown, netFault atomic.Bool // a node killed or paused; a net fault on
+	pgRestarting       atomic.Bool
+	brokerKills        int // run's goroutine only
+	lastPG             time.Time
+	rec                *recoveries // fault ends, for the recovery times
 }
 
 // faultWeights make SIGKILL the most frequent fault, and the slow ones
 // (a broker restart stalls every group for seconds) the rarest.
-var faultWeights = map[string]int{FaultKill: 4, FaultTerm: 2, FaultStop: 2, FaultScale: 1, FaultBroker: 1}
+var faultWeights = map[string]int{FaultKill: 4, FaultTerm: 2, FaultStop: 2, FaultScale: 1, FaultBroker: 1,
+	FaultBrokerKill: 2, FaultBrokerPause: 1, FaultPGRestart: 1, FaultPGTerminate: 2,
+	FaultNetLatency: 1, FaultNetReset: 2, FaultNetHold: 2, FaultNetOneWay: 1}
+
+// brokerPause is how long FaultBrokerPause keeps a node stopped: past the
+// controller's broker.session.timeout.ms (9 s) and kgo's request timeout
+// overhead (10 s).
+const brokerPause = 15 * time.Second
 
 // brokerRestartGap is the least time between two broker restarts.
 const brokerRestartGap = 15 * time.Second
@@ -115,6 +137,7 @@ func (in *injector) inject(ctx context.Context, kind string) {
 		}
 		if in.c.signal(p, sig) {
 			in.record(kind, p, "")
+			in.ended(kind, p.name)
 		}
 	case FaultStop:
 		if !in.stopping.CompareAndSwap(false, true) {
@@ -134,6 +157,7 @@ func (in *injector) inject(ctx context.Context, kind string) {
 			sleepCtx(ctx, d) // the zombie's pause (cut short when the fault phase ends)
 			in.c.signal(p, syscall.SIGCONT)
 			in.hist.add(event{Ev: "fault", Fault: "cont", Proc: p.name})
+			in.ended(kind, p.name)
 		}()
 	case FaultScale:
 		if !in.scaling.CompareAndSwap(false, true) {
@@ -155,6 +179,7 @@ func (in *injector) inject(ctx context.Context, kind string) {
 				}
 			}
 			in.scale(context.Background(), group, in.cfg.Instances)
+			in.ended(kind, group)
 		}()
 	case FaultBroker:
 		if time.Since(in.lastBroker) < brokerRestartGap || !in.restarting.CompareAndSwap(false, true) {
@@ -167,7 +192,17 @@ func (in *injector) inject(ctx context.Context, kind string) {
 			defer in.episodes.Done()
 			defer in.restarting.Store(false)
 			in.restartBroker()
+			in.ended(kind, "devstack")
 		}()
+	default:
+		in.injectCluster(ctx, kind)
+	}
+}
+
+// ended records the end of a fault: the recovery times count from it.
+func (in *injector) ended(kind, target string) {
+	if in.rec != nil {
+		in.rec.faultEnded(kind, target)
 	}
 }
 

@@ -64,12 +64,22 @@ type cluster struct {
 	procs []*proc
 	ctx   context.Context // supervision ends with it
 
+	rc *realCluster // nil on the embedded broker
+
 	restarts sync.WaitGroup
 	onScrape func(p *proc) // scrape a process before it is signalled
 }
 
+// procHost is the loopback address the run's processes listen on (HTTP,
+// devstack's broker and registry). Not 127.0.0.1: a port freePort found free
+// there can be taken, before the process binds it, as the source port of
+// one of the many outgoing connections to 127.0.0.1 (Kafka, PostgreSQL, the
+// proxies), which the cluster soak hit ("address already in use" at every
+// restart of one slot). Outgoing connections never use this address.
+const procHost = "127.0.3.1"
+
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", procHost+":0")
 	if err != nil {
 		return 0, err
 	}
@@ -118,12 +128,20 @@ func (c *cluster) list(service string) []*proc {
 
 func (c *cluster) args(p *proc) []string {
 	if p.service == "devstack" {
-		return []string{"devstack", "--data-dir", c.cfg.DataDir, "--broker-addr", "127.0.0.1:" + strconv.Itoa(p.port),
-			"--registry-addr", "127.0.0.1:" + strconv.Itoa(c.regPort), "--log-level", "info", "--save-every", "1s"}
+		return []string{"devstack", "--data-dir", c.cfg.DataDir, "--broker-addr", procHost + ":" + strconv.Itoa(p.port),
+			"--registry-addr", procHost + ":" + strconv.Itoa(c.regPort), "--log-level", "info", "--save-every", "1s"}
 	}
-	return []string{"run", p.service, "--brokers", c.brokers, "--registry", c.regURL, "--db", c.dsn,
-		"--http", "127.0.0.1:" + strconv.Itoa(p.port), "--seed-data", c.cfg.SeedData,
+	args := []string{"run", p.service, "--brokers", c.brokers, "--registry", c.regURL, "--db", c.dsn,
+		"--http", procHost + ":" + strconv.Itoa(p.port), "--seed-data", c.cfg.SeedData,
 		"--opening-credit", c.cfg.OpeningCredit, "--log-level", "info"}
+	if p.service == "checkout" {
+		args = append(args, "--auth-dev-key", devKeyPath(c.cfg)) // the key the workload signs with
+	}
+	if c.rc != nil {
+		args = append(args, "--replication-factor", strconv.Itoa(min(3, c.rc.nodes)),
+			"--min-insync-replicas", strconv.Itoa(c.cfg.Cluster.MinInsyncReplicas))
+	}
+	return args
 }
 
 // start starts the slot's next incarnation and returns once it is started
@@ -311,7 +329,7 @@ func (c *cluster) stopSlot(p *proc, sig syscall.Signal, timeout time.Duration) {
 // waitHealthy polls /healthz of a service slot until it answers.
 func waitHealthy(ctx context.Context, p *proc, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", p.port)
+	url := fmt.Sprintf("http://%s:%d/healthz", procHost, p.port)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/replay"
+	"github.com/ordercast/ordercast/service/checkout/authn"
 	"github.com/ordercast/ordercast/store"
 )
 
@@ -25,9 +26,10 @@ const (
 
 // request is one order the client sends until it gets a definite answer.
 type request struct {
-	key  string
-	kind string
-	body []byte
+	key      string
+	kind     string
+	body     []byte
+	customer string // "" for a guest: sent without a token
 }
 
 // outcome is the definite answer to a request (or none yet).
@@ -37,6 +39,7 @@ type outcome struct {
 	orderID  string // set on 202
 	reason   string // rejection code
 	attempts int
+	at       time.Time // when the definite answer came
 }
 
 // workload generates orders and sends them to checkout, retrying each with
@@ -46,6 +49,9 @@ type workload struct {
 	hist      *history
 	checkouts []string // base URLs
 	client    *http.Client
+	// tokens signs a customer's order with the development key the
+	// checkouts verify (checkout's --auth dev, the real path).
+	tokens func(customer string) (string, error)
 
 	mu       sync.Mutex
 	outcomes map[string]*outcome
@@ -55,12 +61,20 @@ type workload struct {
 	wg    sync.WaitGroup
 }
 
-func newWorkload(cfg *Config, hist *history, checkouts []string) *workload {
+func newWorkload(cfg *Config, hist *history, checkouts []string) (*workload, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 16
+	key, err := authn.LoadOrCreateDevKey(devKeyPath(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("chaos: the checkouts' development key: %w", err)
+	}
 	return &workload{cfg: cfg, hist: hist, checkouts: checkouts, client: &http.Client{Transport: tr},
-		outcomes: map[string]*outcome{}, queue: make(chan request, 64)}
+		tokens: key.Tokens(time.Hour), outcomes: map[string]*outcome{}, queue: make(chan request, 64)}, nil
 }
+
+// devKeyPath is the development signing key of the run's checkouts
+// (--auth-dev-key), in the run's data directory.
+func devKeyPath(cfg *Config) string { return authn.DevKeyPath(cfg.DataDir) }
 
 // startWorkers starts the senders; they run until the queue is closed and
 // drained, or ctx ends (then unanswered orders stay unanswered).
@@ -97,7 +111,7 @@ func (w *workload) send(ctx context.Context, req request, worker int) {
 			var resp order.PlaceOrderResponse
 			_ = json.Unmarshal(body, &resp)
 			w.mu.Lock()
-			o.status, o.orderID = status, resp.OrderID
+			o.status, o.orderID, o.at = status, resp.OrderID, time.Now()
 			w.mu.Unlock()
 			w.hist.add(event{Ev: "order", Key: req.key, Status: status, OrderID: resp.OrderID, Attempts: o.attempts, Detail: req.kind})
 			return
@@ -105,7 +119,7 @@ func (w *workload) send(ctx context.Context, req request, worker int) {
 			var resp order.ErrorResponse
 			_ = json.Unmarshal(body, &resp)
 			w.mu.Lock()
-			o.status, o.reason = status, resp.Code
+			o.status, o.reason, o.at = status, resp.Code, time.Now()
 			w.mu.Unlock()
 			w.hist.add(event{Ev: "order", Key: req.key, Status: status, Reason: resp.Code, Attempts: o.attempts, Detail: req.kind})
 			return
@@ -127,6 +141,13 @@ func (w *workload) post(ctx context.Context, base string, req request) (int, []b
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("Idempotency-Key", req.key)
+	if req.customer != "" {
+		tok, err := w.tokens(req.customer)
+		if err != nil {
+			return 0, nil, err
+		}
+		hr.Header.Set("Authorization", "Bearer "+tok)
+	}
 	resp, err := w.client.Do(hr)
 	if err != nil {
 		return 0, nil, err
@@ -155,8 +176,9 @@ func realOrders(path string) ([]request, error) {
 		if replay.Classify(inv) != replay.KindSale {
 			continue
 		}
-		b, _ := json.Marshal(inv.PlaceOrderRequest())
-		out = append(out, request{key: replay.IdempotencyKey(inv.No), kind: kindReal, body: b})
+		po := inv.PlaceOrderRequest()
+		b, _ := json.Marshal(po)
+		out = append(out, request{key: replay.IdempotencyKey(inv.No), kind: kindReal, body: b, customer: po.CustomerID})
 	}
 	return out, nil
 }
@@ -215,7 +237,7 @@ func (g *generator) next() request {
 		}
 	}
 	b, _ := json.Marshal(req)
-	return request{key: fmt.Sprintf("chaos-%d-%d", g.seed, g.n), kind: kind, body: b}
+	return request{key: fmt.Sprintf("chaos-%d-%d", g.seed, g.n), kind: kind, body: b, customer: req.CustomerID}
 }
 
 // feed sends the real orders spread over spread and synthetic ones at rate

@@ -57,7 +57,7 @@ func TestAwaitCommittedReadsBack(t *testing.T) {
 		want bool
 	}{{"committed", &commit, true}, {"aborted", &abort, false}} {
 		off := write(c.end)
-		got, err := ops.AwaitCommitted(ctx, seeds, cl, off)
+		got, err := ops.AwaitCommitted(ctx, seeds, off)
 		if err != nil || got != c.want {
 			t.Errorf("%s record at %d: read back %v, %v; want %v, nil", c.name, off, got, err, c.want)
 		}
@@ -65,7 +65,7 @@ func TestAwaitCommittedReadsBack(t *testing.T) {
 	defer ops.SetStableTimeout(300 * time.Millisecond)()
 	off := write(nil) // left open
 	start := time.Now()
-	got, err := ops.AwaitCommitted(ctx, seeds, cl, off)
+	got, err := ops.AwaitCommitted(ctx, seeds, off)
 	if err == nil || !strings.Contains(err.Error(), "last stable offset") {
 		t.Errorf("record of an open transaction: %v, %v; want an error naming the last stable offset", got, err)
 	}

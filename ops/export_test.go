@@ -8,8 +8,8 @@ import (
 )
 
 // AwaitCommitted is awaitCommitted, for the tests.
-func AwaitCommitted(ctx context.Context, opts []kgo.Opt, cl *kgo.Client, offset int64) (bool, error) {
-	return awaitCommitted(ctx, opts, cl, offset)
+func AwaitCommitted(ctx context.Context, opts []kgo.Opt, offset int64) (bool, error) {
+	return awaitCommitted(ctx, opts, offset)
 }
 
 // SetStableTimeout sets awaitCommitted's wait until the test ends (restore

@@ -61,6 +61,26 @@
 //
 // and the partial index <table>_unsent on id WHERE sent_at IS NULL, which
 // the relay reads. Sent rows are kept until [Prune] deletes them.
+//
+// # Defaults
+//
+// Every default in one place (each option's doc has the details):
+//
+//   - Table: DefaultTable, "outbox" (New, WithTable).
+//   - Batches of DefaultBatchSize (500) rows; an idle relay looks for rows
+//     every DefaultPollInterval (200ms) unless Notify wakes it; after a
+//     failed step it waits from DefaultMinBackoff (100ms) doubling to
+//     DefaultMaxBackoff (5s), and retries one row before whole batches.
+//   - Logger: slog.Default(); no error callback (WithOnError).
+//   - Exactly once: transactional id "ordercast-outbox-<name>"
+//     (TransactionalID, WithTransactionalID), progress marker topic
+//     "ordercast.outbox.<name>" (MarkerTopic, WithMarkerTopicName) created
+//     with one partition, cleanup.policy=compact and the broker's
+//     replication factor and min.insync.replicas (WithMarkerTopic);
+//     transaction.timeout.ms DefaultTransactionTimeout (30s), acks=all; a
+//     fenced relay takes over after DefaultTakeoverAfter (5s) without
+//     progress.
+//   - At least once: the caller's client, as configured (NewRelay).
 package outbox
 
 import (

@@ -205,8 +205,9 @@ func (r *Relay) Pending(ctx context.Context) (int, error) { return r.ob.Pending(
 // clean shutdown does not re-publish what it already published.
 //
 // Run returns ErrRunning if the relay is already running, the error of an
-// invalid WithTable name at once, and an error wrapping kgo.ErrClientClosed
-// if the client was closed.
+// invalid WithTable name at once, an error wrapping kgo.ErrClientClosed
+// if the client was closed, and an *AuthorizationError (not retried; the
+// refused rows stay unsent) when the broker refuses the relay an ACL.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -249,6 +250,9 @@ func (r *Relay) Run(ctx context.Context) error {
 			var fatal *fatalError
 			if errors.As(err, &fatal) {
 				return fatal.err
+			}
+			if ae := r.stopOnAuthz(err); ae != nil {
+				return ae
 			}
 			failures++
 			backoff := r.backoff(failures)
@@ -316,6 +320,9 @@ func (r *Relay) step(ctx context.Context, limit int) (int, error) {
 	for i, rw := range rows {
 		if e, ok := errs[rw.rec]; ok {
 			acked = i
+			if ae := r.authzError(e, "produce", rw.rec.Topic, "WRITE"); ae != nil {
+				e = ae
+			}
 			produceErr = fmt.Errorf("outbox: produce row %d to %s: %w", rw.id, rw.rec.Topic, e)
 			if errors.Is(e, kgo.ErrClientClosed) {
 				produceErr = &fatalError{produceErr}

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/internal/txncheck"
 	"github.com/ordercast/ordercast/sqldb"
 )
 
@@ -33,23 +34,41 @@ const (
 	markerVersion = 1
 )
 
-// TransactionalID returns the transactional id of the exactly-once relay
-// named name: "ordercast-outbox-" + name.
-func TransactionalID(name string) string { return "ordercast-outbox-" + name }
+// Default name prefixes of the exactly-once relay (see TransactionalID and
+// MarkerTopic; WithTransactionalID and WithMarkerTopicName replace them).
+const (
+	DefaultTransactionalIDPrefix = "ordercast-outbox-"
+	DefaultMarkerTopicPrefix     = "ordercast.outbox."
+)
 
-// MarkerTopic returns the progress marker topic of the exactly-once relay
-// named name: "ordercast.outbox." + name (one partition, compacted).
-func MarkerTopic(name string) string { return "ordercast.outbox." + name }
+// TransactionalID returns the default transactional id of the exactly-once
+// relay named name: DefaultTransactionalIDPrefix + name
+// ("ordercast-outbox-" + name). A relay given WithTransactionalID uses that
+// instead; [Relay.TransactionalID] returns the one a relay uses. Derive ACLs
+// (WRITE on the TransactionalId resource) from the relay's, not from this,
+// when the option is used.
+func TransactionalID(name string) string { return DefaultTransactionalIDPrefix + name }
+
+// MarkerTopic returns the default progress marker topic of the exactly-once
+// relay named name: DefaultMarkerTopicPrefix + name ("ordercast.outbox." +
+// name; one partition, compacted). A relay given WithMarkerTopicName uses
+// that instead; [Relay.MarkerTopic] returns the one a relay uses.
+func MarkerTopic(name string) string { return DefaultMarkerTopicPrefix + name }
 
 // txnConfig is the exactly-once mode's configuration.
 type txnConfig struct {
-	name          string
-	clientOpts    []kgo.Opt
-	rf            int16
-	minISR        int
-	txnTimeout    time.Duration
-	takeoverAfter time.Duration
-	idSuffix      string
+	name string
+	// txnID and markerTopic are the names in use: TransactionalID(name)
+	// and MarkerTopic(name) unless set by WithTransactionalID or
+	// WithMarkerTopicName (checked by NewTransactionalRelay).
+	txnID, markerTopic string
+	txnIDSet, topicSet bool
+	clientOpts         []kgo.Opt
+	rf                 int16
+	minISR             int
+	txnTimeout         time.Duration
+	takeoverAfter      time.Duration
+	idSuffix           string
 }
 
 // WithMarkerTopic sets the replication factor and min.insync.replicas of
@@ -88,8 +107,41 @@ func WithTransactionTimeout(d time.Duration) Opt {
 	}
 }
 
+// WithTransactionalID sets the exactly-once relay's transactional id
+// (Kafka's transactional.id; default TransactionalID(name),
+// "ordercast-outbox-<name>"). Every relay of one outbox must use the same id
+// (that is what fences a zombie), and it must stay the same across restarts;
+// the relay's principal needs WRITE on it. An empty id makes
+// NewTransactionalRelay return an error. Ignored by a relay made with
+// NewRelay.
+func WithTransactionalID(id string) Opt {
+	return func(r *Relay) {
+		if r.txn != nil {
+			r.txn.txnID, r.txn.txnIDSet = id, true
+		}
+	}
+}
+
+// WithMarkerTopicName sets the name of the exactly-once relay's progress
+// marker topic (default MarkerTopic(name), "ordercast.outbox.<name>"). Every
+// relay of one outbox must use the same topic, and no other program may
+// write to it; the relay's principal needs READ, WRITE and (unless the topic
+// exists, with one partition and cleanup.policy=compact) CREATE on it. A
+// name that is not a valid Kafka topic name (1 to 249 of a-z A-Z 0-9 '.' '_'
+// '-', not "." or "..") makes NewTransactionalRelay return an error. Ignored
+// by a relay made with NewRelay. (WithMarkerTopic sets its replication, not
+// its name.)
+func WithMarkerTopicName(topic string) Opt {
+	return func(r *Relay) {
+		if r.txn != nil {
+			r.txn.markerTopic, r.txn.topicSet = topic, true
+		}
+	}
+}
+
 // WithTransactionalIDSuffix appends suffix to the relay's transactional id
-// (TransactionalID(name)+suffix); the marker topic keeps its name. Only for
+// (TransactionalID(name), or the WithTransactionalID id, + suffix); the
+// marker topic keeps its name. Only for
 // an embedded kfake broker that dies with this process: there a fresh id per
 // start avoids a defect of kfake's recovery of transactions left open by a
 // crashed producer. On a real cluster the id must stay
@@ -106,15 +158,23 @@ func WithTransactionalIDSuffix(suffix string) Opt {
 // NewTransactionalRelay returns a relay that publishes db's outbox exactly
 // once for read_committed readers. name identifies the outbox (one name per
 // database): the relay's transactional id is TransactionalID(name) and its
-// progress marker topic MarkerTopic(name). clientOpts configure the Kafka
+// progress marker topic MarkerTopic(name) unless WithTransactionalID and
+// WithMarkerTopicName choose others; name is also the key of its marker
+// records. clientOpts configure the Kafka
 // clients the relay creates and owns (kgo.SeedBrokers, TLS, SASL); do not
 // pass a transactional id, acks or producer-id options.
 //
 // How it works. Each step reads up to the batch size of unsent rows in id
 // order and, in one Kafka transaction, produces them and one progress marker
 // record (key name, value: the exact ids of the batch and a checksum of
-// their contents) to the marker topic, then commits, then marks the rows
-// sent. Kafka commits the rows and the marker together or neither. A crash
+// their contents) to the marker topic, then commits, then reads the marker
+// back as a read_committed reader, then marks the rows sent. Kafka commits
+// the rows and the marker together or neither. The read-back is there
+// because franz-go v1.22.3's EndTransaction can abort a write-only
+// transaction and return nil (internal/txncheck): a marker found aborted
+// ends the session without marking, and the next session publishes the
+// rows again. It costs one fetch the relay's reader (one client per
+// session) is already waiting on. A crash
 // after the commit and before the marking leaves the rows unmarked but the
 // marker committed; a crash before the commit leaves an open transaction.
 // Every (re)start of the relay, and every failed step, starts a new session:
@@ -152,7 +212,9 @@ func WithTransactionalIDSuffix(suffix string) Opt {
 //
 // NewTransactionalRelay creates no client yet; Run does, and creates the
 // marker topic (one partition, cleanup.policy=compact) if it is missing. It
-// returns an error if name is empty or not a valid topic name suffix.
+// returns an error if name is empty or not a valid topic name suffix, if a
+// WithTransactionalID id is empty, or a WithMarkerTopicName name is not a
+// valid topic name.
 func NewTransactionalRelay(db *sqldb.DB, name string, clientOpts []kgo.Opt, opts ...Opt) (*Relay, error) {
 	if name == "" || strings.ContainsFunc(name, func(c rune) bool {
 		return !(c == '.' || c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9')
@@ -170,10 +232,67 @@ func NewTransactionalRelay(db *sqldb.DB, name string, clientOpts []kgo.Opt, opts
 	for _, o := range opts {
 		o(r)
 	}
+	if err := r.txn.resolveNames(); err != nil {
+		return nil, err
+	}
 	if err := r.bindTable(); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// resolveNames fills in the default names and checks the chosen ones.
+func (tc *txnConfig) resolveNames() error {
+	if !tc.txnIDSet {
+		tc.txnID = TransactionalID(tc.name)
+	} else if tc.txnID == "" {
+		return errors.New("outbox: WithTransactionalID: empty transactional id")
+	}
+	if !tc.topicSet {
+		tc.markerTopic = MarkerTopic(tc.name)
+	}
+	if err := checkTopicName(tc.markerTopic); err != nil {
+		return fmt.Errorf("outbox: marker topic: %w", err)
+	}
+	return nil
+}
+
+// checkTopicName applies Kafka's topic name rule (org.apache.kafka.common.
+// internals.Topic.validate): 1 to 249 characters of a-z A-Z 0-9 '.' '_'
+// '-', and not "." or "..".
+func checkTopicName(t string) error {
+	switch {
+	case t == "":
+		return errors.New("empty topic name")
+	case t == "." || t == "..":
+		return fmt.Errorf("topic name %q is not allowed", t)
+	case len(t) > 249:
+		return fmt.Errorf("topic name of %d characters, want at most 249", len(t))
+	case strings.ContainsFunc(t, func(c rune) bool {
+		return !(c == '.' || c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9')
+	}):
+		return fmt.Errorf("topic name %q: want letters, digits, '.', '_' or '-'", t)
+	}
+	return nil
+}
+
+// TransactionalID returns the transactional id the exactly-once relay uses
+// (without a WithTransactionalIDSuffix suffix), or "" for a relay made with
+// NewRelay.
+func (r *Relay) TransactionalID() string {
+	if r.txn == nil {
+		return ""
+	}
+	return r.txn.txnID
+}
+
+// MarkerTopic returns the progress marker topic the exactly-once relay uses,
+// or "" for a relay made with NewRelay.
+func (r *Relay) MarkerTopic() string {
+	if r.txn == nil {
+		return ""
+	}
+	return r.txn.markerTopic
 }
 
 // Stats are a relay's counters since it was created. Safe to read while
@@ -258,6 +377,9 @@ func (r *Relay) runTxn(ctx context.Context) error {
 		if errors.As(err, &fatal) {
 			return fatal.err
 		}
+		if ae := r.stopOnAuthz(err); ae != nil {
+			return ae
+		}
 		if isFenced(err) {
 			r.stats.fenced.Add(1)
 			r.logger.Info("outbox relay fenced by another relay with the same transactional id; standing by",
@@ -310,7 +432,7 @@ func (r *Relay) awaitTakeover(ctx context.Context) bool {
 func (r *Relay) session(ctx context.Context, probe bool) error {
 	tc := r.txn
 	opts := append(append([]kgo.Opt{}, tc.clientOpts...),
-		kgo.TransactionalID(TransactionalID(tc.name)+tc.idSuffix),
+		kgo.TransactionalID(tc.txnID+tc.idSuffix),
 		kgo.TransactionTimeout(tc.txnTimeout),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
@@ -327,7 +449,10 @@ func (r *Relay) session(ctx context.Context, probe bool) error {
 	// id and resolves the transaction a predecessor left open, so that the
 	// marker read below is final.
 	if _, _, err := cl.ProducerID(ctx); err != nil {
-		return fmt.Errorf("outbox: init producer id for %s: %w", TransactionalID(tc.name)+tc.idSuffix, err)
+		if ae := r.authzError(err, "init producer id", "", ""); ae != nil {
+			err = ae
+		}
+		return fmt.Errorf("outbox: init producer id for %s: %w", tc.txnID+tc.idSuffix, err)
 	}
 	if !created { // a topic this session created holds no marker
 		if err := r.recover(ctx, cl); err != nil {
@@ -338,8 +463,14 @@ func (r *Relay) session(ctx context.Context, probe bool) error {
 	if probe {
 		limit = 1
 	}
+	var tail *txncheck.Tail // reads the markers back; started at the first commit
+	defer func() {
+		if tail != nil {
+			tail.Close()
+		}
+	}()
 	for ctx.Err() == nil {
-		n, err := r.txnStep(ctx, cl, limit)
+		n, err := r.txnStep(ctx, cl, &tail, limit)
 		if err != nil {
 			return err
 		}
@@ -358,11 +489,16 @@ func (r *Relay) session(ctx context.Context, probe bool) error {
 // ensureMarkerTopic creates the marker topic if missing and checks that it
 // has one partition; created reports whether this call created it.
 func (r *Relay) ensureMarkerTopic(ctx context.Context, cl *kgo.Client) (created bool, err error) {
-	topic := MarkerTopic(r.txn.name)
+	topic := r.txn.markerTopic
 	adm := kadm.NewClient(cl)
 	tds, err := adm.ListTopics(ctx, topic)
 	if err != nil {
 		return false, fmt.Errorf("outbox: list marker topic %s: %w", topic, err)
+	}
+	if td, ok := tds[topic]; ok && td.Err != nil {
+		if ae := r.authzError(td.Err, "marker topic", topic, "DESCRIBE"); ae != nil {
+			return false, ae // not even DESCRIBE (READ and WRITE imply it)
+		}
 	}
 	if td, ok := tds[topic]; ok && td.Err == nil {
 		if n := len(td.Partitions); n != 1 {
@@ -386,13 +522,18 @@ func (r *Relay) ensureMarkerTopic(ctx context.Context, cl *kgo.Client) (created 
 	case errors.Is(err, kerr.TopicAlreadyExists): // another relay was quicker
 		return false, nil
 	default:
+		if ae := r.authzError(err, "marker topic", topic, "CREATE"); ae != nil {
+			err = ae
+		}
 		return false, fmt.Errorf("outbox: create marker topic %s (replication factor %d): %w", topic, r.txn.rf, err)
 	}
 }
 
 // txnStep relays up to limit rows in one transaction and returns how many
-// (all committed and marked unless err is set).
-func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, limit int) (int, error) {
+// (all committed and marked unless err is set). A commit is trusted only
+// once its marker reads back read_committed (confirm): franz-go's
+// EndTransaction can abort a write-only transaction and return nil.
+func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, tail **txncheck.Tail, limit int) (int, error) {
 	rows, err := r.load(ctx, limit)
 	if err != nil || len(rows) == 0 {
 		return 0, err
@@ -409,12 +550,17 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, limit int) (int, er
 	if err != nil {
 		return 0, &fatalError{err}
 	}
-	recs = append(recs, &kgo.Record{Topic: MarkerTopic(r.txn.name), Key: []byte(r.txn.name), Value: mv})
+	mrec := &kgo.Record{Topic: r.txn.markerTopic, Key: []byte(r.txn.name), Value: mv}
+	recs = append(recs, mrec)
 
 	if err := cl.BeginTransaction(); err != nil {
 		return 0, fmt.Errorf("outbox: begin transaction: %w", err)
 	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+	if res := cl.ProduceSync(ctx, recs...); res.FirstErr() != nil {
+		err := res.FirstErr()
+		if ae := r.produceAuthzError(err, res); ae != nil {
+			err = ae
+		}
 		r.stats.aborted.Add(1)
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		_ = cl.AbortBufferedRecords(actx)
@@ -435,6 +581,10 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, limit int) (int, er
 		r.stats.aborted.Add(1)
 		return 0, fmt.Errorf("outbox: commit transaction of %d rows from id %d (outcome unknown until the next session reads the marker): %w", len(rows), ids[0], err)
 	}
+	if err := r.confirm(ctx, tail, mrec); err != nil {
+		r.stats.aborted.Add(1)
+		return 0, fmt.Errorf("outbox: commit transaction of %d rows from id %d: %w", len(rows), ids[0], err)
+	}
 	r.stats.transactions.Add(1)
 	if r.afterCommit != nil {
 		if err := r.afterCommit(ids); err != nil {
@@ -449,6 +599,41 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, limit int) (int, er
 	}
 	r.stats.published.Add(int64(len(ids)))
 	return len(rows), nil
+}
+
+// confirmTimeout bounds the wait for a committed marker to become visible
+// to read_committed readers (Kafka writes the markers just after answering
+// EndTxn; the coordinator retries them while a partition leader is away).
+const confirmTimeout = 30 * time.Second
+
+// confirm reads the transaction's progress marker (the last record it
+// produced, m) back as a read_committed reader, through *tail (started at
+// m's offset when nil). nil: the transaction committed. An error wrapping
+// txncheck.ErrAborted: it was aborted although EndTransaction returned nil
+// (franz-go v1.22.3, see internal/txncheck); the rows are not marked, and
+// the next session, whose marker read does not see the aborted marker,
+// publishes them again. Any other error leaves the outcome to that marker
+// read too.
+func (r *Relay) confirm(ctx context.Context, tail **txncheck.Tail, m *kgo.Record) error {
+	if *tail == nil {
+		t, err := txncheck.NewTail(r.txn.clientOpts, m.Topic, m.Partition, m.Offset)
+		if err != nil {
+			return err
+		}
+		*tail = t
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	defer cancel()
+	ok, err := (*tail).Committed(cctx, m.Offset)
+	switch {
+	case err != nil:
+		return fmt.Errorf("read back progress marker %s/%d@%d (outcome decided by the next session's marker read): %w", m.Topic, m.Partition, m.Offset, err)
+	case !ok:
+		r.logger.Warn("outbox relay: a transaction reported committed was aborted; its rows are published again",
+			"relay", r.txn.name, "marker_topic", m.Topic, "marker_offset", m.Offset)
+		return fmt.Errorf("progress marker %s/%d@%d: %w", m.Topic, m.Partition, m.Offset, txncheck.ErrAborted)
+	}
+	return nil
 }
 
 // recover reads the last committed marker and marks its rows sent.
@@ -476,7 +661,7 @@ func (r *Relay) recover(ctx context.Context, cl *kgo.Client) error {
 	if len(rows) != len(ids) || checksum(rows) != m.Sum {
 		r.stats.mismatches.Add(1)
 		r.logger.Error("outbox relay: the last progress marker does not match this database's rows; not trusting it, its rows are published again (was the database replaced while the broker was kept?)",
-			"relay", r.txn.name, "marker_topic", MarkerTopic(r.txn.name), "first_id", ids[0], "rows", len(ids), "found", len(rows))
+			"relay", r.txn.name, "marker_topic", r.txn.markerTopic, "first_id", ids[0], "rows", len(ids), "found", len(rows))
 		return nil
 	}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -580,7 +765,7 @@ func checksum(rows []rowSum) string {
 // there is none. It reads backwards from the last stable offset in growing
 // windows.
 func (r *Relay) readMarker(ctx context.Context, cl *kgo.Client) (*marker, error) {
-	topic := MarkerTopic(r.txn.name)
+	topic := r.txn.markerTopic
 	adm := kadm.NewClient(cl)
 	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offset
 	if err != nil {
@@ -610,7 +795,7 @@ func (r *Relay) readMarker(ctx context.Context, cl *kgo.Client) (*marker, error)
 // scanMarkers reads [from, end) of the marker partition as a
 // read_committed reader and returns the last marker with this relay's key.
 func (r *Relay) scanMarkers(ctx context.Context, from, end int64) (*marker, error) {
-	topic := MarkerTopic(r.txn.name)
+	topic := r.txn.markerTopic
 	rd, err := kgo.NewClient(append(append([]kgo.Opt{}, r.txn.clientOpts...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -325,5 +326,94 @@ func TestNewTransactionalRelayValidatesName(t *testing.T) {
 		if _, err := outbox.NewTransactionalRelay(db, name, nil); err == nil {
 			t.Errorf("name %q accepted", name)
 		}
+	}
+}
+
+// TestTxnRelayOwnNames: a relay given its own transactional id and marker
+// topic uses them and nothing of the defaults: its transactions are under
+// that id, its markers on that topic (the default topic is never created),
+// and a relay restarted after a crash between commit and mark recovers from
+// that topic. Without options the names are TransactionalID and
+// MarkerTopic, which the order system's ACLs are derived from.
+func TestTxnRelayOwnNames(t *testing.T) {
+	db := storetest.SQLite(t)
+	if r := txnRelay(t, db, nil, "pay"); r.TransactionalID() != outbox.TransactionalID("pay") ||
+		r.MarkerTopic() != outbox.MarkerTopic("pay") || r.TransactionalID() != "ordercast-outbox-pay" ||
+		r.MarkerTopic() != "ordercast.outbox.pay" {
+		t.Fatalf("default names %q, %q", r.TransactionalID(), r.MarkerTopic())
+	}
+	if r := outbox.NewRelay(db, nil, outbox.WithTransactionalID("x")); r.TransactionalID() != "" || r.MarkerTopic() != "" {
+		t.Fatalf("an at-least-once relay reports names %q, %q", r.TransactionalID(), r.MarkerTopic())
+	}
+
+	addrs := cluster(t)
+	const id, topic = "billing-relay", "billing_relay.progress"
+	names := []outbox.Opt{outbox.WithTransactionalID(id), outbox.WithMarkerTopicName(topic)}
+	enqueue(t, db, "t", 2, 1, 2, 3)
+	first := txnRelay(t, db, addrs, "ownnames", names...)
+	if first.TransactionalID() != id || first.MarkerTopic() != topic {
+		t.Fatalf("names %q, %q", first.TransactionalID(), first.MarkerTopic())
+	}
+	crash := errors.New("simulated crash between commit and mark")
+	first.SetAfterCommit(func([]int64) error { return crash })
+	if err := first.Run(ctxT(t)); !errors.Is(err, crash) {
+		t.Fatalf("Run: %v, want the simulated crash", err)
+	}
+
+	second := txnRelay(t, db, addrs, "ownnames", names...)
+	stop := run(t, second)
+	waitFor(t, "rows marked", func() bool { return pending(t, db) == 0 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := second.Stats(); st.Recovered != 3 || st.Published != 0 {
+		t.Fatalf("second relay stats %+v, want the 3 rows recovered from %s", st, topic)
+	}
+	if got := seqs(t, readTopic(t, addrs, "t", false)); fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("read_uncommitted got %v, want each of 1..3 once", got)
+	}
+	if n := len(readTopic(t, addrs, topic, true)); n != 1 {
+		t.Fatalf("%d markers on %s, want 1", n, topic)
+	}
+	cl := producer(t, addrs)
+	adm := kadm.NewClient(cl)
+	tds, err := adm.ListTopics(ctxT(t), outbox.MarkerTopic("ownnames"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if td, ok := tds[outbox.MarkerTopic("ownnames")]; ok && td.Err == nil {
+		t.Fatalf("the default marker topic %s was created", outbox.MarkerTopic("ownnames"))
+	}
+	txns, err := adm.ListTransactions(ctxT(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A real cluster keeps the ids of earlier tests: look for these two.
+	seen := map[string]bool{}
+	for _, tx := range txns.Sorted() {
+		seen[tx.TxnID] = true
+	}
+	if !seen[id] || seen[outbox.TransactionalID("ownnames")] {
+		t.Fatalf("transactional ids at the broker %v: want %s and not %s", txns.TransactionalIDs(), id, outbox.TransactionalID("ownnames"))
+	}
+}
+
+func TestNewTransactionalRelayValidatesNames(t *testing.T) {
+	db := storetest.SQLite(t)
+	for _, o := range []outbox.Opt{
+		outbox.WithTransactionalID(""),
+		outbox.WithMarkerTopicName(""),
+		outbox.WithMarkerTopicName(".."),
+		outbox.WithMarkerTopicName("a/b"),
+		outbox.WithMarkerTopicName(strings.Repeat("x", 250)),
+	} {
+		if _, err := outbox.NewTransactionalRelay(db, "pay", nil, o); err == nil {
+			t.Errorf("option accepted")
+		} else {
+			t.Log(err)
+		}
+	}
+	if _, err := outbox.NewTransactionalRelay(db, "pay", nil, outbox.WithMarkerTopicName(strings.Repeat("x", 249))); err != nil {
+		t.Errorf("a 249-character topic name refused: %v", err)
 	}
 }

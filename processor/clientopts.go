@@ -15,15 +15,19 @@ import (
 // ErrClientOpt is wrapped by the error New and NewTransactional return when
 // ClientOpts carries a franz-go option that the runtime sets itself: it would
 // be overridden (or would break what the runtime relies on), so it is refused
-// instead of being silently ignored. The error names the franz-go option and
-// the processor option to use instead.
-var ErrClientOpt = errors.New("ClientOpts: option set by the runtime")
+// instead of being silently ignored. The error names the processor option
+// that carried it (ClientOpts, ConsumerOpts or ProducerOpts), the franz-go
+// option and what to use instead.
+var ErrClientOpt = errors.New("option set by the runtime")
 
 // runtimeOpt is a franz-go option that the runtime sets itself.
 type runtimeOpt struct {
 	fn      any    // the kgo option function, as given to kgo.(*Client).OptValue
 	name    string // its name, for the error
 	instead string // what to use instead
+	// txnInstead, if set, replaces instead for NewTransactional, which
+	// has no DLQ producer.
+	txnInstead string
 	// sentinel sets the option to two values that differ from each other
 	// (probes A and B, see refusedClientOpts) for options whose default is
 	// a value a user may pass; nil for options whose default (false, nil,
@@ -90,14 +94,24 @@ var runtimeOpts = []runtimeOpt{
 	{fn: kgo.TransactionalID, name: "kgo.TransactionalID", instead: "processor.NewTransactional"},
 	{fn: kgo.TransactionTimeout, name: "kgo.TransactionTimeout", instead: "processor.TransactionTimeout",
 		sentinel: func(i int) kgo.Opt { return kgo.TransactionTimeout(time.Hour + time.Duration(i+1)*time.Millisecond) }},
-	{fn: kgo.RequiredAcks, name: "kgo.RequiredAcks", instead: "processor.Producer (the runtime writes with acks=all)", allowed: kgo.AllISRAcks()},
+	{fn: kgo.RequiredAcks, name: "kgo.RequiredAcks", instead: "processor.Producer (the runtime writes with acks=all)", allowed: kgo.AllISRAcks(),
+		txnInstead: "nothing: transactions write with acks=all (KIP-98)"},
+	{fn: kgo.DisableIdempotentWrite, name: "kgo.DisableIdempotentWrite", instead: "processor.Producer (the runtime's DLQ producer is idempotent)",
+		txnInstead: "nothing: transactions need the idempotent producer (KIP-98)"},
 	{fn: kgo.ProducerLinger, name: "kgo.ProducerLinger", instead: "processor.Producer (the runtime's DLQ producer does not linger)",
-		sentinel: func(i int) kgo.Opt { return kgo.ProducerLinger(50*time.Second + time.Duration(i+1)*time.Millisecond) }},
+		txnInstead: "nothing: the exactly-once mode flushes each transaction's records when it commits",
+		sentinel:   func(i int) kgo.Opt { return kgo.ProducerLinger(50*time.Second + time.Duration(i+1)*time.Millisecond) }},
 }
 
 // refusedClientOpts returns an error wrapping ErrClientOpt that names every
 // option of opts the runtime sets itself (runtimeOpts), and nil if there is
-// none. It returns kgo's error if opts are invalid in themselves.
+// none. It returns kgo's error if opts are invalid in themselves. where
+// names the processor option that gave opts (ClientOpts, ConsumerOpts,
+// ProducerOpts) and starts the error; txn selects NewTransactional's hints.
+//
+// franz-go refuses acks other than all on an idempotent producer; such
+// opts are probed again with kgo.DisableIdempotentWrite added, so that
+// kgo.RequiredAcks is named rather than franz-go's error returned.
 //
 // franz-go options are opaque; a client tells what they set through
 // OptValue. So opts are applied to two probe clients, A and B, each after
@@ -108,18 +122,28 @@ var runtimeOpts = []runtimeOpt{
 // never reach the network: their dialer refuses, their context is canceled
 // and KIP-714 metrics are off. Hooks in opts (kgo.WithHooks) do see them
 // (OnNewClient, OnClientClosed).
-func refusedClientOpts(opts []kgo.Opt) error {
+func refusedClientOpts(where string, opts []kgo.Opt, txn bool) error {
 	if len(opts) == 0 {
 		return nil
 	}
 	var probes [2]*kgo.Client
+	var probeErr error // franz-go's error, when the probes needed DisableIdempotentWrite
+	relaxed := append(opts[:len(opts):len(opts)], kgo.DisableIdempotentWrite())
 	for i := range probes {
-		cl, err := probeClient(i, opts)
-		if err != nil {
-			if refused := groupOnly(opts); len(refused) > 0 {
-				return fmt.Errorf("%w: %s", ErrClientOpt, strings.Join(refused, "; "))
+		var cl *kgo.Client
+		var err error
+		if probeErr != nil {
+			cl, err = probeClient(i, relaxed)
+		} else if cl, err = probeClient(i, opts); err != nil && i == 0 {
+			if refused := groupOnly(opts, txn); len(refused) > 0 {
+				return fmt.Errorf("%s: %w: %s", where, ErrClientOpt, strings.Join(refused, "; "))
 			}
-			return fmt.Errorf("ClientOpts: %w", err)
+			if rcl, rerr := probeClient(0, relaxed); rerr == nil {
+				probeErr, cl, err = err, rcl, nil
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", where, err)
 		}
 		probes[i] = cl
 	}
@@ -127,8 +151,9 @@ func refusedClientOpts(opts []kgo.Opt) error {
 	// callbacks: they cannot be told apart then.
 	grouped := probes[0].OptValue(kgo.ConsumerGroup) != "" || probes[0].OptValue(kgo.ShareGroup) != ""
 	var refused []string
+	ackRefused := false
 	for _, r := range runtimeOpts {
-		if r.callback && grouped {
+		if r.callback && grouped || probeErr != nil && r.name == "kgo.DisableIdempotentWrite" {
 			continue
 		}
 		a, b := probes[0].OptValue(r.fn), probes[1].OptValue(r.fn)
@@ -142,20 +167,32 @@ func refusedClientOpts(opts []kgo.Opt) error {
 			set = a != nil && !reflect.ValueOf(a).IsZero()
 		}
 		if set {
-			refused = append(refused, fmt.Sprintf("%s (use %s)", r.name, r.instead))
+			refused = append(refused, fmt.Sprintf("%s (use %s)", r.name, r.hint(txn)))
+			ackRefused = ackRefused || r.name == "kgo.RequiredAcks"
 		}
+	}
+	if probeErr != nil && !ackRefused {
+		return fmt.Errorf("%s: %w", where, probeErr) // invalid for another reason
 	}
 	if len(refused) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s", ErrClientOpt, strings.Join(refused, "; "))
+	return fmt.Errorf("%s: %w: %s", where, ErrClientOpt, strings.Join(refused, "; "))
+}
+
+// hint is what to use instead of r, in New's mode or NewTransactional's.
+func (r runtimeOpt) hint(txn bool) string {
+	if txn && r.txnInstead != "" {
+		return r.txnInstead
+	}
+	return r.instead
 }
 
 // groupOnly finds, in opts that franz-go refuses together, the options that
 // franz-go refuses without a consumer group (auto-commit settings and group
 // callbacks): the runtime sets those itself. Each option is probed alone,
 // without and then with a group.
-func groupOnly(opts []kgo.Opt) []string {
+func groupOnly(opts []kgo.Opt, txn bool) []string {
 	var refused []string
 	for _, o := range opts {
 		if _, err := probeClient(0, []kgo.Opt{o}); err == nil {
@@ -170,7 +207,7 @@ func groupOnly(opts []kgo.Opt) []string {
 			switch r.fn.(type) {
 			case func() kgo.GroupOpt: // DisableAutoCommit, AutoCommitMarks, GreedyAutoCommit...
 				if v, _ := cl.OptValue(r.fn).(bool); v {
-					refused = append(refused, fmt.Sprintf("%s (use %s)", r.name, r.instead))
+					refused = append(refused, fmt.Sprintf("%s (use %s)", r.name, r.hint(txn)))
 					named = true
 				}
 			}

@@ -61,14 +61,18 @@ func TestClientOptsRefused(t *testing.T) {
 		{kgo.ServerSideBalancer(), "kgo.ServerSideBalancer", "processor.GroupProtocol"},
 		{kgo.TransactionalID("tx"), "kgo.TransactionalID", "processor.NewTransactional"},
 		{kgo.TransactionTimeout(40 * time.Second), "kgo.TransactionTimeout", "processor.TransactionTimeout"},
-		{kgo.RequiredAcks(kgo.LeaderAck()), "kgo.RequiredAcks", "processor.Producer"},
+		{kgo.RequiredAcks(kgo.LeaderAck()), "kgo.RequiredAcks", "processor.Producer"}, // franz-go refuses it without DisableIdempotentWrite
+		{kgo.DisableIdempotentWrite(), "kgo.DisableIdempotentWrite", "processor.Producer"},
 		{kgo.ProducerLinger(10 * time.Millisecond), "kgo.ProducerLinger", "processor.Producer"},
 	} {
+		// NewTransactional's hints, where they differ (it has no DLQ producer).
+		txnInstead := map[string]string{
+			"kgo.RequiredAcks":           "acks=all",
+			"kgo.DisableIdempotentWrite": "idempotent producer",
+			"kgo.ProducerLinger":         "flushes each transaction",
+		}[tc.name]
 		t.Run(tc.name, func(t *testing.T) {
 			opts := []kgo.Opt{tc.opt}
-			if tc.name == "kgo.RequiredAcks" {
-				opts = append(opts, kgo.DisableIdempotentWrite()) // acks=1 needs it
-			}
 			_, errNew := New(Brokers("127.0.0.1:1"), Group("g"), Topics("in"), WithHandler(func(context.Context, *kgo.Record) error { return nil }), ClientOpts(opts...))
 			_, errTxn := NewTransactional("tx", func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
 				Brokers("127.0.0.1:1"), Group("g"), Topics("in"), ClientOpts(opts...))
@@ -76,8 +80,18 @@ func TestClientOptsRefused(t *testing.T) {
 				if !errors.Is(err, ErrClientOpt) {
 					t.Fatalf("%s: error %v, want ErrClientOpt", mode, err)
 				}
-				if !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), tc.instead) {
-					t.Errorf("%s: error %q does not name %s and %q", mode, err, tc.name, tc.instead)
+				instead := tc.instead
+				if mode == "NewTransactional" && txnInstead != "" {
+					instead = txnInstead
+					if strings.Contains(err.Error(), "processor.Producer") {
+						t.Errorf("%s: error %q points to processor.Producer, which that mode does not use", mode, err)
+					}
+				}
+				if !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), instead) {
+					t.Errorf("%s: error %q does not name %s and %q", mode, err, tc.name, instead)
+				}
+				if !strings.Contains(err.Error(), "invalid config: ClientOpts: ") || strings.Count(err.Error(), "ClientOpts") != 1 {
+					t.Errorf("%s: error %q does not start with the one option used, ClientOpts", mode, err)
 				}
 				if n := strings.Count(err.Error(), "(use "); n != 1 {
 					t.Errorf("%s: error %q names %d options, want 1", mode, err, n)
@@ -113,7 +127,7 @@ func TestClientOptsAllowed(t *testing.T) {
 			kgo.RequestTimeoutOverhead(20 * time.Second), kgo.FetchMaxBytes(1 << 20), kgo.HeartbeatInterval(5 * time.Second)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if err := refusedClientOpts(opts); err != nil {
+			if err := refusedClientOpts("ClientOpts", opts, false); err != nil {
 				t.Fatalf("refused: %v", err)
 			}
 		})
@@ -132,8 +146,49 @@ func (connectHook) OnBrokerConnect(kgo.BrokerMetadata, time.Duration, net.Conn, 
 // TestClientOptsInvalid: options franz-go itself refuses come back as an
 // error from New, not as a panic or a probe that hangs.
 func TestClientOptsInvalid(t *testing.T) {
-	err := refusedClientOpts([]kgo.Opt{kgo.RequiredAcks(kgo.LeaderAck())}) // idempotency needs acks=all
-	if err == nil || errors.Is(err, ErrClientOpt) || !strings.Contains(err.Error(), "ClientOpts: ") {
-		t.Fatalf("error %v, want franz-go's validation error", err)
+	for _, opts := range [][]kgo.Opt{
+		{kgo.Rack(strings.Repeat("r", 513))},         // franz-go: rack length over 512
+		{kgo.MaxProduceRequestsInflightPerBroker(5)}, // franz-go: needs idempotency disabled
+	} {
+		err := refusedClientOpts("ProducerOpts", opts, false)
+		if err == nil || errors.Is(err, ErrClientOpt) || !strings.HasPrefix(err.Error(), "ProducerOpts: ") {
+			t.Fatalf("error %v, want franz-go's validation error after ProducerOpts", err)
+		}
 	}
+}
+
+// TestProducerOptsRefused: ProducerOpts refuses acks other than all and a
+// non-idempotent DLQ producer with an error wrapping ErrClientOpt that
+// names ProducerOpts (not ClientOpts) and the franz-go option; an
+// allowed producer option passes.
+func TestProducerOptsRefused(t *testing.T) {
+	nop := func(context.Context, *kgo.Record) error { return nil }
+	for _, tc := range []struct {
+		opt  kgo.Opt
+		name string
+	}{
+		{kgo.RequiredAcks(kgo.LeaderAck()), "kgo.RequiredAcks"},
+		{kgo.RequiredAcks(kgo.NoAck()), "kgo.RequiredAcks"},
+		{kgo.DisableIdempotentWrite(), "kgo.DisableIdempotentWrite"},
+	} {
+		_, err := New(Brokers("127.0.0.1:1"), Group("g"), Topics("in"), WithHandler(nop), ProducerOpts(tc.opt))
+		if !errors.Is(err, ErrClientOpt) {
+			t.Fatalf("%s: error %v, want ErrClientOpt", tc.name, err)
+		}
+		if !strings.Contains(err.Error(), "ProducerOpts: option set by the runtime: "+tc.name+" (use processor.Producer") ||
+			strings.Contains(err.Error(), "ClientOpts") {
+			t.Errorf("%s: error %q, want it to name ProducerOpts and %s only", tc.name, err, tc.name)
+		}
+	}
+	_, err := New(Brokers("127.0.0.1:1"), Group("g"), Topics("in"), WithHandler(nop),
+		ProducerOpts(kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()))
+	if !errors.Is(err, ErrClientOpt) || !strings.Contains(err.Error(), "kgo.RequiredAcks") || !strings.Contains(err.Error(), "kgo.DisableIdempotentWrite") {
+		t.Errorf("acks=1 with idempotence disabled: error %v, want both named", err)
+	}
+	p, err := New(Brokers("127.0.0.1:1"), Group("g"), Topics("in"), WithHandler(nop), ProducerOpts(kgo.RecordRetries(3)))
+	if err != nil {
+		t.Fatalf("ProducerOpts(kgo.RecordRetries): %v", err)
+	}
+	p.cl.Close()
+	p.prod.Close()
 }

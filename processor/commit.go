@@ -195,7 +195,9 @@ func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]commitPos) {
 			}
 		}()
 		if err != nil {
-			p.cfg.logger.Warn("commit failed", "error", err)
+			if !p.authzFailed(err, "offset commit", "", "READ") {
+				p.cfg.logger.Warn("commit failed", "error", err)
+			}
 			return
 		}
 		p.mu.Lock()
@@ -209,7 +211,9 @@ func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]commitPos) {
 				pos := batch[s]
 				off := pos.offset
 				if cerr := kerr.ErrorForCode(part.ErrorCode); cerr != nil {
-					p.cfg.logger.Warn("commit rejected", "topic", t.Topic, "partition", part.Partition, "offset", off, "error", cerr)
+					if !p.authzFailed(cerr, "offset commit", t.Topic, "READ") {
+						p.cfg.logger.Warn("commit rejected", "topic", t.Topic, "partition", part.Partition, "offset", off, "error", cerr)
+					}
 					continue
 				}
 				if accepted[t.Topic] == nil {

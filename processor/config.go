@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -75,6 +76,32 @@ type Opt interface{ apply(*cfg) }
 
 type opt func(*cfg)
 
+// applyOpts applies opts to c in order. It returns an error naming the
+// position (from 1) of every nil Opt, such as a nil Opt variable or a
+// conditional option left unset, and applies none of them then.
+func applyOpts(c *cfg, opts []Opt) error {
+	var errs []error
+	for i, o := range opts {
+		if o == nil || isNilOpt(o) {
+			errs = append(errs, fmt.Errorf("option %d of %d is nil", i+1, len(opts)))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	for _, o := range opts {
+		o.apply(c)
+	}
+	return nil
+}
+
+// isNilOpt reports whether o holds a nil func (an Opt interface holding a
+// typed nil, such as opt(nil)).
+func isNilOpt(o Opt) bool {
+	f, ok := o.(opt)
+	return ok && f == nil
+}
+
 func (o opt) apply(c *cfg) { o(c) }
 
 type cfg struct {
@@ -82,6 +109,7 @@ type cfg struct {
 	group          string
 	topics         []string
 	handler        Handler
+	topicHandlers  []topicHandler // HandleTopic, in order (topichandler.go)
 	ordering       Ordering
 	concurrency    int
 	maxRecords     int
@@ -118,6 +146,8 @@ type cfg struct {
 	producer       *kgo.Client
 	errorMsgMax    int
 	hooks          hooks
+	batch          *batchCfg // WithBatchHandler, MaxBatch (batch.go)
+	txn            bool      // NewTransactional (for its error hints)
 }
 
 // hooks are test seams that record a history of what the runtime did; they
@@ -174,14 +204,27 @@ func (c *cfg) validate() error {
 	if len(c.brokers) == 0 {
 		errs = append(errs, errors.New("Brokers: at least one seed broker is required (host:port)"))
 	}
+	for i, b := range c.brokers {
+		if strings.TrimSpace(b) == "" {
+			errs = append(errs, fmt.Errorf("Brokers: address %d of %d is empty, want host:port (an unset variable split on commas gives one)", i+1, len(c.brokers)))
+		}
+	}
 	if c.group == "" {
 		errs = append(errs, errors.New("Group: a consumer group is required"))
 	}
 	if len(c.topics) == 0 {
 		errs = append(errs, errors.New("Topics: at least one topic is required"))
 	}
-	if c.handler == nil {
+	if len(c.topicHandlers) > 0 {
+		errs = append(errs, c.resolveTopicHandlers()...) // sets c.handler
+	} else if c.handler == nil {
 		errs = append(errs, errors.New("WithHandler: a handler is required"))
+	}
+	if c.ordering < OrderPartition || c.ordering > OrderUnordered {
+		errs = append(errs, fmt.Errorf("WithOrdering: %v, want OrderPartition, OrderKey or OrderUnordered", c.ordering))
+	}
+	if c.handlerTimeout < 0 {
+		errs = append(errs, fmt.Errorf("HandlerTimeout: %v, want >= 0 (0 disables)", c.handlerTimeout))
 	}
 	if c.concurrency < 1 {
 		errs = append(errs, fmt.Errorf("Concurrency: %d, want >= 1", c.concurrency))
@@ -230,14 +273,13 @@ func (c *cfg) validate() error {
 	if err := c.start.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("StartOffset: %w", err))
 	}
-	if err := refusedClientOpts(c.clientOpts); err != nil {
-		errs = append(errs, err)
-	}
-	if err := refusedClientOpts(c.consumerOpts); err != nil {
-		errs = append(errs, fmt.Errorf("ConsumerOpts: %w", err))
-	}
-	if err := refusedClientOpts(c.producerOpts); err != nil {
-		errs = append(errs, fmt.Errorf("ProducerOpts: %w", err))
+	for _, o := range []struct {
+		where string
+		opts  []kgo.Opt
+	}{{"ClientOpts", c.clientOpts}, {"ConsumerOpts", c.consumerOpts}, {"ProducerOpts", c.producerOpts}} {
+		if err := refusedClientOpts(o.where, o.opts, c.txn); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.producer != nil && len(c.producerOpts) > 0 {
 		errs = append(errs, errors.New("ProducerOpts: not used with Producer (the given client is used as it is): drop one"))
@@ -267,7 +309,8 @@ func (c *cfg) validate() error {
 }
 
 // Brokers sets the seed brokers ("host:port"). Required. Kafka setting:
-// bootstrap.servers.
+// bootstrap.servers. An empty (or blank) address is refused at New, naming
+// its position: strings.Split of an unset variable gives [""].
 func Brokers(brokers ...string) Opt { return opt(func(c *cfg) { c.brokers = brokers }) }
 
 // Group sets the consumer group. Required. Kafka setting: group.id. By
@@ -279,10 +322,14 @@ func Group(group string) Opt { return opt(func(c *cfg) { c.group = group }) }
 // any, are consumed in addition and need not be listed.
 func Topics(topics ...string) Opt { return opt(func(c *cfg) { c.topics = topics }) }
 
-// WithHandler sets the record handler. Required.
+// WithHandler sets the record handler. Required, unless every topic has
+// its own (HandleTopic); with HandleTopic options it handles the records of
+// the topics without one.
 func WithHandler(h Handler) Opt { return opt(func(c *cfg) { c.handler = h }) }
 
-// WithOrdering sets the ordering mode. Default OrderPartition.
+// WithOrdering sets the ordering mode. Default OrderPartition. New and
+// NewTransactional refuse a value other than OrderPartition, OrderKey and
+// OrderUnordered.
 func WithOrdering(o Ordering) Opt { return opt(func(c *cfg) { c.ordering = o }) }
 
 // Concurrency sets how many handler calls may run at once across all
@@ -308,7 +355,10 @@ func Concurrency(n int) Opt { return opt(func(c *cfg) { c.concurrency = n }) }
 // room (MaxInFlight / assigned partitions, rounded up); the rest of its
 // fetched records wait aside, its fetching paused, so that the poll loop
 // goes on fetching for the partitions that have nothing; those records are
-// bounded by a quarter of the byte bound, past which polling waits. The
+// bounded by a quarter of the byte bound, past which polling waits. In
+// OrderKey the same share bounds a partition's records that wait behind an
+// earlier record of their key (so a partition of few keys cannot fill the
+// room); a partition of distinct keys may take the whole room. The
 // processor sizes fetches from the byte bound and the compression ratio of
 // the batches it reads (fetch sizes count compressed bytes): at most a
 // quarter of it per fetch and 1/32 of it per partition, decoded, the
@@ -325,7 +375,7 @@ func MaxInFlight(records int, bytes int64) Opt {
 
 // HandlerTimeout sets how long one attempt of one record may run before its
 // context is cancelled and it counts as a transient failure. Default 30s; 0
-// disables. Unlike max.poll.interval.ms it does not affect group membership:
+// disables; a negative value is refused at New. Unlike max.poll.interval.ms it does not affect group membership:
 // franz-go heartbeats from its own goroutine whatever the handler does. The
 // deadline is measured from a clock refreshed every millisecond, so it is
 // precise to about a millisecond; the context arms a timer only when the
@@ -537,7 +587,7 @@ func WithMetrics(m *Metrics) Opt { return opt(func(c *cfg) { c.metrics = m }) }
 // An option the runtime sets itself (group, topics, start and reset offsets,
 // isolation level, auto-commit, rebalance callbacks and blocking, session and
 // rebalance timeouts, balancers, static and transactional ids, client id,
-// seed brokers, the DLQ producer's acks and linger) is refused: New and NewTransactional return an error
+// seed brokers, the DLQ producer's acks, idempotence and linger) is refused: New and NewTransactional return an error
 // wrapping ErrClientOpt that names it and the processor option to use
 // instead, rather than silently overriding it. To tell which options opts
 // set, New applies them to two franz-go clients that are never started (no
@@ -561,7 +611,9 @@ func ConsumerOpts(opts ...kgo.Opt) Opt {
 // ProducerOpts adds franz-go options to the producer client New creates for
 // retry-topic and DLQ records (after ClientOpts): its hooks, batching and
 // retries (kgo.RecordRetries, kgo.UnknownTopicRetries...). acks (always
-// all) and linger (always 0) are refused, as with ClientOpts. It is an error
+// all), kgo.DisableIdempotentWrite (the producer is always idempotent) and
+// linger (always 0) are refused, as with ClientOpts, with an error
+// wrapping ErrClientOpt that names the option. It is an error
 // together with Producer, whose client is used as given. See ConsumerOpts
 // for NewTransactional.
 func ProducerOpts(opts ...kgo.Opt) Opt {

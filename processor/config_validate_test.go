@@ -40,3 +40,75 @@ func TestDrainTimeoutFollowsRebalanceTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigRefusedAtNew: options the team adopting the runtime found
+// accepted (issue 15) are refused at New with an error naming the option,
+// and a nil Opt is an error naming its position, not a panic.
+func TestConfigRefusedAtNew(t *testing.T) {
+	nop := func(context.Context, *kgo.Record) error { return nil }
+	txnNop := func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil }
+	base := []Opt{Brokers("127.0.0.1:1"), Group("g"), Topics("t"), WithHandler(nop)}
+	var unset Opt
+	for _, c := range []struct {
+		name string
+		opts []Opt
+		want string
+	}{
+		{"nil Opt", []Opt{Brokers("127.0.0.1:1"), nil, Group("g"), Topics("t"), WithHandler(nop)}, "option 2 of 5 is nil"},
+		{"nil Opt variable", append(base[:4:4], unset), "option 5 of 5 is nil"},
+		{"typed nil Opt", append(base[:4:4], opt(nil)), "option 5 of 5 is nil"},
+		{"Ordering(7)", append(base[:4:4], WithOrdering(Ordering(7))), "WithOrdering: Ordering(7), want"},
+		{"Ordering(-1)", append(base[:4:4], WithOrdering(Ordering(-1))), "WithOrdering: Ordering(-1), want"},
+		{"HandlerTimeout(-1s)", append(base[:4:4], HandlerTimeout(-time.Second)), "HandlerTimeout: -1s, want >= 0"},
+		{"MaxBatch(0) alone", append(base[:4:4], MaxBatch(0)), "MaxBatch: 0, want >= 1"},
+		{"MaxBatch(-1) alone", append(base[:4:4], MaxBatch(-1)), "MaxBatch: -1, want >= 1"},
+		{`Brokers("")`, []Opt{Brokers(""), Group("g"), Topics("t"), WithHandler(nop)}, "Brokers: address 1 of 1 is empty"},
+		{`Brokers("a:1", " ")`, []Opt{Brokers("a:1", " "), Group("g"), Topics("t"), WithHandler(nop)}, "Brokers: address 2 of 2 is empty"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := New(c.opts...)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("New: error %v, want one containing %q", err, c.want)
+			}
+			_, err = NewTransactional("tx", txnNop, c.opts...)
+			if c.name == "MaxBatch(0) alone" || c.name == "MaxBatch(-1) alone" {
+				if err == nil || !strings.Contains(err.Error(), "MaxBatch(") || strings.Contains(err.Error(), "WithBatchHandler is for New only") {
+					t.Errorf("NewTransactional: error %v, want one naming MaxBatch", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("NewTransactional: error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+	// Valid values still pass: every ordering, 0 (disabled) HandlerTimeout,
+	// MaxBatch >= 1 alone (no effect without WithBatchHandler).
+	for _, o := range []Opt{WithOrdering(OrderPartition), WithOrdering(OrderKey), WithOrdering(OrderUnordered), HandlerTimeout(0), MaxBatch(1)} {
+		p, err := New(append(base[:4:4], o)...)
+		if err != nil {
+			t.Fatalf("valid option refused: %v", err)
+		}
+		p.cl.Close()
+		p.prod.Close()
+	}
+}
+
+// TestMissingTopicErrorWording: one missing topic reads in the singular,
+// several in the plural with one kafka-topics.sh command line per topic.
+func TestMissingTopicErrorWording(t *testing.T) {
+	one := (&MissingTopicError{Topics: []string{"g.dlq"}, Partitions: 3}).Error()
+	if !strings.Contains(one, "topic g.dlq does not exist") || !strings.Contains(one, "Create it") ||
+		strings.Count(one, "kafka-topics.sh --create --topic g.dlq --partitions 3") != 1 {
+		t.Errorf("one topic: %q", one)
+	}
+	two := (&MissingTopicError{Topics: []string{"a", "b"}, Partitions: 2}).Error()
+	if !strings.Contains(two, "topics a, b do not exist") || !strings.Contains(two, "Create them") {
+		t.Errorf("two topics: %q", two)
+	}
+	for _, topic := range []string{"a", "b"} {
+		if n := strings.Count(two, "kafka-topics.sh --create --topic "+topic+" --partitions 2\n"); n != 1 {
+			t.Errorf("two topics: %d command lines for %s in %q, want 1", n, topic, two)
+		}
+	}
+}

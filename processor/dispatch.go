@@ -3,6 +3,7 @@ package processor
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"runtime/debug"
 	"time"
 
@@ -10,13 +11,19 @@ import (
 )
 
 // laneKey identifies a lane inside a partition: the whole partition
-// (OrderPartition), one key (OrderKey; null keys share one lane), or nothing
-// (OrderUnordered: every record is a lane of its own).
-type laneKey struct {
-	null bool
-	key  string
-	seq  int64 // OrderUnordered: offset+1, so every record is a lane of its own
-}
+// (OrderPartition: 0), one key (OrderKey: a 64-bit hash of the key, with the
+// processor's random seed, nullLane for the null key), or nothing
+// (OrderUnordered: offset+1, so every record is a lane of its own).
+//
+// A hash rather than the key itself: no string allocated and no key bytes
+// hashed twice per record. Two keys whose hashes collide share a lane, which
+// keeps each key's order (it only handles the two one after the other, as
+// OrderPartition would); with about a thousand keys in flight the chance of
+// any collision is about 2^-45.
+type laneKey uint64
+
+// nullLane is the lane of records with a null key (OrderKey).
+const nullLane laneKey = 0
 
 // lane is a FIFO of records that must be handled one at a time, in order.
 // A lane is "active" from the moment it has work until it is empty: an active
@@ -37,7 +44,8 @@ type lane struct {
 	queue   []*item
 	bytes   int64 // key+value bytes of queue
 	active  bool
-	running bool // a worker is processing queue[0]
+	running bool // a worker is processing queue[0] (a batch: queue[:batchN])
+	batchN  int  // records of queue in a running batch (batch.go)
 	waiting bool // a timer will put the lane back in the ready queue
 	failing bool // the lane's records are parked (see above)
 }
@@ -66,6 +74,7 @@ type item struct {
 	first    time.Time
 	last     time.Time
 	lastErr  error
+	solo     bool // its batch failed: handled one at a time (batch.go)
 }
 
 // enqueue takes a poll's records: the whole fetch the client buffered, every
@@ -192,13 +201,16 @@ type hold uint8
 const (
 	holdNone   hold = iota
 	holdWindow      // the completed-offsets map is full (windowBlocksLocked)
-	holdShare       // OrderPartition: the partition holds its share of MaxInFlight (shareFullLocked)
+	holdShare       // OrderPartition, OrderKey: the partition holds its share of MaxInFlight (shareFullLocked)
+	holdPause       // paused by the user (Pause, pause.go)
 )
 
 // admitHoldLocked reports whether r, the next pending record of ps, must
 // wait, and why. p.mu held.
 func (p *Processor) admitHoldLocked(ps *partState, r *kgo.Record) hold {
 	switch {
+	case ps.pause.on:
+		return holdPause
 	case p.windowBlocksLocked(ps, r):
 		return holdWindow
 	case p.shareFullLocked(ps):
@@ -217,20 +229,40 @@ func (p *Processor) admitHoldLocked(ps *partState, r *kgo.Record) hold {
 // the bytes (rounded up), counting only records that can make progress
 // (not parked: a failing partition's records go on to the parked room, as
 // before). Its surplus stays pending (checkPendingShareLocked pauses its
-// fetching once it has enough pending). p.mu held.
+// fetching once it has enough pending).
+//
+// In OrderKey the same holds for the records that wait behind an earlier
+// record of their key (held minus the partition's lanes): with few keys, a
+// fetch of one partition's batches would fill MaxInFlight with records
+// queued behind two or three keys while the other partitions' keys wait
+// unfetched (with 10 keys and a 20 ms handler, slower than a raw loop). A
+// partition whose records are nearly all of distinct keys is not held: its
+// records run in parallel, so it may take the whole room when the others
+// have nothing. p.mu held.
 func (p *Processor) shareFullLocked(ps *partState) bool {
-	if p.cfg.ordering != OrderPartition {
+	var queued int
+	switch p.cfg.ordering {
+	case OrderPartition:
+		queued = ps.recs - ps.parked
+		if queued == 0 {
+			return false // the first record is always admitted
+		}
+	case OrderKey:
+		queued = ps.recs - ps.parked - len(ps.lanes)
+		if queued <= 0 {
+			return false
+		}
+	default:
 		return false
-	}
-	active := ps.recs - ps.parked
-	if active == 0 {
-		return false // the first record is always admitted
 	}
 	// Rounded up: the shares add up to at least MaxInFlight, so the
 	// member still reaches it (and pauses polling) when every partition
 	// holds its share.
 	n := max(1, p.activeParts)
-	return active >= (p.cfg.maxRecords+n-1)/n || ps.bytes-ps.parkedB >= (p.cfg.maxBytes+int64(n)-1)/int64(n)
+	if queued >= (p.cfg.maxRecords+n-1)/n {
+		return true
+	}
+	return p.cfg.ordering == OrderPartition && ps.bytes-ps.parkedB >= (p.cfg.maxBytes+int64(n)-1)/int64(n)
 }
 
 // unholdLocked admits what held ps may admit again. A partition held by
@@ -254,7 +286,7 @@ func (p *Processor) unholdLocked(ps *partState) {
 			if h == holdShare {
 				break
 			}
-			if h == holdWindow {
+			if h != holdNone { // holdWindow, or holdPause
 				p.releaseHoldLocked(ps)
 				p.setHoldLocked(ps, h)
 				return
@@ -371,7 +403,12 @@ func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 	}
 	it := &ps.slab[0]
 	ps.slab = ps.slab[1:]
-	*it = item{rec: r, view: r, entry: offsetEntry{offset: r.Offset, fetched: p.fetchedAt}, size: int64(len(r.Key) + len(r.Value))}
+	// A slab's items are zero and each is used once: setting the fields
+	// needed, rather than assigning a whole item, spares copying (and,
+	// during a GC, write-barriering) its 300 bytes.
+	it.rec, it.view = r, r
+	it.entry.offset, it.entry.fetched = r.Offset, p.fetchedAt
+	it.size = int64(len(r.Key) + len(r.Value))
 	if !ps.tracker.add(&it.entry) {
 		p.cfg.metrics.dropped(p.cfg.group, ps.tp.topic, 1)
 		return
@@ -435,27 +472,58 @@ func (p *Processor) dropPendingLocked(s *partState) {
 func (p *Processor) laneFor(ps *partState, r *kgo.Record) *lane {
 	var k laneKey
 	switch p.cfg.ordering {
-	case OrderUnordered:
-		k = laneKey{seq: r.Offset + 1}
-	case OrderKey:
-		if r.Key == nil {
-			k = laneKey{null: true}
-		} else {
-			k = laneKey{key: string(r.Key)}
+	case OrderPartition:
+		if ps.partLane != nil {
+			return ps.partLane // the partition's only lane: no map lookup per record
 		}
-	}
-	if p.cfg.ordering == OrderPartition && ps.partLane != nil {
-		return ps.partLane // the partition's only lane: no map lookup per record
+	case OrderUnordered:
+		k = laneKey(r.Offset + 1)
+	case OrderKey:
+		if r.Key != nil {
+			k = laneKey(maphash.Bytes(p.laneSeed, r.Key))
+			if k == nullLane {
+				k = 1 // shares a lane with the keys hashed to 1 (see laneKey)
+			}
+		}
 	}
 	l := ps.lanes[k]
 	if l == nil {
-		l = &lane{part: ps, key: k}
+		l = p.newLane(ps, k)
 		ps.lanes[k] = l
 		if p.cfg.ordering == OrderPartition {
 			ps.partLane = l
 		}
 	}
 	return l
+}
+
+// newLane returns an empty lane of ps for key k, recycled if one is free.
+// p.mu held.
+func (p *Processor) newLane(ps *partState, k laneKey) *lane {
+	n := len(p.freeLanes)
+	if n == 0 {
+		return &lane{part: ps, key: k}
+	}
+	l := p.freeLanes[n-1]
+	p.freeLanes[n-1] = nil
+	p.freeLanes = p.freeLanes[:n-1]
+	*l = lane{part: ps, key: k, queue: l.queue[:0]}
+	return l
+}
+
+// freeLaneLocked keeps l, an emptied lane that complete just deleted, for
+// newLane: in OrderKey and OrderUnordered nearly every record would
+// otherwise allocate a lane and its queue. Only complete's lanes are
+// recycled: no timer, ready queue or worker refers to them any more (a
+// lane dropped by a revoke may still be in the ready queue or have a timer
+// pending). At most MaxInFlight records' worth are kept. p.mu held.
+func (p *Processor) freeLaneLocked(l *lane) {
+	if len(p.freeLanes) >= p.cfg.maxRecords || cap(l.queue) > 4 {
+		return // a long queue's array is left to the GC
+	}
+	clear(l.queue[:cap(l.queue)])
+	*l = lane{queue: l.queue[:0]}
+	p.freeLanes = append(p.freeLanes, l)
 }
 
 // deleteLane forgets lane l of ps.
@@ -471,7 +539,25 @@ func deleteLane(ps *partState, l *lane) {
 // pushReady queues an active lane for a worker. p.mu must be held.
 func (p *Processor) pushReady(l *lane) {
 	p.ready = append(p.ready, l)
-	p.workCond.Signal()
+	p.wakeWorkerLocked()
+}
+
+// wakeWorkerLocked wakes an idle worker for the ready lanes, unless enough
+// are woken already: at most one per CPU (GOMAXPROCS) is on its way at a
+// time, and each woken worker that takes a lane wakes the next one while
+// lanes are left (see worker). Waking one worker per ready lane at once
+// (with Concurrency(1000), hundreds per poll) would have them all contend
+// for p.mu, which the poll loop holds while it admits the poll's records,
+// and with a fast handler the first workers woken would have taken the
+// lanes before the others got there. Busy workers take the next ready lane
+// themselves. A ready lane is so never left without a worker: either a
+// woken worker is on its way, or no worker is idle and a busy one takes it
+// when its lane is done. p.mu held.
+func (p *Processor) wakeWorkerLocked() {
+	if len(p.ready) > 0 && p.idleWorkers > p.wakes && p.wakes < max(1, p.maxWakes) {
+		p.wakes++
+		p.workCond.Signal()
+	}
 }
 
 // parkLocked adds n records of b bytes to the parked counts of ps (negative
@@ -536,13 +622,13 @@ func (p *Processor) checkBackpressureLocked() {
 }
 
 // wantPausedLocked reports whether fetching of ps should be paused in the
-// client: a failing retry-topic/DLQ write (S11), a full completed-offsets
+// client: a user pause (Pause), a failing retry-topic/DLQ write (S11), a full completed-offsets
 // map (holdWindow), a partition held by its share with its share of the
 // pending budget (checkPendingShareLocked), a full parked room with parked records in ps, or nothing held in ps able to make progress where
 // fetching more cannot help either (partition order, whose single lane is
 // failing, and retry topics, whose later records are due later still).
 func (p *Processor) wantPausedLocked(ps *partState) bool {
-	return ps.blocked != nil || ps.held == holdWindow || ps.sharePaused || (p.parkFull && ps.parked > 0) ||
+	return ps.pause.on || ps.blocked != nil || ps.held == holdWindow || ps.sharePaused || (p.parkFull && ps.parked > 0) ||
 		(ps.recs > 0 && ps.parked == ps.recs && (ps.retry || p.cfg.ordering == OrderPartition))
 }
 
@@ -595,7 +681,12 @@ func (p *Processor) worker() {
 	for {
 		if l == nil {
 			for len(p.ready) == 0 && !p.stopping {
+				p.idleWorkers++
 				p.workCond.Wait()
+				p.idleWorkers--
+				if p.wakes > 0 {
+					p.wakes-- // woken by wakeWorkerLocked (or by the stop's broadcast)
+				}
 			}
 			if p.stopping {
 				return
@@ -603,10 +694,15 @@ func (p *Processor) worker() {
 			l = p.ready[0]
 			p.ready[0] = nil
 			p.ready = p.ready[1:]
+			p.wakeWorkerLocked() // lanes left: the next worker
 		}
 		ps := l.part
 		if ps.state != partActive || len(l.queue) == 0 || l.waiting {
 			l = nil // dropped by a revoke
+			continue
+		}
+		if p.setAsidePausedLocked(l) {
+			l = nil // until Resume
 			continue
 		}
 		it := l.queue[0]
@@ -621,6 +717,11 @@ func (p *Processor) worker() {
 				l = nil
 				continue
 			}
+		}
+		if p.cfg.batch != nil && p.batchable(l, it) {
+			p.runBatchLocked(l) // batch.go
+			l = nil
+			continue
 		}
 		l.running = true
 		ps.running++
@@ -743,6 +844,9 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 	if ps.state != partActive {
 		return false // draining: a failure is not retried here; the record stays uncommitted
 	}
+	if p.authzFailedLocked(l, it, err) {
+		return false // Run stops; the record stays uncompleted, so uncommitted
+	}
 	now := time.Now()
 	p.setFailingLocked(l, true)
 	if it.stage == stageForward {
@@ -800,7 +904,11 @@ func (p *Processor) complete(l *lane, it *item) (more bool) {
 		p.parkLocked(ps, -1, -it.size)
 	}
 	l.queue[0] = nil
-	l.queue = l.queue[1:]
+	if len(l.queue) == 1 {
+		l.queue = l.queue[:0] // empty: the next record reuses the array from its start
+	} else {
+		l.queue = l.queue[1:]
+	}
 	if l.failing && it.stage == stageHandle && !p.mustWait(l) {
 		p.setFailingLocked(l, false) // the key recovered
 	}
@@ -817,6 +925,9 @@ func (p *Processor) complete(l *lane, it *item) (more bool) {
 	if len(l.queue) == 0 {
 		p.setFailingLocked(l, false)
 		deleteLane(ps, l)
+		if p.cfg.ordering != OrderPartition {
+			p.freeLaneLocked(l)
+		}
 	}
 	return false
 }

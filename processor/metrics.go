@@ -61,6 +61,7 @@ type Metrics struct {
 	windowUsedG   *prometheus.GaugeVec
 	skippedC      *prometheus.CounterVec
 	oldestAge     *ageCollector
+	batch         *batchMetrics // batch.go
 }
 
 // ageCollector reports <namespace>_oldest_in_flight_seconds, computed
@@ -179,6 +180,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOpt) *Metrics {
 	reg.MustRegister(m.consumedRecs, m.consumedBytes, m.processed, m.failed, m.retriedC, m.deadLettered, m.retryTopic,
 		m.fwdFailed, m.droppedC, m.fetchErrors, m.rebalances, m.committedOff, m.lag, m.inFlightRecs, m.inFlightBytes,
 		m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.mapBytes, m.windowFullG, m.windowUsedG, m.skippedC, m.oldestAge)
+	m.batch = newBatchMetrics(ns, reg)
 	return m
 }
 

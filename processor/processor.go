@@ -53,8 +53,14 @@
 //
 // Every default in one place (each option's doc has the details):
 //
+//   - One handler for every topic (WithHandler); HandleTopic gives a topic
+//     its own, and New refuses a topic left without one.
 //   - Ordering: OrderPartition; Concurrency 16 handler calls per member;
 //     MaxInFlight 1000 records and 64 MiB of key+value bytes.
+//   - No partition paused. Pause (Processor, TxnProcessor) pauses one until
+//     Resume or until a rebalance takes it from this member (a pause is of
+//     the member, as with Kafka's consumer); it never lifts, nor is lifted
+//     by, the runtime's own pausing for backpressure.
 //   - A group with no committed offset starts at the earliest offset
 //     (StartOffset(Earliest), Kafka's auto.offset.reset=earliest).
 //   - Reads are always read_committed (records of aborted transactions are
@@ -104,6 +110,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,8 +145,20 @@ type Processor struct {
 	mu       sync.Mutex
 	cond     *sync.Cond // state changes: backpressure lifted, handlers done, releases done (Broadcast)
 	workCond *sync.Cond // a lane became ready (Signal: one worker takes it)
-	parts    map[tp]*partState
-	ready    []*lane
+	// Workers waiting on workCond, those of them signalled and not yet
+	// running, and how many may be signalled at a time (GOMAXPROCS; see
+	// wakeWorkerLocked).
+	idleWorkers, wakes, maxWakes int
+	parts                        map[tp]*partState
+	ready                        []*lane
+	// laneSeed hashes keys to lanes (laneKey); freeLanes are emptied
+	// lanes kept for reuse (freeLaneLocked).
+	laneSeed  maphash.Seed
+	freeLanes []*lane
+
+	// consumeTopics are the sources and retry topics, given to the
+	// client by Run (New must not join the group).
+	consumeTopics []string
 	// Fetched records not admitted into lanes yet (see enqueue), and the
 	// partitions that have some, in round-robin order.
 	pendingParts []*partState
@@ -168,6 +188,7 @@ type Processor struct {
 	ran         bool
 
 	commitMu sync.Mutex
+	authz    authzStop // a refused request stops Run (authz.go)
 	baseCtx  context.Context
 	cancel   context.CancelFunc
 }
@@ -202,9 +223,10 @@ type partState struct {
 	// fetching is paused, because its next pending record would make the
 	// completed-offsets map outgrow CommitMetadataMaxBytes (holdWindow:
 	// admission waits for the commit point to move), or because it holds
-	// its share of MaxInFlight in OrderPartition (holdShare: admission
+	// its share of MaxInFlight (OrderPartition, OrderKey; holdShare: admission
 	// waits for its records to complete). See admitHoldLocked.
 	held    hold
+	pause   pauseState   // the user's Pause (pause.go)
 	hwm     int64        // last seen high watermark / last stable offset
 	blocked error        // non-nil while a retry-topic/DLQ write keeps failing
 	m       *partMetrics // nil without metrics
@@ -227,13 +249,14 @@ const (
 )
 
 // New creates a Processor and its franz-go clients. It does not contact the
-// brokers; Run does. It returns an error listing every invalid option.
+// brokers; Run does. It returns an error listing every invalid option, or
+// naming the position (from 1) of a nil Opt.
 func New(opts ...Opt) (*Processor, error) {
 	c := defaultCfg()
-	for _, o := range opts {
-		o.apply(&c)
+	if err := applyOpts(&c, opts); err != nil {
+		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
-	if err := c.validate(); err != nil {
+	if err := errors.Join(c.adoptBatch(), c.validate()); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if c.clientID == "" {
@@ -248,6 +271,8 @@ func New(opts ...Opt) (*Processor, error) {
 	}
 	p.cond = sync.NewCond(&p.mu)
 	p.workCond = sync.NewCond(&p.mu)
+	p.maxWakes = runtime.GOMAXPROCS(0)
+	p.laneSeed = maphash.MakeSeed()
 	p.mm = c.metrics.member(c.group, c.clientID)
 	p.clock = newCoarseClock()
 	p.reach = newReach(c.sessionTimeout / 3)
@@ -288,7 +313,9 @@ func New(opts ...Opt) (*Processor, error) {
 		kgo.SeedBrokers(c.brokers...),
 		kgo.ClientID(c.clientID),
 		kgo.ConsumerGroup(c.group),
-		kgo.ConsumeTopics(topics...),
+		// No ConsumeTopics here: franz-go joins the group as soon as
+		// its client knows a topic, and New must not join (Run checks
+		// the DLQ and retry topics first, then adds them: consumeTopics).
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),
 		// Transaction markers are returned so the commit point can pass
@@ -318,6 +345,7 @@ func New(opts ...Opt) (*Processor, error) {
 		return nil, fmt.Errorf("processor: consumer client: %w", err)
 	}
 	p.cl = cl
+	p.consumeTopics = topics
 	sizer.start(cl)
 	if w, ok := cl.OptValue(kgo.FetchMaxWait).(time.Duration); ok {
 		p.reach.after = max(p.reach.after, 2*w) // a long poll is not a wait
@@ -356,7 +384,10 @@ func (p *Processor) Group() string { return p.cfg.group }
 // committed what completed, left the group and closed its clients. It waits
 // for every handler call to return, so a handler that ignores its context
 // delays Run's return past DrainTimeout. It returns nil after a cancellation-triggered
-// shutdown, ErrClosed if called twice, and otherwise the fatal error.
+// shutdown, ErrClosed if called twice, and otherwise the fatal error: a
+// *FatalGroupError, or an *AuthorizationError when the broker refused a
+// request for lack of an ACL (authz.go; nothing past the refused record is
+// committed).
 func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()
 	if p.ran {
@@ -378,6 +409,8 @@ func (p *Processor) Run(ctx context.Context) error {
 		return err
 	}
 
+	// Only now does the client learn its topics and join the group.
+	p.cl.AddConsumeTopics(p.consumeTopics...)
 	p.cfg.metrics.track(p)
 	defer p.cfg.metrics.untrack(p)
 	var wg sync.WaitGroup
@@ -392,7 +425,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	committerDone := make(chan struct{})
 	go func() { defer close(committerDone); p.committer(commitCtx) }()
 
-	pollErr := p.pollLoop(ctx)
+	pollErr := p.pollLoop(p.authz.runContext(ctx))
 
 	// Shutdown: nothing new is dispatched; in-flight records finish up to
 	// DrainTimeout; what completed is committed; then the group is left.
@@ -411,6 +444,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.prod.Close()
 	}
 	p.cfg.logger.Info("processor stopped")
+	pollErr = p.authz.result(pollErr)
 	if pollErr != nil && !errors.Is(pollErr, context.Canceled) {
 		return pollErr
 	}
@@ -453,6 +487,10 @@ func (p *Processor) pollLoop(ctx context.Context) error {
 		var fatal error
 		fetches.EachError(func(t string, part int32, err error) {
 			if errors.Is(err, context.Canceled) {
+				return
+			}
+			if ae := fetchAuthzError(p.cfg.group, t, err); ae != nil {
+				fatal = ae
 				return
 			}
 			if f := fatalGroupError(p.cfg.group, err); f != nil {
@@ -510,10 +548,14 @@ type Health struct {
 	// Paused reports backpressure: MaxInFlight is reached and polling
 	// waits for room.
 	Paused bool `json:"paused"`
-	// Parked counts held records of failing keys or partitions, and
-	// retry-topic records waiting for their due time: they do not use up
-	// MaxInFlight room.
+	// Parked counts held records of failing keys or partitions, of
+	// partitions paused by Pause, and retry-topic records waiting for
+	// their due time: they do not use up MaxInFlight room.
 	Parked int `json:"parked"`
+	// PausedPartitions lists the partitions paused by Pause
+	// ("topic[partition]", sorted); the runtime's own pausing is in
+	// Paused and Blocked.
+	PausedPartitions []string `json:"pausedPartitions,omitempty"`
 	// Blocked lists partitions whose retry-topic or DLQ write keeps failing
 	// (they are paused and their commit point is held), or has been in
 	// progress for longer than the maximum Backoff (the client retries a
@@ -554,6 +596,7 @@ func (p *Processor) Health() Health {
 	h.InFlight = p.inRecs
 	h.Paused = p.paused
 	h.Parked = p.parked
+	h.PausedPartitions = p.pausedPartitionsLocked()
 	h.Unreachable = p.reach.unreachable(time.Now())
 	return h
 }

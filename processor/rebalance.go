@@ -216,10 +216,7 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 // dropQueuedLocked drops every record of s that no worker is processing.
 func (p *Processor) dropQueuedLocked(s *partState) {
 	for _, l := range s.lanes {
-		keep := 0
-		if l.running && len(l.queue) > 0 {
-			keep = 1
-		}
+		keep := l.inFlight() // batch.go
 		for _, it := range l.queue[keep:] {
 			p.inRecs--
 			p.inBytes -= it.size

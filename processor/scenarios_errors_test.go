@@ -467,8 +467,10 @@ func TestS11_DLQWithFewerPartitions(t *testing.T) {
 		t.Fatalf("DLQ record in partition %d (want %d, by key) headers %v", dlq[0].Partition, want, headerMap(dlq[0]))
 	}
 
-	// Now the DLQ refuses writes.
-	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "g.dlq", Err: kerr.TopicAuthorizationFailed, Count: -1})
+	// Now the DLQ refuses writes (INVALID_RECORD, not retriable; an
+	// authorization error would stop the member instead: authz.go,
+	// TestRightLostWhileRunning).
+	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "g.dlq", Err: kerr.InvalidRecord, Count: -1})
 	produce(t, addrs, &kgo.Record{Topic: "in", Partition: 3, Key: []byte("poison-3"), Value: []byte("poison")},
 		&kgo.Record{Topic: "in", Partition: 3, Key: []byte("k"), Value: []byte("after")},
 		&kgo.Record{Topic: "in", Partition: 4, Key: []byte("k"), Value: []byte("other partition")})

@@ -35,9 +35,16 @@ func (e *MissingTopicError) Error() string {
 	case e.Partitions > 1:
 		parts = fmt.Sprintf("%d partitions, as the source topic", e.Partitions)
 	}
-	return fmt.Sprintf("processor: topic %s does not exist: the runtime writes failed records there. Create it (%s), e.g. "+
-		"kafka-topics.sh --create --topic %s --partitions %d, or pass processor.CreateTopics(true)",
-		strings.Join(e.Topics, ", "), parts, e.Topics[0], max(e.Partitions, 1))
+	what, it := "topic "+e.Topics[0]+" does not exist", "it"
+	if len(e.Topics) > 1 {
+		what, it = "topics "+strings.Join(e.Topics, ", ")+" do not exist", "them"
+	}
+	cmds := make([]string, len(e.Topics))
+	for i, t := range e.Topics {
+		cmds[i] = fmt.Sprintf("kafka-topics.sh --create --topic %s --partitions %d", t, max(e.Partitions, 1))
+	}
+	return fmt.Sprintf("processor: %s: the runtime writes failed records there. Create %s (%s), e.g.\n  %s\nor pass processor.CreateTopics(true)",
+		what, it, parts, strings.Join(cmds, "\n  "))
 }
 
 func (e *MissingTopicError) Unwrap() error { return ErrMissingTopic }

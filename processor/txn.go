@@ -56,6 +56,8 @@ type TxnProcessor struct {
 	mu    sync.Mutex
 	sess  *kgo.GroupTransactSession
 	owned map[string]map[int32]bool // partitions held by sess, from its rebalance callbacks
+	// paused are the partitions of sess paused by Pause (pause.go).
+	paused map[tp]bool
 
 	// lateRisk is when (unix ns) a TxnOffsetCommit last failed on the wire
 	// (a copy may still be in the network and land late); see
@@ -86,14 +88,24 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 	c := defaultCfg()
 	c.commitInterval = 100 * time.Millisecond
 	c.handler = func(context.Context, *kgo.Record) error { return nil }
-	for _, o := range opts {
-		o.apply(&c)
+	c.txn = true
+	if err := applyOpts(&c, opts); err != nil {
+		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if transactionalID == "" {
 		return nil, errors.New("processor: NewTransactional: transactionalID is required")
 	}
 	if h == nil {
 		return nil, errors.New("processor: NewTransactional: a TxnHandler is required")
+	}
+	if len(c.topicHandlers) > 0 {
+		return nil, errors.New("processor: NewTransactional: HandleTopic is not used by the exactly-once mode: dispatch on r.Topic in the TxnHandler")
+	}
+	if c.batch != nil && c.batch.handler != nil {
+		return nil, errors.New("processor: NewTransactional: WithBatchHandler is for New only")
+	}
+	if c.batch != nil {
+		return nil, fmt.Errorf("processor: NewTransactional: MaxBatch(%d) is not used by the exactly-once mode (it does not batch; MaxBatch is for New with WithBatchHandler): drop it", c.batch.max)
 	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
@@ -108,7 +120,11 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 
 func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	c := t.cfg
-	opts := append(append(append([]kgo.Opt{}, c.clientOpts...), c.consumerOpts...), c.producerOpts...)
+	// Heartbeats every third of the session timeout, at most every 3s, as
+	// New's members do (franz-go's fixed 3s would expire a shorter session
+	// between heartbeats); ClientOpts may override it.
+	opts := []kgo.Opt{kgo.HeartbeatInterval(min(3*time.Second, c.sessionTimeout/3))}
+	opts = append(append(append(opts, c.clientOpts...), c.consumerOpts...), c.producerOpts...)
 	start := newStarter(&c, nil, t.groupStart)
 	opts = append(opts, start.opts()...)
 	opts = append(opts,
@@ -132,8 +148,14 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	// calls ours; they only keep Health's view of the assignment.
 	opts = append(opts,
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "assigned") }),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "revoked") }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { t.track(m, "lost") }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			t.track(m, "revoked")
+			t.forgetPauses(cl, m)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			t.track(m, "lost")
+			t.forgetPauses(cl, m)
+		}),
 	)
 	opts = append(opts, kgo.WithHooks(lateCommitHook{t}))
 	if c.groupProtocol == "consumer" {
@@ -184,10 +206,10 @@ func (t *TxnProcessor) track(m map[string][]int32, kind string) {
 	}
 }
 
-// Health reports the member's group state and the partitions it holds
-// ("topic[partition]", sorted). InFlight, Paused, Parked and Blocked stay
-// zero: a transaction holds no records between polls. Safe for concurrent
-// use.
+// Health reports the member's group state, the partitions it holds
+// ("topic[partition]", sorted) and those paused by Pause. InFlight, Paused,
+// Parked and Blocked stay zero: a transaction holds no records between
+// polls. Safe for concurrent use.
 func (t *TxnProcessor) Health() Health {
 	t.mu.Lock()
 	sess := t.sess
@@ -197,8 +219,12 @@ func (t *TxnProcessor) Health() Health {
 			h.Partitions = append(h.Partitions, tp{topic, p}.String())
 		}
 	}
+	for k := range t.paused {
+		h.PausedPartitions = append(h.PausedPartitions, k.String())
+	}
 	t.mu.Unlock()
 	slices.Sort(h.Partitions)
+	slices.Sort(h.PausedPartitions)
 	if sess != nil {
 		h.MemberID, h.Generation = sess.Client().GroupMetadata()
 		h.Joined = h.MemberID != "" && h.Generation >= 0
@@ -210,12 +236,19 @@ func (t *TxnProcessor) Health() Health {
 // transaction (committing what was transformed), leaves the group and
 // returns nil. Sessions that fail are replaced after a backoff. It returns a
 // *FatalGroupError (after aborting the open transaction) when the broker
-// refuses the member's group session for good, and an error if a session
-// cannot be created.
+// refuses the member's group session for good, an *AuthorizationError
+// (after aborting it, or leaving it to the transaction timeout when EndTxn
+// itself was refused) when the broker refuses a request for lack of an
+// ACL, and an error if a session cannot be created.
 func (t *TxnProcessor) Run(ctx context.Context) error {
 	failures := 0
 	checked := false
 	for ctx.Err() == nil {
+		// Cleared before the session exists: its client joins the group
+		// at once, and its assignment callback may run before Run goes on.
+		t.mu.Lock()
+		t.owned, t.paused = nil, nil
+		t.mu.Unlock()
 		sess, err := t.newSession()
 		if err != nil {
 			return fmt.Errorf("processor: transactional session: %w", err)
@@ -233,12 +266,12 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 			checked = true
 		}
 		t.mu.Lock()
-		t.sess, t.owned = sess, nil
+		t.sess = sess
 		t.mu.Unlock()
 		err = t.runSession(ctx, sess)
 		sess.Close()
 		t.mu.Lock()
-		t.owned = nil
+		t.owned, t.paused = nil, nil
 		t.mu.Unlock()
 		if err == nil {
 			return nil
@@ -248,6 +281,10 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 		}
 		if de := (*DeadLetterError)(nil); errors.As(err, &de) {
 			return err
+		}
+		if ae := t.txnAuthzError(err, "transaction", nil); ae != nil {
+			t.cfg.logger.Error("authorization refused; stopping the member", "right", ae.Right(), "error", err)
+			return ae
 		}
 		failures++
 		t.cfg.logger.Error("transactional session failed; restarting from committed offsets", "error", err)
@@ -285,7 +322,10 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		var prodErr error
 		var pmu sync.Mutex
 		var pending sync.WaitGroup // produce promises not run yet
-		promise := func(_ *kgo.Record, err error) {
+		promise := func(r *kgo.Record, err error) {
+			if ae := t.txnAuthzError(err, "produce", r); ae != nil {
+				err = ae
+			}
 			if err != nil {
 				pmu.Lock()
 				prodErr = errors.Join(prodErr, err)
@@ -301,6 +341,9 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		var deadErr *DeadLetterError
 		deadPromise := func(src *kgo.Record) func(*kgo.Record, error) {
 			return func(r *kgo.Record, err error) {
+				if ae := t.txnAuthzError(err, "DLQ write", r); ae != nil {
+					err = ae // WRITE on the DLQ refused: named (authz.go)
+				}
 				if err != nil {
 					pmu.Lock()
 					if deadErr == nil {
@@ -416,6 +459,9 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 					m.setLagValue(t.cfg.group, k, end-(off+1))
 				}
 			}
+		}
+		if ae := t.txnAuthzError(prodErr, "produce", nil); fatal == nil && ae != nil {
+			fatal = ae // aborted above: no output and no offset of it committed
 		}
 		if fatal != nil {
 			t.count(committed && err == nil)
@@ -814,6 +860,10 @@ func (t *TxnProcessor) ownStable(resp kadm.OffsetResponses) (map[tp]int64, error
 // if the fetches carry one, and nil otherwise.
 func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) (fatal error) {
 	f.EachError(func(topic string, p int32, err error) {
+		if ae := fetchAuthzError(t.cfg.group, topic, err); ae != nil {
+			fatal = ae
+			return
+		}
 		if fe := fatalGroupError(t.cfg.group, err); fe != nil {
 			fatal = fe
 			return

@@ -17,6 +17,9 @@
 #   scripts/kafka.sh start-node N                start one node again; waits until it serves
 #                                                requests and no partition is under-replicated
 #   scripts/kafka.sh brokers                     print the bootstrap servers (127.0.0.1:19092,...)
+#   scripts/kafka.sh pid N                       print node N's pid (exit 1 if it is not running)
+#   scripts/kafka.sh proxies                     with ORDERCAST_KAFKA_PROXIED=1 at creation: one line
+#                                                per node, ADVERTISED=LISTEN (see add_proxied_listener)
 #   scripts/kafka.sh tool NAME|CLASS [ARGS...]   run a Kafka CLI tool with the cached jars, e.g.
 #                                                tool topics --bootstrap-server 127.0.0.1:19092 --list
 #                                                (topics, configs, consumer-groups, groups, features,
@@ -40,6 +43,9 @@
 #   ORDERCAST_KAFKA_STOP_TIMEOUT   seconds to wait after SIGTERM before SIGKILL (default 60)
 #   ORDERCAST_KAFKA_QUORUM_GRACE   seconds a node may keep shutting down after the controller
 #                                  quorum is gone before SIGKILL (default 10; see stop_pids)
+#   ORDERCAST_KAFKA_PROXIED        1: when a cluster is created, give every node a second client
+#                                  listener EXTERNAL that advertises a fault proxy's address
+#                                  (add_proxied_listener); the PLAINTEXT listener is unchanged
 #   ORDERCAST_KAFKA_EXTRA_PROPS    extra server.properties lines (newline separated key=value),
 #                                  appended to every node's config when it is written
 #   JAVA                           java binary (default: java on PATH / $JAVA_HOME/bin/java)
@@ -479,6 +485,48 @@ wait_in_sync() { # wait until the cluster has no under-replicated partitions
   done
 }
 
+# ---------------------------------------------------------------- fault proxies
+
+# add_proxied_listener NODE: a second client listener, EXTERNAL, for clients that must reach
+# node i only through a fault proxy (ordercast chaos, internal/faultproxy). The node listens on
+# 127.0.2.i:<external port> and advertises 127.0.1.i:<its broker port>, where the proxy
+# listens and forwards to 127.0.2.i; a client bootstrapping on an EXTERNAL address gets the
+# EXTERNAL addresses in metadata, so every one of its connections passes a proxy. Inter-broker
+# and controller traffic keep their listeners (not proxied). Kafka wants a port of its own per
+# listener: node i's external port is base + 2N + i - 1 (a 3-node cluster on 19092 also takes
+# 19098-19100); the proxy takes the broker's port number on 127.0.1.i (Linux routes 127/8 to
+# lo, so another loopback address has its own ports). Appends overriding lines
+# (java.util.Properties keeps the last), built from the lines already written, so that it
+# composes with any other listener change.
+external_port() { echo $((BASE_PORT + 2 * BROKERS + $1 - 1)); }
+
+add_proxied_listener() {
+  local i=$1 f port ext l a m
+  f="$(node_dir "$i")/server.properties"
+  port=$(broker_port "$i")
+  ext=$(external_port "$i")
+  l=$(sed -n 's/^listeners=//p' "$f" | tail -n1)
+  a=$(sed -n 's/^advertised.listeners=//p' "$f" | tail -n1)
+  m=$(sed -n 's/^listener.security.protocol.map=//p' "$f" | tail -n1)
+  cat >>"$f" <<EOF
+
+# kafka.sh add_proxied_listener: clients through a fault proxy
+listeners=$l,EXTERNAL://127.0.2.$i:$ext
+advertised.listeners=$a,EXTERNAL://127.0.1.$i:$port
+listener.security.protocol.map=$m,EXTERNAL:PLAINTEXT
+EOF
+}
+
+cmd_proxies() {
+  read_conf || die "no cluster in $STATE"
+  local i f
+  for ((i = 1; i <= BROKERS; i++)); do
+    f="$(node_dir "$i")/server.properties"
+    grep -q '^# kafka.sh add_proxied_listener' "$f" || die "node $i has no proxied listener (create the cluster with ORDERCAST_KAFKA_PROXIED=1)"
+    echo "127.0.1.$i:$(broker_port "$i")=127.0.2.$i:$(external_port "$i")"
+  done
+}
+
 # ---------------------------------------------------------------- commands
 
 stop_pids() { # stop_pids SIGNAL NODE...: signal the running nodes and wait for them to exit
@@ -565,6 +613,9 @@ cmd_start() {
       write_server_properties "$i" "$BROKERS"
       if secure; then write_secure_properties "$i"; fi
     done
+    if [[ "${ORDERCAST_KAFKA_PROXIED:-}" == 1 ]]; then
+      for ((i = 1; i <= BROKERS; i++)); do add_proxied_listener "$i"; done
+    fi
     for ((i = 1; i <= BROKERS; i++)); do format_node "$i"; done
     printf 'BROKERS=%s\nCLUSTER_ID=%s\nPORT=%s\nKAFKA_VERSION=%s\nSECURE=%s\n' \
       "$BROKERS" "$CLUSTER_ID" "$BASE_PORT" "$KAFKA_VERSION" "$SECURE" >"$CONF"
@@ -662,6 +713,8 @@ main() {
     stop-node) cmd_stop_node "$@" ;;
     start-node) cmd_start_node "$@" ;;
     brokers) read_conf || die "no cluster in $STATE"; bootstrap "$BROKERS" ;;
+    pid) node_arg "${1:-}"; node_pid "$1" ;;
+    proxies) cmd_proxies ;;
     tool)
       (($#)) || die "tool: name a tool"
       check_java; fetch

@@ -5,6 +5,9 @@
 #                                 the server; prints ORDERCAST_TEST_POSTGRES=postgres://...
 #                                 Idempotent: a running server is left as it is.
 #   scripts/postgres.sh stop      stop the server and delete the state dir (it is throwaway)
+#   scripts/postgres.sh restart   crash and restart the running server (pg_ctl restart -m immediate:
+#                                 no checkpoint, WAL recovery at the start; same options), for the
+#                                 crash harness (ordercast chaos)
 #   scripts/postgres.sh status    exit 0 if it runs, 3 otherwise
 #   scripts/postgres.sh dsn       print the DSN
 #
@@ -85,10 +88,17 @@ cmd_stop() {
   fi
 }
 
+cmd_restart() {
+  running || die "not running in $STATE"
+  as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -m immediate -w -t 60 restart >/dev/null ||
+    { tail -n 30 "$LOG" >&2 || true; die "the server did not restart (log $LOG)"; }
+}
+
 BIN=$(find_bin)
 case "${1:-}" in
   start) cmd_start ;;
   stop) cmd_stop ;;
+  restart) cmd_restart ;;
   status) if running; then echo "running on 127.0.0.1:$PORT ($STATE)"; else echo "not running"; exit 3; fi ;;
   dsn) echo "$DSN" ;;
   *) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0" >&2; exit 2 ;;

@@ -3,15 +3,22 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 )
 
 // InTx runs fn in one read-write transaction and commits it, retrying the
 // whole transaction (a new BEGIN, fn again, COMMIT) when it fails with a
 // retryable error (see [IsRetryable]): SQLite busy/locked, PostgreSQL
-// serialization_failure (40001) or deadlock_detected (40P01). It makes at most
+// serialization_failure (40001) or deadlock_detected (40P01); and when the
+// PostgreSQL session was lost before COMMIT (see [IsConnectionLost]:
+// pg_terminate_backend, a server restart), since nothing of the transaction
+// was kept, or when BEGIN failed (a refused or closed connection), for up to
+// 20 attempts (about 7 s of backoff: a server restart); not when it was lost
+// in COMMIT (outcome unknown). For lost races it makes at most
 // DB.MaxTxAttempts attempts (DefaultMaxTxAttempts when zero), sleeping a short
 // jittered backoff (5 ms doubling, at most 500 ms) between them, and stops
 // early when ctx is done.
@@ -49,20 +56,54 @@ import (
 // InTx is safe for concurrent use. Calls on SQLite serialise; calls on
 // PostgreSQL run in parallel up to the pool size.
 func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return db.inTx(ctx, fn, false)
+}
+
+// InTxIdempotent is InTx for a transaction whose effect is the same when it
+// is applied twice (an UPDATE ... WHERE status = 'pending', an INSERT ... ON
+// CONFLICT DO NOTHING): it is also run again when the connection was lost in
+// COMMIT, whose outcome is unknown (the first COMMIT may have been applied;
+// the second attempt then finds its work done). Use it only for such
+// transactions: fn must read what it needs, not assume the first attempt
+// failed.
+func (db *DB) InTxIdempotent(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return db.inTx(ctx, fn, true)
+}
+
+func (db *DB) inTx(ctx context.Context, fn func(tx *sql.Tx) error, idempotent bool) error {
 	attempts := db.MaxTxAttempts
 	if attempts <= 0 {
 		attempts = DefaultMaxTxAttempts
 	}
+	raced, lost := 0, 0
 	for attempt := 1; ; attempt++ {
 		err := db.runTx(ctx, fn)
-		if err == nil || !IsRetryable(err) {
-			return err
+		if err == nil {
+			return nil
 		}
-		if attempt >= attempts {
-			if attempt == 1 {
-				return err
+		var ce *commitError
+		var be *beginError
+		var pause time.Duration
+		switch {
+		case IsRetryable(err):
+			raced++
+			if raced >= attempts {
+				if attempt == 1 {
+					return err
+				}
+				return fmt.Errorf("sqldb: transaction failed %d times: %w", attempt, err)
 			}
-			return fmt.Errorf("sqldb: transaction failed %d times: %w", attempt, err)
+			pause = txBackoff(raced)
+		case ctx.Err() == nil && ((errors.As(err, &be) && !dbClosed(err)) || (IsConnectionLost(err) && (idempotent || !errors.As(err, &ce)))):
+			// The session is gone (a server restart takes a second or
+			// two): try again for a while, on a new connection.
+			lost++
+			if lost >= maxConnLostAttempts {
+				return fmt.Errorf("sqldb: transaction failed %d times: %w", attempt, err)
+			}
+			pause = txBackoff(lost)
+		default:
+			return err
 		}
 		if ctx.Err() != nil {
 			return err
@@ -70,11 +111,16 @@ func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		if db.OnTxRetry != nil {
 			db.OnTxRetry(attempt, err)
 		}
-		if !sleepCtx(ctx, txBackoff(attempt)) {
+		if !sleepCtx(ctx, pause) {
 			return err
 		}
 	}
 }
+
+// maxConnLostAttempts bounds the attempts of a transaction whose connection
+// was lost before COMMIT or could not begin: with txBackoff's pauses (at most
+// 500 ms) about 7 s, a PostgreSQL restart's worth.
+const maxConnLostAttempts = 20
 
 // runTx is one attempt of InTx.
 func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
@@ -88,7 +134,7 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("sqldb: begin: %w", err)
+		return &beginError{err: err}
 	}
 	done := false
 	defer func() {
@@ -102,10 +148,29 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 	}
 	done = true // Commit ends the transaction whether or not it succeeds.
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqldb: commit: %w", err)
+		return &commitError{err: err}
 	}
 	return nil
 }
+
+// dbClosed reports database/sql's error for a DB used after Close (not
+// exported by database/sql), which no retry mends.
+func dbClosed(err error) bool { return strings.Contains(err.Error(), "sql: database is closed") }
+
+// beginError is a failed BEGIN: no transaction ran, so InTx may run it
+// again (a refused or closed connection during a server restart).
+type beginError struct{ err error }
+
+func (e *beginError) Error() string { return "sqldb: begin: " + e.err.Error() }
+func (e *beginError) Unwrap() error { return e.err }
+
+// commitError is a failed COMMIT: a connection lost there leaves the
+// transaction's outcome unknown, so InTx does not run it again (a lost race,
+// IsRetryable, is still retried: the server rolled it back).
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return "sqldb: commit: " + e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
 
 // txBackoff is the pause before attempt+1: 5 ms doubling per attempt, capped
 // at 500 ms, with up to 50% random jitter so that colliding transactions do

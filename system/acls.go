@@ -100,9 +100,10 @@ func (r Right) TypeName() string {
 //     not fulfillment, which retries in place); WRITE on its DLQ
 //     ("<group>.dlq") and on the event topics it produces.
 //   - payments also: WRITE on its outbox relay's transactional id
-//     (outbox.TransactionalID) and READ, WRITE and CREATE on the relay's
-//     progress marker topic (outbox.MarkerTopic; CREATE because the relay
-//     creates it, compacted, on its first start).
+//     (outbox.TransactionalID: the relay keeps the default names) and READ,
+//     WRITE and CREATE on the relay's progress marker topic
+//     (outbox.MarkerTopic; CREATE because the relay creates it, compacted,
+//     on its first start).
 //   - fulfillment also: WRITE on the transactional ids starting with
 //     "ordercast-fulfillment-" (PREFIXED; one id per member and member id).
 //
@@ -341,8 +342,10 @@ func checkRights(ctx context.Context, cl *kgo.Client, principal string, svcs []s
 
 // explainAuth rewrites an authorization error of a running service (one
 // checkRights could not foresee, such as an ACL removed after the start)
-// to name the principal and the rights of rights of that kind; other
-// errors are returned as they are.
+// to name the principal and the right refused: the runtime's
+// *processor.AuthorizationError and *outbox.AuthorizationError name it
+// (resource, name, operation), else the rights of rights of the refused
+// kind are listed. Other errors are returned as they are.
 func explainAuth(err error, principal string, svc string, rights []Right) error {
 	var kind kmsg.ACLResourceType
 	switch {
@@ -352,6 +355,8 @@ func explainAuth(err error, principal string, svc string, rights []Right) error 
 		kind = kmsg.ACLResourceTypeGroup
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
 		kind = kmsg.ACLResourceTypeTransactionalId
+	case errors.Is(err, kerr.ClusterAuthorizationFailed):
+		kind = kmsg.ACLResourceTypeCluster
 	default:
 		return err
 	}
@@ -359,14 +364,50 @@ func explainAuth(err error, principal string, svc string, rights []Right) error 
 	if errors.As(err, &any) {
 		return err
 	}
+	var right string
+	if pe := (*processor.AuthorizationError)(nil); errors.As(err, &pe) && pe.Name != "" && pe.Operation != "" {
+		right = pe.Right()
+	} else if oe := (*outbox.AuthorizationError)(nil); errors.As(err, &oe) && oe.Name != "" && oe.Operation != "" {
+		right = oe.Right()
+	}
+	if right != "" {
+		return fmt.Errorf("kafka principal %s lost %s while %s ran (refused, not retried; grant it with `ordercast acls --apply` and restart; nothing past the refused records was committed): %w",
+			principalName(principal), right, svc, err)
+	}
 	var need []string
 	for _, r := range rights {
 		if r.Type == kind {
 			need = append(need, r.String())
 		}
 	}
+	if kind == kmsg.ACLResourceTypeCluster {
+		need = append(need, "IDEMPOTENT_WRITE on Cluster kafka-cluster (or WRITE on any topic, KIP-679)")
+	}
 	return fmt.Errorf("kafka principal %s was refused (it needs %s for %s; grant them with `ordercast acls --apply`): %w",
 		principalName(principal), strings.Join(need, ", "), svc, err)
+}
+
+// checkTxnWrite checks, by an InitProducerID for it (fenceTransactionalID),
+// that the principal may WRITE on the outbox relay's transactional id txnID:
+// checkRights sees only DESCRIBE (DescribeTransactions), which WRITE
+// implies but which may be granted alone. The relay's first session sends
+// the same InitProducerID a moment later (fencing any other payments
+// process's relay, which stands by, as it does on every start), so the
+// check adds no effect of its own. It returns a *MissingRightsError naming
+// WRITE on TransactionalId txnID when the broker refuses it, nil when it is
+// granted, and nil with a warning logged for any other failure (the relay
+// then reports it itself).
+func checkTxnWrite(ctx context.Context, kopts []kgo.Opt, cfg Config, txnID string) error {
+	err := fenceTransactionalID(ctx, kopts, txnID, outbox.DefaultTransactionTimeout)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		return &MissingRightsError{Principal: principalName(cfg.Principal), Services: []string{ServicePayments},
+			Missing: []Right{{Type: kmsg.ACLResourceTypeTransactionalId, Name: txnID, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationWrite}}}
+	}
+	cfg.Logger.Warn("could not check WRITE on the outbox relay's transactional id at start; the relay will report it", "transactional_id", txnID, "error", err)
+	return nil
 }
 
 // describeKafkaErr names the cause of a failure to reach the brokers as

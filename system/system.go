@@ -41,6 +41,7 @@ import (
 	"github.com/ordercast/ordercast/service/notifications"
 	"github.com/ordercast/ordercast/service/orders"
 	"github.com/ordercast/ordercast/service/payments"
+	"github.com/ordercast/ordercast/sqldb"
 	"github.com/ordercast/ordercast/store"
 )
 
@@ -77,7 +78,16 @@ type Config struct {
 	// without checkout (`ordercast run payments`). Default: same as HTTPAddr.
 	Ordering    processor.Ordering
 	Concurrency int
-	Layout      ops.Layout
+	// MaxBatch is the most records the orders, payments and notifications
+	// groups apply in one database transaction (processor.WithBatchHandler,
+	// processor.MaxBatch): 0 is processor.DefaultMaxBatch (100), a negative
+	// value turns batching off (one transaction per record).
+	MaxBatch int
+	// DBConns, if > 0, is the PostgreSQL pool size (every service of this
+	// process shares the pool); 0 keeps sqldb.PostgresMaxOpenConns. SQLite
+	// keeps its own (sqldb.SQLiteMaxOpenConns): its writers are serialised.
+	DBConns int
+	Layout  ops.Layout
 	// OpeningCredit is each known customer's opening wallet balance.
 	OpeningCredit order.Money
 	// SeedFile is the Online Retail CSV the catalog and wallets are seeded
@@ -285,6 +295,9 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	if s.DB, err = store.Open(ctx, cfg.DSN); err != nil {
 		return nil, fmt.Errorf("database %q (--db): %w", RedactDSN(cfg.DSN), err)
 	}
+	if cfg.DBConns > 0 && s.DB.Dialect == sqldb.Postgres {
+		s.DB.SetMaxOpenConns(cfg.DBConns)
+	}
 	if err := store.Migrate(ctx, s.DB); err != nil {
 		s.DB.Close()
 		return nil, err
@@ -332,6 +345,12 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	if err := checkRights(ctx, s.adminCl, cfg.Principal, cfg.Services, s.rights, cfg.MemberID+cfg.TransactionalIDSuffix); err != nil {
 		s.close()
 		return nil, err
+	}
+	if cfg.runs(ServicePayments) {
+		if err := checkTxnWrite(ctx, kopts, cfg, outbox.TransactionalID(ServicePayments)+cfg.TransactionalIDSuffix); err != nil {
+			s.close()
+			return nil, err
+		}
 	}
 	s.registerOpsMetrics()
 	created, err := ops.EnsureTopics(ctx, s.Admin, topicsOf(cfg.Services, cfg.Layout))
@@ -382,13 +401,16 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 		return o
 	}
+	ordersSvc := &orders.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}
+	notifSvc := &notifications.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}
 	consumers := []struct {
 		name    string
 		topics  []string
 		handler processor.Handler
+		batch   processor.BatchHandler
 	}{
-		{ServiceOrders, consumes[ServiceOrders], (&orders.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}).Handle},
-		{ServiceNotifications, consumes[ServiceNotifications], (&notifications.Service{DB: s.DB, Serde: s.Serde, Logger: log, Metrics: svcMetrics}).Handle},
+		{ServiceOrders, consumes[ServiceOrders], ordersSvc.Handle, ordersSvc.HandleBatch},
+		{ServiceNotifications, consumes[ServiceNotifications], notifSvc.Handle, notifSvc.HandleBatch},
 	}
 	if cfg.runs(ServicePayments) {
 		// Exactly once for read_committed readers: a duplicate
@@ -402,11 +424,13 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			s.close()
 			return nil, err
 		}
+		paySvc := &payments.Service{DB: s.DB, Serde: s.Serde, Logger: log, Relay: s.Relay, Metrics: svcMetrics}
 		consumers = append(consumers, struct {
 			name    string
 			topics  []string
 			handler processor.Handler
-		}{ServicePayments, consumes[ServicePayments], (&payments.Service{DB: s.DB, Serde: s.Serde, Logger: log, Relay: s.Relay, Metrics: svcMetrics}).Handle})
+			batch   processor.BatchHandler
+		}{ServicePayments, consumes[ServicePayments], paySvc.Handle, paySvc.HandleBatch})
 		s.goRun("outbox relay", s.Relay.Run)
 	}
 	for _, c := range consumers {
@@ -414,7 +438,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			continue
 		}
 		for i := range cfg.instances(c.name) {
-			p, err := processor.New(append(popts(c.name, c.topics, cfg.Ordering, true),
+			p, err := processor.New(append(append(popts(c.name, c.topics, cfg.Ordering, true), flt.batchOpts(c.name, c.batch, cfg.MaxBatch)...),
 				processor.WithHandler(flt.handler(c.name, c.handler)), processor.ClientID(fmt.Sprintf("%s-%d-%s", c.name, i+1, order.NewID("")[:6])))...)
 			if err != nil {
 				s.Stop(context.Background())
@@ -448,6 +472,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 	}
 	s.registerMetrics()
+	registerDBStats(cfg.Registry, s.DB.DB) // batch.go
 	mux := http.NewServeMux()
 	if cfg.runs(ServiceCheckout) {
 		s.Checkout, err = checkout.New(ctx, checkout.Config{DB: s.DB, Serde: s.Serde, Producer: s.Producer, Logger: log, Registerer: cfg.Registry,

@@ -314,7 +314,7 @@ development and tests, not production (use --auth jwt with your identity provide
 			if len(customer) > 64 || strings.Trim(customer, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
 				return fmt.Errorf("--customer %q: want a customer id, 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-', such as 17850", customer)
 			}
-			if ttl <= 0 || ttl > 24*time.Hour {
+			if ttl < time.Second || ttl > 24*time.Hour {
 				return fmt.Errorf("--ttl %v: want a duration from 1s to 24h, such as 1h", ttl)
 			}
 			k, err := (&devTokens{mode: authDev, dataDir: dataDir, devKey: devKey}).key()

@@ -64,6 +64,7 @@ func TestAuthFlagErrors(t *testing.T) {
 		{[]string{"token"}, "--customer is required"},
 		{[]string{"token", "--customer", "17 850"}, `--customer "17 850": want a customer id`},
 		{[]string{"token", "--customer", "17850", "--ttl", "0s"}, "--ttl 0s: want a duration from 1s to 24h"},
+		{[]string{"token", "--customer", "17850", "--ttl", "500ms"}, "--ttl 500ms: want a duration from 1s to 24h"},
 		{[]string{"token", "--customer", "17850", "--data-dir", t.TempDir()}, "--auth dev: no development key at"},
 		{[]string{"replay", oneDay, "--auth", "basic"}, `--auth "basic": want dev, none or auto`},
 		{[]string{"replay", oneDay, "--auth", "dev", "--data-dir", t.TempDir()}, "--auth dev: no development key at"},

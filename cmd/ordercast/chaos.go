@@ -25,6 +25,9 @@ func newChaos() *cobra.Command {
 		faults     string
 		crashRates string
 		binary     string
+		cluster    chaos.Cluster
+		seeds      int
+		table      string
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -45,14 +48,37 @@ by --seed):
   crash-after-relay-commit  the outbox relay SIGKILLs itself after its Kafka commit, before marking the rows
   term-in-txn               fulfillment SIGTERMs itself right after a transform, its transaction open
 
+With --kafka-script, --postgres-script and --db it runs on a real Kafka cluster (scripts/kafka.sh,
+3 nodes: topics RF 3, min.insync.replicas 2) and PostgreSQL instead (the registry stays embedded), which
+it empties first, and adds (broker is then not one of them):
+
+  broker-kill    SIGKILL a Kafka node (every other time the active controller), start it 3-6 s later
+  broker-pause   SIGSTOP a Kafka node for 15 s (past the broker session and request timeouts), SIGCONT
+  pg-restart     crash and restart PostgreSQL (pg_ctl restart -m immediate)
+  pg-terminate   pg_terminate_backend every service connection, under load
+and with --proxy (a cluster created with ORDERCAST_KAFKA_PROXIED=1: each node advertises a fault
+proxy of the harness) the network faults between the services and the brokers:
+  net-latency    +200-800 ms per frame to one broker (or all) for 5-10 s
+  net-reset      TCP RST every client connection to one broker (or all)
+  net-hold       hold the next Produce/OffsetCommit/TxnOffsetCommit/EndTxn/AddOffsetsToTxn 15 s, past
+                 the client's request timeout, then deliver it
+  net-oneway     one broker's responses withheld for 20 s (its requests still arrive)
+
+With --seeds N it is a soak: seeds --seed .. --seed+N-1 one after the other, each in DATA-DIR/seed-S,
+with a Markdown table of the results in --table (rewritten after every seed).
+
 Then it stops the faults, waits until every order went through every service and every lag is 0, and
-checks: every accepted order stored exactly once; each order charged at most once, and exactly once
+checks: every accepted order stored exactly once, in orderCreated (nothing acknowledged lost), charged
+at most once and shipped once; each DLQ holds exactly the records the harness made bad (--bad-records); each order charged at most once, and exactly once
 when the credit sufficed (wallets replayed in commit order); one notification per (order, kind); exactly
 one paymentProcessed per payment and one shipmentRequested per paid order for read_committed readers;
 committed offsets never ahead of applied effects (also during the faults); lag 0. It prints the faults it
-injected and the redeliveries they caused, writes DATA-DIR/report.json, DATA-DIR/history.jsonl and one
+injected, the redeliveries they caused and, per fault kind, the time from a fault's end until every group
+had consumed what was in its topics then, writes DATA-DIR/report.json, DATA-DIR/history.jsonl and one
 log per process in DATA-DIR/logs/, and exits 1 on any violation.`,
 		Example: `  ordercast chaos --duration 2m --seed 7 --data-dir /tmp/chaos
+  ordercast chaos --duration 3m --seeds 3 --table soak.md --data-dir /tmp/soak --kafka-script scripts/kafka.sh \
+    --postgres-script scripts/postgres.sh --db postgres://postgres@127.0.0.1:15432/postgres --proxy
   ordercast chaos --duration 30m --instances 3 --rate 40 --faults kill,stop,scale,broker,crash-after-effect --data-dir /tmp/soak`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -85,9 +111,40 @@ log per process in DATA-DIR/logs/, and exits 1 on any violation.`,
 			if entries, err := os.ReadDir(cfg.DataDir); err == nil && len(entries) > 0 {
 				return fmt.Errorf("--data-dir %s is not empty: the harness needs a fresh one (its checks count every order in it)", cfg.DataDir)
 			}
+			set := 0
+			for _, v := range []string{cluster.KafkaScript, cluster.PostgresScript, cluster.DSN} {
+				if v != "" {
+					set++
+				}
+			}
+			switch {
+			case set == 3:
+				cfg.Cluster = &cluster
+			case set > 0:
+				return fmt.Errorf("--kafka-script, --postgres-script and --db go together (a run on a real cluster and PostgreSQL)")
+			case cluster.Proxied:
+				return fmt.Errorf("--proxy needs a real cluster (--kafka-script, --postgres-script, --db)")
+			}
+			if seeds < 0 || (seeds > 1 && table == "") {
+				return fmt.Errorf("--seeds %d: want 1 or more, and --table FILE with more than one", seeds)
+			}
 			cfg.Out = os.Stderr
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			if seeds > 1 || table != "" {
+				var list []int64
+				for i := range max(seeds, 1) {
+					list = append(list, cfg.Seed+int64(i))
+				}
+				results := chaos.Soak(ctx, cfg, list, table)
+				fmt.Fprint(os.Stdout, chaos.SoakTable(results))
+				for _, r := range results {
+					if r.Err != nil || !r.Report.OK {
+						return &exitError{code: 1, msg: "a seed failed or violated an invariant; see " + table + " and " + cfg.DataDir + "/seed-*/"}
+					}
+				}
+				return nil
+			}
 			rep, err := chaos.Run(ctx, cfg)
 			if err != nil {
 				return err
@@ -115,6 +172,13 @@ log per process in DATA-DIR/logs/, and exits 1 on any violation.`,
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 3*time.Minute, "after the faults, how long to wait for every order to be processed and every lag to be 0")
 	f.DurationVar(&cfg.CheckEvery, "check-every", 15*time.Second, "interval of the committed-offsets check during the faults (negative: only at the end)")
 	f.StringVar(&binary, "binary", "", "the ordercast binary the processes run (default: this executable)")
+	f.StringVar(&cluster.KafkaScript, "kafka-script", "", "scripts/kafka.sh of a running real cluster (its ORDERCAST_KAFKA_* environment): run on it instead of the embedded broker")
+	f.StringVar(&cluster.PostgresScript, "postgres-script", "", "scripts/postgres.sh of a running PostgreSQL (its ORDERCAST_PG_* environment), to restart it")
+	f.StringVar(&cluster.DSN, "db", "", "PostgreSQL DSN (postgres://...) of --postgres-script's server; emptied by the run")
+	f.BoolVar(&cluster.Proxied, "proxy", false, "route the services' Kafka connections through the harness's fault proxies (cluster created with ORDERCAST_KAFKA_PROXIED=1) and inject the net-* faults")
+	f.IntVar(&cfg.BadRecords, "bad-records", 8, "undecodable records the harness produces during the faults, which the DLQs must hold exactly (0: none)")
+	f.IntVar(&seeds, "seeds", 1, "soak: run this many seeds, --seed and up, one after the other")
+	f.StringVar(&table, "table", "", "soak: write the results as a Markdown table to this file")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
 }
@@ -142,6 +206,9 @@ func checkChaosFlags(cfg *chaos.Config) error {
 	}
 	if cfg.Rate == 0 {
 		cfg.Rate = -1 // chaos.Config: 0 is the default rate, negative none
+	}
+	if cfg.BadRecords == 0 {
+		cfg.BadRecords = -1 // likewise
 	}
 	if credit, err := order.ParseMoney(cfg.OpeningCredit); err != nil || credit < 0 {
 		return fmt.Errorf("--opening-credit %q: want a non-negative amount in GBP such as 400 or 150.50", cfg.OpeningCredit)

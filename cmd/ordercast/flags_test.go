@@ -289,6 +289,8 @@ func TestUpFlags(t *testing.T) {
 		{upQuick(t, "--replay", oneDay, "--exit-when-done", "--timeout", "0"), []string{"--timeout", "positive"}},
 		{upQuick(t, "--replay", oneDay, "--exit-when-done", "--report", ""), []string{"--report", "file"}},
 		{upQuick(t, "--replay", "/nonexistent/orders.csv"), []string{"--replay", "/nonexistent/orders.csv"}},
+		{upQuick(t, "--max-batch", "-1"), []string{"--max-batch", ">= 0"}},
+		{upQuick(t, "--db-conns", "-1"), []string{"--db-conns", ">= 0"}},
 	})
 }
 
@@ -319,6 +321,10 @@ func TestOtherFlags(t *testing.T) {
 		{chaos("--rate", "NaN"), []string{"--rate", "number"}},
 		{chaos("--crash-rates", "crash-after-nothing=0.5"), []string{"--crash-rates", "crash-after-nothing", "crash-after-effect"}},
 		{chaos("--opening-credit", "lots"), []string{"--opening-credit", "GBP"}},
+		{chaos("--kafka-script", "scripts/kafka.sh"), []string{"--kafka-script", "--postgres-script", "--db", "together"}},
+		{chaos("--proxy"), []string{"--proxy", "real cluster"}},
+		{chaos("--seeds", "3"), []string{"--seeds", "--table"}},
+		{chaos("--faults", "net-reset"), []string{"net-reset", "embedded"}},
 	})
 	t.Setenv("KAFKA_TLS", "yes")
 	checkFlagErrors(t, []flagCase{{[]string{"groups", b}, []string{"KAFKA_TLS", `"yes"`, "true or false"}}})

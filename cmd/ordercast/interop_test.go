@@ -166,9 +166,8 @@ func TestInterop(t *testing.T) {
 	}
 	freshCluster(t)
 	bin := buildBinary(t)
-	// --auth none: the orders are placed in their customers' names without
-	// a bearer token (interop is about the topics; auth has its own tests,
-	// auth_test.go), and checkout listens on a loopback address.
+	// --auth none: this test is of the Kafka clients side by side, not of
+	// checkout's tokens (TestDevAuthEndToEnd is).
 	up := startUp(t, bin, filepath.Join(t.TempDir(), "data"), "--auth", "none")
 
 	// Orders through Ordercast's own checkout: known customers pay from

@@ -95,6 +95,8 @@ type common struct {
 	instances     string
 	ordering      string
 	concurrency   int
+	maxBatch      int
+	dbConns       int
 	openingCredit string
 	seedData      string
 	retryDelays   string
@@ -145,6 +147,8 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.instances, "instances", "", "group members per service, e.g. payments=3,orders=2 (default 1 each)")
 	f.StringVar(&c.ordering, "ordering", "key", "ordering mode of the consumer services: partition, key or unordered")
 	f.IntVar(&c.concurrency, "concurrency", 16, "handler calls in parallel per group member")
+	f.IntVar(&c.dbConns, "db-conns", 0, "PostgreSQL connections in the pool this process's services share (0: 16)")
+	f.IntVar(&c.maxBatch, "max-batch", processor.DefaultMaxBatch, "most records the orders, payments and notifications groups apply in one database transaction (0: one transaction per record)")
 	f.StringVar(&c.openingCredit, "opening-credit", system.DefaultOpeningCredit.String(), "opening wallet balance of each known customer, in GBP")
 	f.StringVar(&c.seedData, "seed-data", "", "Online Retail CSV (plain or .gz) the catalog and wallets are seeded from on first start (empty: the catalog and wallets of the full data set, "+system.DefaultSeedFile+", embedded in the binary, so no checkout is needed)")
 	f.StringVar(&c.retryDelays, "retry-delays", "1s,10s", "delays of the retry topics, comma separated durations (empty: no retry topics, straight to the DLQ)")
@@ -237,6 +241,18 @@ func (c *common) config() (system.Config, error) {
 		return cfg, fmt.Errorf("--concurrency %d: want >= 1", c.concurrency)
 	}
 	cfg.Concurrency = c.concurrency
+	if c.dbConns < 0 {
+		return cfg, fmt.Errorf("--db-conns %d: want >= 0 (0: the default, 16)", c.dbConns)
+	}
+	cfg.DBConns = c.dbConns
+	switch {
+	case c.maxBatch < 0:
+		return cfg, fmt.Errorf("--max-batch %d: want >= 0 (0: no batching)", c.maxBatch)
+	case c.maxBatch == 0:
+		cfg.MaxBatch = -1
+	default:
+		cfg.MaxBatch = c.maxBatch
+	}
 	if c.maxAttempts < 1 {
 		return cfg, fmt.Errorf("--max-attempts %d: want >= 1", c.maxAttempts)
 	}

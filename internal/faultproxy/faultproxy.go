@@ -233,6 +233,35 @@ func (p *Proxy) Addr(upstream string) (string, error) {
 	return ln.Addr().String(), nil
 }
 
+// Listen makes the proxy listen on listenAddr ("host:port", a fixed
+// address) and forward what it accepts there to upstream, for brokers that
+// advertise the proxy's address (scripts/kafka.sh add_proxied_listener):
+// clients then need no dialer. The fault methods name it by upstream, as
+// for the dialer's listeners. It returns an
+// error after Close, when upstream already has a listener, or when
+// listenAddr cannot be bound.
+func (p *Proxy) Listen(listenAddr, upstream string) error {
+	up := normalize(upstream)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("faultproxy: closed")
+	}
+	if _, ok := p.ups[up]; ok {
+		return fmt.Errorf("faultproxy: %s already has a listener", up)
+	}
+	ln, err := net.Listen("tcp", listenAddr)
+	if err != nil {
+		return fmt.Errorf("faultproxy: listen on %s for %s: %w", listenAddr, up, err)
+	}
+	l := &listener{upstream: up, ln: ln}
+	p.ups[up] = l
+	p.byListen[ln.Addr().String()] = up
+	p.listenWG.Add(1)
+	go p.accept(l)
+	return nil
+}
+
 // Upstreams returns the broker addresses the proxy has listeners for.
 func (p *Proxy) Upstreams() []string {
 	p.mu.Lock()

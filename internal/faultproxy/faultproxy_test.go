@@ -1,8 +1,11 @@
 package faultproxy_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -287,5 +290,59 @@ func TestClose(t *testing.T) {
 		t.Error("dial after Close succeeded")
 	} else if errors.Is(err, context.Canceled) {
 		t.Error(err)
+	}
+}
+
+// TestListenFixedAddress: a listener on a fixed address forwards to its
+// upstream, and the upstream's faults apply to it (Reset closes what is open).
+func TestListenFixedAddress(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c) }() // echo whole frames back
+		}
+	}()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	p := faultproxy.New()
+	defer p.Close()
+	if err := p.Listen(addr, up.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Listen(addr, up.Addr().String()); err == nil {
+		t.Fatal("a second listener for one upstream: want an error")
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A request frame: size, api key 18, version 0, correlation id 7.
+	req := []byte{0, 0, 0, 8, 0, 18, 0, 0, 0, 0, 0, 7}
+	if _, err := c.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(req))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, req) {
+		t.Fatalf("echo through the fixed listener: %v %v", got, err)
+	}
+	if n := p.Reset(up.Addr().String()); n != 1 {
+		t.Fatalf("Reset of the upstream reset %d connections, want 1", n)
+	}
+	if _, err := io.ReadFull(c, got[:1]); err == nil {
+		t.Fatal("read after Reset: want an error")
 	}
 }

@@ -27,6 +27,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/internal/txncheck"
 )
 
 type opts struct {
@@ -258,10 +260,11 @@ func produce(ctx context.Context, o opts) (produceStats, error) {
 	var st produceStats
 	var mu sync.Mutex
 	var ok, failed atomic.Int64
+	var acked *kgo.Record // one record the open transaction wrote (-txn)
 	record := func(i int, payload string) {
 		start := time.Now()
 		r := &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte(payload)}
-		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			lat := time.Since(start)
 			mu.Lock()
 			if lat > st.maxLat {
@@ -269,6 +272,9 @@ func produce(ctx context.Context, o opts) (produceStats, error) {
 			}
 			if err != nil && st.firstErr == nil {
 				st.firstErr = err
+			}
+			if err == nil {
+				acked = r
 			}
 			mu.Unlock()
 			if err != nil {
@@ -284,6 +290,9 @@ func produce(ctx context.Context, o opts) (produceStats, error) {
 			if err := cl.BeginTransaction(); err != nil {
 				return err
 			}
+			mu.Lock()
+			acked = nil
+			mu.Unlock()
 		}
 		for i := from; i < to; i++ {
 			record(i, fmt.Sprintf("kafkacheck record %d at %s", i, time.Now().Format(time.RFC3339Nano)))
@@ -292,7 +301,26 @@ func produce(ctx context.Context, o opts) (produceStats, error) {
 			if err := cl.Flush(ctx); err != nil {
 				return err
 			}
-			return cl.EndTransaction(ctx, kgo.TryCommit)
+			if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				return err
+			}
+			// franz-go can abort a write-only transaction and return nil
+			// (internal/txncheck): read one of its records back.
+			mu.Lock()
+			r := acked
+			mu.Unlock()
+			if r == nil {
+				return nil // nothing acknowledged, nothing committed
+			}
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			committed, err := txncheck.Committed(cctx, []kgo.Opt{kgo.SeedBrokers(o.brokers...)}, r.Topic, r.Partition, r.Offset)
+			if err != nil {
+				return fmt.Errorf("read back the transaction of records %d..%d: %w", from, to-1, err)
+			}
+			if !committed {
+				return fmt.Errorf("transaction of records %d..%d (%s/%d@%d): %w", from, to-1, r.Topic, r.Partition, r.Offset, txncheck.ErrAborted)
+			}
 		}
 		return nil
 	}

@@ -27,8 +27,9 @@ const (
 	// WWW-Authenticate: Bearer challenge (RFC 6750 section 3; error
 	// "invalid_token" when a token was sent).
 	CodeUnauthorized = "unauthorized"
-	// CodeBadAuthorization: the Authorization header is repeated, or
-	// "Bearer" without a token. HTTP 400 with WWW-Authenticate error
+	// CodeBadAuthorization: the Authorization header is repeated, empty,
+	// of another scheme than Bearer (Basic, a bare JWT), or "Bearer"
+	// without a token. HTTP 400 with WWW-Authenticate error
 	// "invalid_request" (RFC 6750 section 3.1).
 	CodeBadAuthorization = "bad_authorization"
 	// CodeCustomerMismatch: the body's customerId is not the token's
@@ -72,8 +73,10 @@ func (s *Service) admit(w http.ResponseWriter, r *http.Request) (principal, *api
 	return p, authErr
 }
 
-// authenticate reads the Authorization header: no header (or a scheme
-// other than Bearer) is an anonymous principal; a Bearer token is verified.
+// authenticate reads the Authorization header: no header is an anonymous
+// principal; a Bearer token is verified; anything else (repeated, empty,
+// another scheme such as Basic, a token without "Bearer ", "Bearer" alone)
+// is 400 bad_authorization.
 func (s *Service) authenticate(r *http.Request) (principal, *apiError) {
 	if s.cfg.Auth == nil {
 		return principal{}, nil
@@ -86,11 +89,15 @@ func (s *Service) authenticate(r *http.Request) (principal, *apiError) {
 		return principal{}, badAuthorization("the Authorization header is repeated; send one")
 	}
 	scheme, tok, _ := strings.Cut(strings.TrimSpace(vals[0]), " ")
-	if !strings.EqualFold(scheme, "Bearer") {
-		// Another scheme's credentials are not ours to judge: treated as
-		// no token, so a customer's request is then 401 with the Bearer
-		// challenge.
-		return principal{}, nil
+	switch {
+	case scheme == "":
+		return principal{}, badAuthorization("the Authorization header is empty; send Authorization: Bearer <JWT>, or no Authorization header to order as a guest")
+	case !strings.EqualFold(scheme, "Bearer"):
+		// Credentials of another scheme (Basic, a bare JWT) are refused
+		// rather than taken for a guest, so that a client sending the
+		// wrong credentials learns it instead of ordering anonymously.
+		// Nothing of the header is echoed: it may be a credential.
+		return principal{}, badAuthorization("the Authorization header is not a bearer token (another scheme, or a token without \"Bearer \"): send Authorization: Bearer <JWT>, or no Authorization header to order as a guest")
 	}
 	tok = strings.TrimSpace(tok)
 	if tok == "" {

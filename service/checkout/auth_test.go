@@ -22,6 +22,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/service/checkout"
 	"github.com/ordercast/ordercast/service/checkout/authn"
 )
@@ -225,11 +226,11 @@ func TestAuthGuestPath(t *testing.T) {
 	if h := r.header.Get("WWW-Authenticate"); h != `Bearer realm="ordercast"` {
 		t.Fatalf("WWW-Authenticate %q, want the bare challenge (no token was sent, RFC 6750 section 3.1)", h)
 	}
-	// Another scheme is not a bearer token: the same 401.
-	if r := e.post(customerOrder, "Authorization", "Basic YTpi"); r.status != http.StatusUnauthorized {
-		t.Fatalf("Basic credentials: %d, want 401", r.status)
-	}
-	for _, h := range [][]string{{"Authorization", "Bearer "}, {"Authorization", "Bearer " + idp.token("17850"), "Authorization", "Bearer x"}} {
+	// Anything but one usable bearer token is 400, never a guest: another
+	// scheme, a JWT without "Bearer ", an empty header, "Bearer" alone, a
+	// repeated header.
+	for _, h := range [][]string{{"Authorization", "Basic YTpi"}, {"Authorization", idp.token("17850")}, {"Authorization", ""}, {"Authorization", "  "},
+		{"Authorization", "Bearer "}, {"Authorization", "Bearer " + idp.token("17850"), "Authorization", "Bearer x"}} {
 		if r := e.post(guestOrder, h...); r.status != http.StatusBadRequest || r.errorCode(t) != checkout.CodeBadAuthorization ||
 			!strings.Contains(r.header.Get("WWW-Authenticate"), `error="invalid_request"`) {
 			t.Fatalf("Authorization %q: %d %s %q, want 400 %s with error=invalid_request", h, r.status, r.body, r.header.Get("WWW-Authenticate"), checkout.CodeBadAuthorization)
@@ -326,5 +327,69 @@ func TestAuthRateLimit(t *testing.T) {
 	}
 	if r := e.post(guestOrder); r.status != http.StatusTooManyRequests {
 		t.Fatalf("third request from the guests' address: %d, want 429", r.status)
+	}
+}
+
+// An Idempotency-Key is scoped by its caller: customer A's key is A's alone
+// (another customer, or a guest, using it places their own order and never
+// learns A's order id; a guest taking it first does not block A); guests
+// share one scope, whose 422 does not name the order; a customer's key
+// stored before keys were scoped is still replayed, for that customer only.
+func TestIdempotencyKeyScopedByCaller(t *testing.T) {
+	idp := newIdP(t)
+	e := newEnv(t, withAuth(idp.verifier(), false))
+	tokA, tokB := idp.token("17850"), idp.token("12583")
+	key := func(k string) []string { return []string{"Idempotency-Key", k} }
+	post := func(body, tok, k string) response {
+		t.Helper()
+		h := key(k)
+		if tok != "" {
+			h = append(h, bearer(tok)...)
+		}
+		return e.post(body, h...)
+	}
+	a := post(customerOrder, tokA, "invoice-536365").accepted(t)
+	for _, who := range []struct{ name, tok string }{{"customer 12583", tokB}, {"a guest", ""}} {
+		r := post(guestOrder, who.tok, "invoice-536365")
+		if r.status != http.StatusAccepted || strings.Contains(string(r.body), a.OrderID) {
+			t.Fatalf("%s with 17850's key: %d %s, want 202 of an order of their own, never naming %s", who.name, r.status, r.body, a.OrderID)
+		}
+	}
+	if again := post(customerOrder, tokA, "invoice-536365"); again.accepted(t).OrderID != a.OrderID ||
+		again.header.Get(checkout.HeaderIdempotentReplayed) != "true" {
+		t.Fatalf("17850's retry: %d %s, want the replay of %s", again.status, again.body, a.OrderID)
+	}
+
+	// A guest takes the predictable key first: 17850's order is still taken.
+	g := post(guestOrder, "", "invoice-536366").accepted(t)
+	if r := post(customerOrder, tokA, "invoice-536366"); r.status != http.StatusAccepted || r.accepted(t).OrderID == g.OrderID {
+		t.Fatalf("17850 after a guest took the key: %d %s, want 202 of a new order", r.status, r.body)
+	}
+	// Guests share a scope: another guest's different order with it is
+	// 422, without the first guest's order id.
+	r := post(`{"lines":[{"stockCode":"85123A","quantity":7}]}`, "", "invoice-536366")
+	if r.status != http.StatusUnprocessableEntity || r.errorCode(t) != order.ReasonIdempotencyMismatch || strings.Contains(string(r.body), g.OrderID) {
+		t.Fatalf("another guest's order with a guest's key: %d %s, want 422 %s not naming %s", r.status, r.body, order.ReasonIdempotencyMismatch, g.OrderID)
+	}
+	// A customer's own 422 names their order.
+	if r := post(`{"lines":[{"stockCode":"85123A","quantity":7}]}`, tokA, "invoice-536365"); r.status != http.StatusUnprocessableEntity ||
+		!strings.Contains(string(r.body), a.OrderID) {
+		t.Fatalf("17850's other order with its key: %d %s, want 422 naming %s", r.status, r.body, a.OrderID)
+	}
+
+	// A customer's row stored unscoped (before this rule): replayed to that
+	// customer, ignored for another.
+	old := post(customerOrder, tokA, "legacy").accepted(t)
+	if _, err := e.db.ExecContext(testCtx(t), e.db.Rebind(`UPDATE checkout_requests SET idempotency_key = ? WHERE order_id = ?`), "legacy", old.OrderID); err != nil {
+		t.Fatal(err)
+	}
+	if got := post(customerOrder, tokA, "legacy").accepted(t); got.OrderID != old.OrderID {
+		t.Fatalf("17850's retry of an unscoped row: order %s, want %s", got.OrderID, old.OrderID)
+	}
+	if r := post(guestOrder, tokB, "legacy"); r.status != http.StatusAccepted || r.accepted(t).OrderID == old.OrderID {
+		t.Fatalf("12583 with 17850's unscoped key: %d %s, want 202 of a new order", r.status, r.body)
+	}
+	if status, id := e.requestRow("legacy"); status != "published" || id != old.OrderID {
+		t.Fatalf("unscoped row %s %s, want published %s", status, id, old.OrderID)
 	}
 }

@@ -44,8 +44,8 @@
 //	     idempotency_key_reused
 //	401  unauthorized: a token needed and missing, or invalid (with a
 //	     WWW-Authenticate Bearer challenge, RFC 6750; see Config.Auth)
-//	400  bad_authorization (a repeated Authorization header, or Bearer
-//	     without a token)
+//	400  bad_authorization (a repeated, empty or non-Bearer Authorization
+//	     header, or Bearer without a token)
 //	403  customer_mismatch (the body's customerId is not the token's
 //	     customer), forbidden (GET of another customer's order)
 //	429  rate_limited, with Retry-After (Config.RateLimit)
@@ -74,7 +74,8 @@
 // # Publication and idempotency
 //
 // Every accepted order is a row of table checkout_requests, keyed by the
-// client's Idempotency-Key or, without one, by "order:<orderId>"; the table
+// client's Idempotency-Key (scoped to the token's customer: see scopedKey)
+// or, without one, by "order:<orderId>"; the table
 // is therefore the durable list of every order checkout accepted ([Service.Accepted]
 // counts its published rows). A request is handled as follows:
 //

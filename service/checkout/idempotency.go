@@ -45,12 +45,58 @@ type decision struct {
 	payload []byte
 	event   *order.OrderCreated // nil when the payload was read from the table
 	fresh   bool                // this request inserted the row
+
+	// retryKey is the Idempotency-Key the client retries with (its own, or
+	// the issued "order:<id>"); key may be its scoped form (scopedKey).
+	retryKey string
+}
+
+// scopeSep separates the parts of a customer's scoped key. Client keys are
+// printable ASCII (idempotencyKey), so no client key, stored unscoped for a
+// guest, can ever equal a customer's scoped key.
+const scopeSep = "\x1f"
+
+// scopedKey is the checkout_requests key of the Idempotency-Key clientKey
+// sent by p: a customer's key is "customer" US <customer> US <clientKey>
+// (US: scopeSep), so that customer A's key is A's alone; a guest's (and
+// every key without Config.Auth) is clientKey itself, as stored before keys
+// were scoped (guests have no identity and share one scope). A key the
+// server issued (keylessPrefix) is not scoped: it names its order, whose
+// request hash includes its customer.
+func scopedKey(p principal, clientKey string) string {
+	if p.customer == "" || strings.HasPrefix(clientKey, keylessPrefix) {
+		return clientKey
+	}
+	return "customer" + scopeSep + p.customer + scopeSep + clientKey
+}
+
+// ClientKey is the Idempotency-Key a client sent for the checkout_requests
+// key stored: a customer's scoped key ("customer" US <customer> US <key>)
+// without its scope, any other key as it is. For tools that match their
+// requests' keys against the table (the crash harness).
+func ClientKey(stored string) string {
+	rest, ok := strings.CutPrefix(stored, "customer"+scopeSep)
+	if !ok {
+		return stored
+	}
+	if _, key, ok := strings.Cut(rest, scopeSep); ok {
+		return key
+	}
+	return stored
 }
 
 // place runs the idempotent flow of the package doc for a validated request
-// whose canonical hash is hash; clientKey is its Idempotency-Key or "".
-func (s *Service) place(ctx context.Context, req *order.PlaceOrderRequest, hash, clientKey string) (*outcome, *apiError) {
-	key := clientKey
+// whose canonical hash is hash; clientKey is its Idempotency-Key or "", sent
+// by p (its key is scoped to p: scopedKey).
+func (s *Service) place(ctx context.Context, p principal, req *order.PlaceOrderRequest, hash, clientKey string) (*outcome, *apiError) {
+	key := scopedKey(p, clientKey)
+	// A customer's key stored before keys were scoped: read only as a
+	// fallback, and only if its request is this one (its hash includes the
+	// customer, so no other caller's row ever matches).
+	legacyKey := ""
+	if key != clientKey {
+		legacyKey = clientKey
+	}
 	release := func() {}
 	var prebuilt *order.OrderCreated
 	if clientKey == "" {
@@ -90,7 +136,7 @@ func (s *Service) place(ctx context.Context, req *order.PlaceOrderRequest, hash,
 	}()
 
 	issuedOnly := strings.HasPrefix(clientKey, keylessPrefix)
-	c, aerr := s.claim(ctx, key, hash, req, prebuilt, issuedOnly)
+	c, aerr := s.claim(ctx, key, legacyKey, hash, req, prebuilt, issuedOnly, legacyKey != "")
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -107,6 +153,10 @@ func (s *Service) place(ctx context.Context, req *order.PlaceOrderRequest, hash,
 				"the stored event of this Idempotency-Key cannot be decoded; see the service log")
 		}
 		c.event = ev
+	}
+	c.retryKey = clientKey
+	if clientKey == "" {
+		c.retryKey = key
 	}
 	handedOff = true
 	return s.publish(ctx, c, release)
@@ -144,7 +194,15 @@ type txError struct{ *apiError }
 // issuedOnly (a client key with the reserved keylessPrefix) accepts only an
 // existing row: such keys are issued by checkout for a keyless request's
 // row, and a client may not make up new ones (400 bad_idempotency_key).
-func (s *Service) claim(ctx context.Context, key, hash string, req *order.PlaceOrderRequest, prebuilt *order.OrderCreated, issuedOnly bool) (*decision, *apiError) {
+//
+// legacyKey, when not "", is the unscoped key of a customer's request: when
+// key has no row, a row of legacyKey with this very hash (the customer's
+// own request, stored before keys were scoped) is followed; any other row
+// of legacyKey (a guest's, another customer's) is ignored. own says the
+// key's scope is the caller's alone (a customer): only then does a 422 name
+// the row's order; a guest's 422 does not name it, as another guest may
+// have used the key.
+func (s *Service) claim(ctx context.Context, key, legacyKey, hash string, req *order.PlaceOrderRequest, prebuilt *order.OrderCreated, issuedOnly, own bool) (*decision, *apiError) {
 	// Built at most once, outside any retry of the transaction.
 	fresh := prebuilt
 	var freshPayload []byte
@@ -179,11 +237,21 @@ func (s *Service) claim(ctx context.Context, key, hash string, req *order.PlaceO
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DBTimeout)
 	defer cancel()
+	scoped := key
 	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
-		c = nil
+		c, key = nil, scoped
 		row, found, err := s.getRequest(ctx, tx, key)
 		if err != nil {
 			return err
+		}
+		if !found && legacyKey != "" {
+			old, oldFound, err := s.getRequest(ctx, tx, legacyKey)
+			if err != nil {
+				return err
+			}
+			if oldFound && old.hash == hash {
+				row, found, key = old, true, legacyKey
+			}
 		}
 		if !found && issuedOnly {
 			return txError{reject(http.StatusBadRequest, CodeBadIdempotencyKey, fmt.Sprintf(
@@ -217,8 +285,12 @@ func (s *Service) claim(ctx context.Context, key, hash string, req *order.PlaceO
 			}
 		}
 		if row.hash != hash {
+			which := ""
+			if own {
+				which = " (your order " + row.orderID + ")"
+			}
 			return txError{unprocessable(order.ReasonIdempotencyMismatch,
-				"this Idempotency-Key was used for a different request (order "+row.orderID+"); use a new key for a new order")}
+				"this Idempotency-Key was used for a different request"+which+"; use a new key for a new order")}
 		}
 		if row.status == statusPublished {
 			c = &decision{replay: storedAnswer(row)}

@@ -470,3 +470,29 @@ func TestLateAcknowledgementIsRecorded(t *testing.T) {
 		t.Errorf("produce_duration_seconds{result=timeout} count = %v, want 1", got)
 	}
 }
+
+// A customer's 503 names the key the customer sent (not its scoped stored
+// form), and a retry with it follows the same order.
+func TestIdempotencyKeyOfCustomerIn503(t *testing.T) {
+	testkafka.SkipIfReal(t, "the broker refusing every produce is a kfake Fault")
+	idp := newIdP(t)
+	e := newEnv(t, withAuth(idp.verifier(), false), withProduceTimeout(300*time.Millisecond))
+	fault := e.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: order.TopicOrderCreated, Err: kerr.NotEnoughReplicas, Count: -1})
+	h := append([]string{"Idempotency-Key", "down"}, bearer(idp.token("17850"))...)
+	r := e.post(customerOrder, h...)
+	if r.status != http.StatusServiceUnavailable || r.header.Get(checkout.HeaderIdempotencyKey) != "down" || !strings.Contains(string(r.body), `"idempotencyKey":"down"`) {
+		t.Fatalf("got %d %s (Idempotency-Key %q), want 503 naming the key \"down\"", r.status, r.body, r.header.Get(checkout.HeaderIdempotencyKey))
+	}
+	_, pending := e.requestRow("customer\x1f17850\x1fdown")
+	fault.Remove()
+	eventually(t, "the retry with the named key to be accepted", func() bool {
+		again := e.post(customerOrder, h...)
+		if again.status == http.StatusServiceUnavailable {
+			return false
+		}
+		if id := again.accepted(t).OrderID; id != pending {
+			t.Fatalf("retry accepted order %s, want the pending %s", id, pending)
+		}
+		return true
+	})
+}

@@ -45,7 +45,7 @@ func (s *Service) handlePlace(w http.ResponseWriter, r *http.Request) {
 		}
 		if aerr == nil {
 			var res *outcome
-			if res, aerr = s.place(r.Context(), req, requestHash(req), key); aerr == nil {
+			if res, aerr = s.place(r.Context(), p, req, requestHash(req), key); aerr == nil {
 				h := w.Header()
 				h.Set("Location", "/orders/"+res.orderID)
 				if res.replayed {

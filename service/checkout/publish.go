@@ -58,7 +58,7 @@ func (s *Service) publish(ctx context.Context, d *decision, release func()) (*ou
 			s.metrics.produceDuration.WithLabelValues("error").Observe(time.Since(start).Seconds())
 			s.log.Warn("checkout: orderCreated not acknowledged; the request stays pending",
 				slog.String("idempotency_key", d.key), slog.String("order_id", ev.OrderID), slog.Any("error", err))
-			return nil, unknownOutcome(ev.OrderID, d.key, "the order event was not acknowledged by Kafka: "+err.Error())
+			return nil, unknownOutcome(ev.OrderID, d.retryKey, "the order event was not acknowledged by Kafka: "+err.Error())
 		}
 		s.metrics.produceDuration.WithLabelValues("ok").Observe(time.Since(start).Seconds())
 		s.markPublished(ctx, d, body)
@@ -82,7 +82,7 @@ func (s *Service) publish(ctx context.Context, d *decision, release func()) (*ou
 				slog.String("idempotency_key", d.key), slog.String("order_id", ev.OrderID))
 			s.markPublished(ctx, d, body)
 		}()
-		return nil, unknownOutcome(ev.OrderID, d.key, fmt.Sprintf("the order event was not acknowledged by Kafka within %v", s.cfg.ProduceTimeout))
+		return nil, unknownOutcome(ev.OrderID, d.retryKey, fmt.Sprintf("the order event was not acknowledged by Kafka within %v", s.cfg.ProduceTimeout))
 	}
 }
 
@@ -96,7 +96,10 @@ func (s *Service) markPublished(ctx context.Context, d *decision, body []byte) {
 	defer cancel()
 	now := s.now().UnixMilli()
 	var first bool
-	err := s.db.InTx(mctx, func(tx *sql.Tx) error {
+	// Idempotent (WHERE status = 'pending'): run again even when the
+	// connection was lost in COMMIT (found by ordercast chaos on PostgreSQL:
+	// pg_terminate_backend at the COMMIT left an acknowledged order pending).
+	err := s.db.InTxIdempotent(mctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(mctx, s.db.Rebind(`UPDATE checkout_requests
 			SET status = 'published', response_status = ?, response_body = ?, published_at = ?
 			WHERE idempotency_key = ? AND status = 'pending'`),

@@ -54,41 +54,95 @@ type Service struct {
 
 // Handle is the processor.Handler of the notifications group.
 func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
+	ev, err := s.event(ctx, r)
+	if err != nil {
+		return err
+	}
+	_, err = service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, ev.ID, r, ev.Apply)
+	return err
+}
+
+// HandleBatch is the processor.BatchHandler of the notifications group: the
+// notifications and inbox rows of the records in one transaction
+// (service.ProcessBatch), the notifications in multi-row INSERTs. Any record
+// that fails fails the batch, and the runtime then handles its records one
+// at a time with Handle.
+func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {
+	events := make([]service.Event, len(recs))
+	rows := make([][]any, len(recs))
+	for i, r := range recs {
+		ev, row, err := s.decode(ctx, r)
+		if err != nil {
+			return err
+		}
+		events[i], rows[i] = ev, row
+	}
+	_, err := service.ProcessBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, events,
+		func(ctx context.Context, tx *sql.Tx, claimed []bool) error {
+			var ins [][]any
+			for i, ok := range claimed {
+				if ok {
+					ins = append(ins, rows[i])
+				}
+			}
+			if err := service.InsertRows(ctx, tx, s.DB, insertHead, insertTail, ins); err != nil {
+				return fmt.Errorf("notifications: %w", err)
+			}
+			return nil
+		})
+	return err
+}
+
+// The notifications row: notification_id, order_id, kind, customer_id,
+// body, created_at.
+const (
+	insertHead = `INSERT INTO notifications (notification_id, order_id, kind, customer_id, body, created_at) VALUES`
+	insertTail = ` ON CONFLICT (notification_id) DO NOTHING`
+)
+
+// event decodes r into the notification to record.
+func (s *Service) event(ctx context.Context, r *kgo.Record) (service.Event, error) {
+	ev, _, err := s.decode(ctx, r)
+	return ev, err
+}
+
+// decode decodes r into the notification to record alone, and its row.
+func (s *Service) decode(ctx context.Context, r *kgo.Record) (service.Event, []any, error) {
 	switch r.Topic {
 	case order.TopicOrderCreated:
 		var ev order.OrderCreated
 		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
-			return err
+			return service.Event{}, nil, err
 		}
 		body := fmt.Sprintf("We received your order %s (%d lines, total %s %s).", ev.OrderID, len(ev.Lines), ev.Total, order.Currency)
-		return s.notify(ctx, r, ev.EventID, ev.OrderID, ev.CustomerID, KindOrderReceived, body)
+		e, row := s.notify(r, ev.EventID, ev.OrderID, ev.CustomerID, KindOrderReceived, body)
+		return e, row, nil
 	case order.TopicPaymentProcessed:
 		var ev order.PaymentProcessed
 		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
-			return err
+			return service.Event{}, nil, err
 		}
 		kind, body := KindPaymentConfirmed, fmt.Sprintf("Payment of %s %s for order %s confirmed.", ev.Amount, order.Currency, ev.OrderID)
 		if ev.Status == order.PaymentRefused {
 			kind, body = KindPaymentFailed, fmt.Sprintf("Payment for order %s was refused: %s.", ev.OrderID, ev.Reason)
 		}
-		return s.notify(ctx, r, ev.EventID, ev.OrderID, ev.CustomerID, kind, body)
+		e, row := s.notify(r, ev.EventID, ev.OrderID, ev.CustomerID, kind, body)
+		return e, row, nil
 	}
-	return processor.Permanentf("notifications: unexpected topic %q", r.Topic)
+	return service.Event{}, nil, processor.Permanentf("notifications: unexpected topic %q", r.Topic)
 }
 
-func (s *Service) notify(ctx context.Context, r *kgo.Record, eventID, orderID, customerID, kind, body string) error {
-	_, err := service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, eventID, r, func(ctx context.Context, tx *sql.Tx) error {
-		var cust any
-		if customerID != "" {
-			cust = customerID
-		}
-		_, err := tx.ExecContext(ctx, s.DB.Rebind(`INSERT INTO notifications (notification_id, order_id, kind, customer_id, body, created_at)
-			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (notification_id) DO NOTHING`),
-			NotificationID(orderID, kind), orderID, kind, cust, body, time.Now().UnixMilli())
-		if err != nil {
+// notify returns the event recording a notification alone, and its row.
+func (s *Service) notify(r *kgo.Record, eventID, orderID, customerID, kind, body string) (service.Event, []any) {
+	var cust any
+	if customerID != "" {
+		cust = customerID
+	}
+	row := []any{NotificationID(orderID, kind), orderID, kind, cust, body, time.Now().UnixMilli()}
+	return service.Event{ID: eventID, Record: r, Apply: func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.DB.Rebind(insertHead+` (?, ?, ?, ?, ?, ?)`+insertTail), row...); err != nil {
 			return fmt.Errorf("notifications: insert %s for %s: %w", kind, orderID, err)
 		}
 		return nil
-	})
-	return err
+	}}, row
 }

@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -48,34 +49,111 @@ type Service struct {
 // error for a record that breaks its contract and a transient one for a
 // database failure.
 func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
-	switch r.Topic {
-	case order.TopicOrderCreated:
-		var ev order.OrderCreated
-		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
+	ev, err := s.event(ctx, r)
+	if err != nil {
+		return err
+	}
+	_, err = service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, ev.ID, r, ev.Apply)
+	return err
+}
+
+// HandleBatch is the processor.BatchHandler of the orders group: the
+// records' inbox rows and effects in one transaction (service.ProcessBatch),
+// the effects as a few multi-row INSERTs (orders, lines, statuses) for the
+// whole batch. Any record that fails (a contract violation included) fails
+// the batch, and the runtime then handles its records one at a time with
+// Handle.
+func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {
+	events := make([]service.Event, len(recs))
+	rows := make([]effect, len(recs))
+	for i, r := range recs {
+		ev, eff, err := s.decode(ctx, r)
+		if err != nil {
 			return err
 		}
-		_, err := service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, ev.EventID, r, func(ctx context.Context, tx *sql.Tx) error {
-			return s.store(ctx, tx, &ev)
-		})
-		return err
+		events[i], rows[i] = ev, eff
+	}
+	_, err := service.ProcessBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, events,
+		func(ctx context.Context, tx *sql.Tx, claimed []bool) error { return s.storeAll(ctx, tx, rows, claimed) })
+	return err
+}
+
+// effect is what one event writes: an order (created), or a status.
+type effect struct {
+	created *order.OrderCreated
+	status  []any // order_id, kind, detail, at
+}
+
+// storeAll writes the effects of the claimed events: every order, then
+// every line, then every status, each kind in multi-row INSERTs.
+func (s *Service) storeAll(ctx context.Context, tx *sql.Tx, effs []effect, claimed []bool) error {
+	now := time.Now().UnixMilli()
+	var orderRows, lineRows, statusRows [][]any
+	for i, e := range effs {
+		if !claimed[i] {
+			continue
+		}
+		ev := e.created
+		if ev == nil {
+			statusRows = append(statusRows, e.status)
+			continue
+		}
+		orderRows = append(orderRows, []any{ev.OrderID, nullIfEmpty(ev.CustomerID), ev.Country, int64(ev.Total), len(ev.Lines), ev.Reference,
+			ev.CreatedAt.UnixMilli(), now, nullIfEmpty(ev.Channel)})
+		for n, l := range ev.Lines {
+			lineRows = append(lineRows, []any{ev.OrderID, n + 1, l.StockCode, l.Description, l.Quantity, int64(l.UnitPrice), int64(l.LineTotal)})
+		}
+		statusRows = append(statusRows, []any{ev.OrderID, StatusCreated, ev.Reference, now})
+	}
+	if err := service.InsertRows(ctx, tx, s.DB, `INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at, channel) VALUES`, "", orderRows); err != nil {
+		return fmt.Errorf("orders: %w", err)
+	}
+	if err := service.InsertRows(ctx, tx, s.DB, `INSERT INTO order_lines (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli) VALUES`, "", lineRows); err != nil {
+		return fmt.Errorf("orders: %w", err)
+	}
+	if err := service.InsertRows(ctx, tx, s.DB, `INSERT INTO order_status (order_id, kind, detail, at) VALUES`, ` ON CONFLICT (order_id, kind) DO NOTHING`, statusRows); err != nil {
+		return fmt.Errorf("orders: %w", err)
+	}
+	return nil
+}
+
+// event decodes r into the event to apply.
+func (s *Service) event(ctx context.Context, r *kgo.Record) (service.Event, error) {
+	ev, _, err := s.decode(ctx, r)
+	return ev, err
+}
+
+// decode decodes r into the event to apply alone and the rows it writes in
+// a batch.
+func (s *Service) decode(ctx context.Context, r *kgo.Record) (service.Event, effect, error) {
+	switch r.Topic {
+	case order.TopicOrderCreated:
+		ev := new(order.OrderCreated)
+		if err := service.Decode(ctx, s.Serde, r, ev); err != nil {
+			return service.Event{}, effect{}, err
+		}
+		return service.Event{ID: ev.EventID, Record: r, Apply: func(ctx context.Context, tx *sql.Tx) error {
+			return s.store(ctx, tx, ev)
+		}}, effect{created: ev}, nil
 	case order.TopicPaymentProcessed:
 		var ev order.PaymentProcessed
 		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
-			return err
+			return service.Event{}, effect{}, err
 		}
 		kind := StatusPaid
 		if ev.Status == order.PaymentRefused {
 			kind = StatusPaymentRefused
 		}
-		return s.status(ctx, r, ev.EventID, ev.OrderID, kind, ev.Reason, ev.ProcessedAt)
+		return s.status(r, ev.EventID, ev.OrderID, kind, ev.Reason, ev.ProcessedAt), effect{status: []any{ev.OrderID, kind, ev.Reason, ev.ProcessedAt.UnixMilli()}}, nil
 	case order.TopicShipmentRequested:
 		var ev order.ShipmentRequested
 		if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
-			return err
+			return service.Event{}, effect{}, err
 		}
-		return s.status(ctx, r, ev.EventID, ev.OrderID, StatusShipmentRequested, ev.ShipmentID, ev.RequestedAt)
+		return s.status(r, ev.EventID, ev.OrderID, StatusShipmentRequested, ev.ShipmentID, ev.RequestedAt),
+			effect{status: []any{ev.OrderID, StatusShipmentRequested, ev.ShipmentID, ev.RequestedAt.UnixMilli()}}, nil
 	}
-	return processor.Permanentf("orders: unexpected topic %q", r.Topic)
+	return service.Event{}, effect{}, processor.Permanentf("orders: unexpected topic %q", r.Topic)
 }
 
 func (s *Service) store(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated) error {
@@ -85,19 +163,26 @@ func (s *Service) store(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated)
 		ev.CreatedAt.UnixMilli(), now, nullIfEmpty(ev.Channel)); err != nil {
 		return service.OrderConflict(fmt.Errorf("orders: insert order %s: %w", ev.OrderID, err), order.GroupOrders, ev.OrderID, ev.EventID)
 	}
-	stmt, err := tx.PrepareContext(ctx, s.DB.Rebind(`INSERT INTO order_lines (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`))
-	if err != nil {
-		return fmt.Errorf("orders: prepare lines: %w", err)
-	}
-	defer stmt.Close()
-	for i, l := range ev.Lines {
-		if _, err := stmt.ExecContext(ctx, ev.OrderID, i+1, l.StockCode, l.Description, l.Quantity, int64(l.UnitPrice), int64(l.LineTotal)); err != nil {
-			return service.OrderConflict(fmt.Errorf("orders: insert line %d of %s: %w", i+1, ev.OrderID, err), order.GroupOrders, ev.OrderID, ev.EventID)
+	// The lines in multi-row INSERTs of up to linesPerInsert rows: one
+	// round trip per chunk instead of one per line.
+	for from := 0; from < len(ev.Lines); from += linesPerInsert {
+		chunk := ev.Lines[from:min(from+linesPerInsert, len(ev.Lines))]
+		args := make([]any, 0, 7*len(chunk))
+		for i, l := range chunk {
+			args = append(args, ev.OrderID, from+i+1, l.StockCode, l.Description, l.Quantity, int64(l.UnitPrice), int64(l.LineTotal))
+		}
+		q := `INSERT INTO order_lines (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", len(chunk)), ", ")
+		if _, err := tx.ExecContext(ctx, s.DB.Rebind(q), args...); err != nil {
+			return service.OrderConflict(fmt.Errorf("orders: insert lines %d-%d of %s: %w", from+1, from+len(chunk), ev.OrderID, err), order.GroupOrders, ev.OrderID, ev.EventID)
 		}
 	}
 	return insertStatus(ctx, s.DB, tx, ev.OrderID, StatusCreated, ev.Reference, now)
 }
+
+// linesPerInsert is the most order lines one INSERT writes: 7 parameters
+// each, well below SQLite's 32,766 and PostgreSQL's 65,535 per statement.
+const linesPerInsert = 500
 
 // nullIfEmpty maps "" to SQL NULL: a guest's customer_id, an unknown
 // channel (every orderCreated v1 event, and v2 events without one).
@@ -108,11 +193,10 @@ func nullIfEmpty(v string) any {
 	return v
 }
 
-func (s *Service) status(ctx context.Context, r *kgo.Record, eventID, orderID, kind, detail string, at time.Time) error {
-	_, err := service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, eventID, r, func(ctx context.Context, tx *sql.Tx) error {
+func (s *Service) status(r *kgo.Record, eventID, orderID, kind, detail string, at time.Time) service.Event {
+	return service.Event{ID: eventID, Record: r, Apply: func(ctx context.Context, tx *sql.Tx) error {
 		return insertStatus(ctx, s.DB, tx, orderID, kind, detail, at.UnixMilli())
-	})
-	return err
+	}}
 }
 
 func insertStatus(ctx context.Context, db *store.DB, tx *sql.Tx, orderID, kind, detail string, at int64) error {

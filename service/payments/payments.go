@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -67,6 +68,46 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 		return err
 	}
 	if applied && s.Relay != nil {
+		s.Relay.Notify()
+	}
+	return nil
+}
+
+// HandleBatch is the processor.BatchHandler of the payments group: the
+// records' debits, payments, outbox rows and inbox rows in one transaction
+// (service.ProcessBatch). The orders are applied sorted by customer id
+// (stable, so records of one order keep their offset order), so that two
+// batches debit shared wallets in the same order and cannot deadlock on
+// their row locks (PostgreSQL). Any record that fails (a contract violation
+// included) fails the batch, and the runtime then handles its records one at
+// a time with Handle.
+func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {
+	evs := make([]order.OrderCreated, len(recs))
+	for i, r := range recs {
+		if r.Topic != order.TopicOrderCreated {
+			return processor.Permanentf("payments: unexpected topic %q", r.Topic)
+		}
+		if err := service.Decode(ctx, s.Serde, r, &evs[i]); err != nil {
+			return err
+		}
+	}
+	idx := make([]int, len(recs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return evs[idx[a]].CustomerID < evs[idx[b]].CustomerID })
+	events := make([]service.Event, len(recs))
+	for j, i := range idx {
+		ev := &evs[i]
+		events[j] = service.Event{ID: ev.EventID, Record: recs[i], Apply: func(ctx context.Context, tx *sql.Tx) error {
+			return s.charge(ctx, tx, ev)
+		}}
+	}
+	applied, err := service.ProcessBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupPayments, events, nil)
+	if err != nil {
+		return err
+	}
+	if applied > 0 && s.Relay != nil {
 		s.Relay.Notify()
 	}
 	return nil

@@ -16,11 +16,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
 
 	"github.com/ordercast/ordercast/sqldb"
 )
+
+// pgx's sentinel for an operation on a connection already closed (the server
+// ended the session) is neither a net.Error nor driver.ErrBadConn.
+func init() {
+	sqldb.RegisterConnectionLost(func(err error) bool { return errors.Is(err, pgconn.ErrConnClosed) })
+}
 
 // SQLite connection settings applied by [Open] to every pooled connection
 // (through the DSN, so a connection the pool opens later gets them too), unless

@@ -71,6 +71,38 @@ func TestDevKeyCreatedOnceAndPrivate(t *testing.T) {
 	if _, err := authn.LoadDevKey(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("LoadDevKey of a 0644 key: %v, want a refusal naming chmod 600", err)
 	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Its directory writable by group or others: refused, by both loaders.
+	dir := filepath.Dir(path)
+	for _, mode := range []os.FileMode{0o770, 0o702} {
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		for name, load := range map[string]func(string) (*authn.DevKey, error){"LoadDevKey": authn.LoadDevKey, "LoadOrCreateDevKey": authn.LoadOrCreateDevKey} {
+			if _, err := load(path); err == nil || !strings.Contains(err.Error(), "chmod 700") {
+				t.Fatalf("%s with its directory %v: %v, want a refusal naming chmod 700", name, mode, err)
+			}
+		}
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := authn.LoadDevKey(path); err != nil {
+		t.Fatalf("LoadDevKey after the fixes: %v", err)
+	}
+	// Owned by another user: refused (chown needs root).
+	if os.Geteuid() == 0 {
+		if err := os.Chown(path, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := authn.LoadDevKey(path); err == nil || !strings.Contains(err.Error(), "not by the current user") {
+			t.Fatalf("LoadDevKey of a key owned by uid 65534: %v, want a refusal naming the owner", err)
+		}
+	} else {
+		t.Log("not root: the foreign owner case is not exercised (chown needs root)")
+	}
 	if _, err := authn.LoadDevKey(filepath.Join(t.TempDir(), "none.pem")); !errors.Is(err, authn.ErrNoDevKey) {
 		t.Fatalf("LoadDevKey of a missing file: %v, want ErrNoDevKey", err)
 	}

@@ -91,15 +91,25 @@ func LoadOrCreateDevKey(path string) (*DevKey, error) {
 }
 
 // LoadDevKey loads the development key at path: ErrNoDevKey (wrapped, with
-// the path) if there is none, another error if it is not an Ed25519 PKCS#8
-// PEM key or is readable by others than its owner.
+// the path) if there is none, another error (saying how to fix it) if its
+// directory is writable by group or others (anyone who may write there may
+// replace the key), if the file is not owned by the current user, is
+// readable by others than its owner, or is not an Ed25519 PKCS#8 PEM key.
+// Ownership is checked on Unix only.
 func LoadDevKey(path string) (*DevKey, error) {
+	dir := filepath.Dir(path)
+	if di, err := os.Stat(dir); err == nil && di.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("authn: development key directory %s has mode %v: it must be writable by its owner only, or others may replace the key (chmod 700 %s)", dir, di.Mode().Perm(), dir)
+	}
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w at %s", ErrNoDevKey, path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("authn: development key: %w", err)
+	}
+	if uid, foreign := foreignOwner(fi); foreign {
+		return nil, fmt.Errorf("authn: development key %s is owned by uid %d, not by the current user (uid %d): chown it to this user, or remove it to have a new one made", path, uid, os.Geteuid())
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("authn: development key %s has mode %v: it must be readable by its owner only (chmod 600)", path, fi.Mode().Perm())

@@ -1,0 +1,82 @@
+package payments_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/schema/schematest"
+	"github.com/ordercast/ordercast/service/payments"
+	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/store/storetest"
+)
+
+// HandleBatch applies several orders in one transaction: each debit and
+// outbox row once, a redelivery in the batch or of an earlier batch skipped,
+// and a batch holding a bad record keeps nothing (the runtime then handles
+// the records one at a time).
+func TestHandleBatch(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		serde := schematest.Serde(t, nil)
+		for _, c := range []string{"c1", "c2"} {
+			if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO wallets (customer_id, opening_milli, balance_milli) VALUES (?, ?, ?)`), c, 100000, 100000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		svc := &payments.Service{DB: db, Serde: serde}
+		createdAt := time.Now().UTC().Truncate(time.Millisecond)
+		rec := func(i int, cust string, off int64) *kgo.Record {
+			ev := order.OrderCreated{EventID: fmt.Sprintf("evt_%d", i), Order: order.Order{
+				OrderID: fmt.Sprintf("ord_%d", i), CustomerID: cust, CreatedAt: createdAt,
+				Lines: []order.Line{{StockCode: "85123A", Quantity: 1, UnitPrice: 1000, LineTotal: 1000}}, Total: 1000,
+			}}
+			b, err := serde.Encode(order.TopicOrderCreated, &ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &kgo.Record{Topic: order.TopicOrderCreated, Offset: off, Key: []byte(ev.OrderID), Value: b}
+		}
+		if err := svc.HandleBatch(ctx, []*kgo.Record{rec(1, "c2", 0), rec(2, "c1", 1), rec(3, "c2", 2), rec(1, "c2", 3), rec(4, "", 4)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.HandleBatch(ctx, []*kgo.Record{rec(2, "c1", 5), rec(5, "c1", 6)}); err != nil {
+			t.Fatalf("batch with a redelivery: %v", err)
+		}
+		bad := &kgo.Record{Topic: order.TopicOrderCreated, Offset: 8, Key: []byte("x"), Value: []byte("not an event")}
+		if err := svc.HandleBatch(ctx, []*kgo.Record{rec(6, "c1", 7), bad}); err == nil {
+			t.Fatal("a batch with an undecodable record succeeded")
+		}
+		balance := func(c string) int64 {
+			var b int64
+			if err := db.QueryRowContext(ctx, db.Rebind(`SELECT balance_milli FROM wallets WHERE customer_id = ?`), c).Scan(&b); err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		if b1, b2 := balance("c1"), balance("c2"); b1 != 100000-2000 || b2 != 100000-2000 {
+			t.Fatalf("balances c1 %d c2 %d, want %d each (two orders each, once)", b1, b2, 100000-2000)
+		}
+		count := func(q string) int {
+			var n int
+			if err := db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if n := count(`SELECT COUNT(*) FROM payments`); n != 5 {
+			t.Fatalf("%d payments, want 5 (orders 1-5 once each)", n)
+		}
+		if n := count(`SELECT COUNT(*) FROM outbox`); n != 5 {
+			t.Fatalf("%d outbox rows, want 5", n)
+		}
+		if n := count(`SELECT COUNT(*) FROM inbox WHERE event_id = 'evt_6'`); n != 0 {
+			t.Fatal("the failed batch kept an inbox row")
+		}
+	})
+}
