@@ -74,7 +74,7 @@ func Secure(t testing.TB, topics map[string]int32, users map[string]string) []st
 	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), resetTimeout)
 	defer cancel()
-	if err := resetSecure(ctx, t, adm, topics, users); err != nil {
+	if err := resetSecure(ctx, t, cl, adm, topics, users); err != nil {
 		t.Fatalf("testkafka: secured cluster %s (%s): %v", os.Getenv(EnvSecureBrokers), EnvSecureBrokers, err)
 	}
 	return addrs
@@ -82,7 +82,7 @@ func Secure(t testing.TB, topics map[string]int32, users map[string]string) []st
 
 // resetSecure empties the real secured cluster and creates users and
 // topics.
-func resetSecure(ctx context.Context, t testing.TB, adm *kadm.Client, topics map[string]int32, users map[string]string) error {
+func resetSecure(ctx context.Context, t testing.TB, cl *kgo.Client, adm *kadm.Client, topics map[string]int32, users map[string]string) error {
 	md, err := adm.BrokerMetadata(ctx)
 	if err != nil {
 		return fmt.Errorf("is it running? (scripts/kafka.sh status, with its ORDERCAST_KAFKA_STATE): %w", err)
@@ -124,16 +124,7 @@ func resetSecure(ctx context.Context, t testing.TB, adm *kadm.Client, topics map
 	if err := deleteGroups(ctx, t, adm); err != nil {
 		return err
 	}
-	if err := deleteTopics(ctx, adm); err != nil {
-		return err
-	}
-	rf := int16(min(3, len(md.Brokers)))
-	for _, name := range sortedNames(topics) {
-		if err := createTopic(ctx, adm, name, topics[name], rf); err != nil {
-			return err
-		}
-	}
-	return waitLeaders(ctx, adm, topics)
+	return resetTopics(ctx, cl, adm, md, topics)
 }
 
 // Login is the client options that log in to Secure's cluster as user

@@ -206,24 +206,7 @@ func reset(t testing.TB, brokers []string, topics map[string]int32) error {
 	if err := deleteGroups(ctx, t, adm); err != nil {
 		return err
 	}
-	nodes := make([]int32, 0, len(md.Brokers))
-	for _, b := range md.Brokers {
-		nodes = append(nodes, b.NodeID)
-	}
-	gone, err := deleteTopics(ctx, cl, adm, nodes)
-	if err != nil {
-		return err
-	}
-	rf := int16(min(3, len(md.Brokers)))
-	ids := make(map[string]kadm.TopicID, len(topics))
-	for _, name := range sortedNames(topics) {
-		id, err := createTopic(ctx, adm, name, topics[name], rf, gone)
-		if err != nil {
-			return err
-		}
-		ids[name] = id
-	}
-	return waitReady(ctx, cl, nodes, topics, ids)
+	return resetTopics(ctx, cl, adm, md, topics)
 }
 
 // checkSessionTimeout fails early, with the fix, when the brokers refuse the

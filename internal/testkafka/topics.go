@@ -41,6 +41,30 @@ import (
 //   - ready: every broker's metadata shows that ID with all its partitions
 //     led, and the leaders answer ListOffsets for every partition.
 
+// resetTopics deletes every non-internal topic of the cluster md describes
+// and creates topics (name -> partitions) with replication factor
+// min(3, brokers), waiting as said above; cl is the client adm uses.
+func resetTopics(ctx context.Context, cl *kgo.Client, adm *kadm.Client, md kadm.Metadata, topics map[string]int32) error {
+	nodes := make([]int32, 0, len(md.Brokers))
+	for _, b := range md.Brokers {
+		nodes = append(nodes, b.NodeID)
+	}
+	gone, err := deleteTopics(ctx, cl, adm, nodes)
+	if err != nil {
+		return err
+	}
+	rf := int16(min(3, len(md.Brokers)))
+	ids := make(map[string]kadm.TopicID, len(topics))
+	for _, name := range sortedNames(topics) {
+		id, err := createTopic(ctx, adm, name, topics[name], rf, gone)
+		if err != nil {
+			return err
+		}
+		ids[name] = id
+	}
+	return waitReady(ctx, cl, nodes, topics, ids)
+}
+
 // pollEvery is how often the reset polls the brokers for a condition.
 const pollEvery = 20 * time.Millisecond
 
