@@ -425,11 +425,14 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 				abort = true // a promise did not run within 30s: a record's outcome is unknown
 			}
 		}
+		// A promise may still run (a shutdown does not wait for a record
+		// franz-go keeps retrying): prodErr is read under pmu, once.
 		pmu.Lock()
-		if prodErr != nil {
+		seenProdErr := prodErr
+		pmu.Unlock()
+		if seenProdErr != nil {
 			abort = true
 		}
-		pmu.Unlock()
 		try := kgo.TryCommit
 		if abort {
 			try = kgo.TryAbort
@@ -460,7 +463,7 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 				}
 			}
 		}
-		if ae := t.txnAuthzError(prodErr, "produce", nil); fatal == nil && ae != nil {
+		if ae := t.txnAuthzError(seenProdErr, "produce", nil); fatal == nil && ae != nil {
 			fatal = ae // aborted above: no output and no offset of it committed
 		}
 		if fatal != nil {
@@ -507,7 +510,7 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 			// moved is not empty after an abort when an earlier
 			// not-committed End had in fact committed.
 			t.cfg.logger.Info("transaction aborted; resuming from the broker's committed offsets",
-				"records", n, "partitions_moved", len(moved), "produce_error", prodErr)
+				"records", n, "partitions_moved", len(moved), "produce_error", seenProdErr)
 		}
 	}
 }
