@@ -251,10 +251,15 @@ func (c *checker) charges(ctx context.Context) (Invariant, error) {
 	// reset). A debit's wallet UPDATE waits for the previous debit's
 	// commit, so their commit timestamps are in order; a refusal committed
 	// after a debit it did not see read a higher balance than the replay
-	// gives it, so the replay never calls a correct refusal wrong.
+	// gives it, so the replay never calls a correct refusal wrong. A batch
+	// of payments commits in one transaction (one commit timestamp, and
+	// within it no order PostgreSQL records): its debits are replayed before
+	// its refusals, which is the order a correct refusal of that batch
+	// needs (a debit of the same customer earlier in the batch left too
+	// little), so the replay never calls such a refusal wrong either.
 	commitOrder := `p.rowid`
 	if c.db.Dialect == sqldb.Postgres {
-		commitOrder = `pg_xact_commit_timestamp(p.xmin), p.processed_at`
+		commitOrder = `pg_xact_commit_timestamp(p.xmin), CASE WHEN p.status = '` + order.PaymentPaid + `' THEN 0 ELSE 1 END, p.processed_at`
 	}
 	rows, err = c.db.QueryContext(ctx, `SELECT p.order_id, COALESCE(p.customer_id, ''), p.status, p.method, p.amount_milli, COALESCE(p.reason, ''), COALESCE(o.total_milli, -1)
 		FROM payments p LEFT JOIN orders o ON o.order_id = p.order_id ORDER BY `+commitOrder)
