@@ -133,17 +133,17 @@ type Config struct {
 	// negative or NaN is an error.
 	RateLimit float64
 
+	// RateBurst is the bucket size of RateLimit: how many requests a
+	// client may make at once. Default max(1, 2 x RateLimit); negative is
+	// an error.
+	RateBurst int
+
 	// MaxBatch is the most claims of concurrent requests (their
 	// Idempotency-Key rows) written together in one batch, and the most
 	// published marks (group commit: see the package doc). Default
 	// DefaultMaxBatch (64); 1 writes each request alone; negative is an
 	// error.
 	MaxBatch int
-
-	// RateBurst is the bucket size of RateLimit: how many requests a
-	// client may make at once. Default max(1, 2 x RateLimit); negative is
-	// an error.
-	RateBurst int
 }
 
 // withDefaults returns c with its defaults filled in, or an error naming the
