@@ -230,3 +230,34 @@ func testBatchLostInCommitIsWrittenAgain(t *testing.T, db *store.DB) {
 		t.Errorf("republished_total = %v, want 0 (the claims found their own rows)", got)
 	}
 }
+
+// Two checkout instances: another instance inserts (and publishes) one of
+// a batch's keys between the batch's SELECT and its INSERT. The batch's
+// INSERT skips that key (ON CONFLICT DO NOTHING), re-reads its row and
+// replays the other instance's order; the batch's other keys are new
+// orders. PostgreSQL only: on SQLite a batch holds the write lock from its
+// SELECT to its COMMIT (BEGIN IMMEDIATE), so no other writer can insert in
+// between (and the instances of one process share its write queue).
+func TestClaimBatchKeyInsertedByAnotherInstance(t *testing.T) {
+	db := storetest.Postgres(t)
+	e := newEnvOn(t, db)
+	other := e.instance()
+	var once sync.Once
+	var theirs response
+	e.svc.SetBeforeInsert(func() {
+		once.Do(func() { theirs = other.post(keyedBody, "Idempotency-Key", "x2") })
+	})
+	answers := e.batchOf(t, [][2]string{{keyedBody, "x1"}, {keyedBody, "x2"}, {keyedBody, "x3"}})
+	won := theirs.accepted(t)
+	if got := answers[1].accepted(t); got != won || answers[1].header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("x2 in the batch: %+v replayed %q, want a replay of the other instance's %+v", got, answers[1].header.Get("Idempotent-Replayed"), won)
+	}
+	for _, i := range []int{0, 2} {
+		if got := answers[i].accepted(t); got.OrderID == won.OrderID || answers[i].header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("answer %d: %+v, want a new order", i, got)
+		}
+	}
+	if c := e.topicCount(); c != 3 {
+		t.Errorf("%d records on the topic, want 3", c)
+	}
+}

@@ -44,3 +44,8 @@ func (s *Service) LargestClaimBatch() int { return int(s.claims.largest.Load()) 
 // COMMIT would: the write applied, its caller told it failed. Set it
 // before serving.
 func (s *Service) SetAfterWrite(f func() error) { s.afterWrite = f }
+
+// SetBeforeInsert makes f run in each claim batch between its SELECT and
+// its INSERT (a window in which another instance may insert a key). Set it
+// before serving.
+func (s *Service) SetBeforeInsert(f func()) { s.beforeInsert = f }

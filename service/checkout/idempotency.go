@@ -355,6 +355,9 @@ func (s *Service) claimBatch(ctx context.Context, q execer, jobs []*claimJob) er
 		}
 	}
 	if len(inserts) > 0 {
+		if s.beforeInsert != nil {
+			s.beforeInsert()
+		}
 		slices.SortFunc(inserts, func(a, b int) int { return strings.Compare(jobs[a].key, jobs[b].key) })
 		inserted, err := s.insertRequests(ctx, q, jobs, inserts)
 		if err != nil {
