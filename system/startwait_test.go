@@ -30,7 +30,9 @@ func TestStartWaitsOutATransientBrokerFailure(t *testing.T) {
 		fail  func(kmsg.Request) (kmsg.Response, error)
 	}{
 		{"probe connection dropped", kmsg.Metadata,
-			func(r kmsg.Request) bool { return r.(*kmsg.MetadataRequest).Topics != nil && len(r.(*kmsg.MetadataRequest).Topics) == 0 },
+			func(r kmsg.Request) bool {
+				return r.(*kmsg.MetadataRequest).Topics != nil && len(r.(*kmsg.MetadataRequest).Topics) == 0
+			},
 			func(kmsg.Request) (kmsg.Response, error) { return nil, errors.New("injected: connection dropped") }},
 		{"rights check connection dropped", kmsg.Metadata,
 			func(r kmsg.Request) bool { return r.(*kmsg.MetadataRequest).IncludeTopicAuthorizedOperations },
