@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 // HandleBatch applies several orders in one transaction: each debit and
 // outbox row once, a redelivery in the batch or of an earlier batch skipped,
+// each payment numbered (payments.seq) in the order the batch applied it,
 // and a batch holding a bad record keeps nothing (the runtime then handles
 // the records one at a time).
 func TestHandleBatch(t *testing.T) {
@@ -71,6 +73,15 @@ func TestHandleBatch(t *testing.T) {
 		}
 		if n := count(`SELECT COUNT(*) FROM payments`); n != 5 {
 			t.Fatalf("%d payments, want 5 (orders 1-5 once each)", n)
+		}
+		// payments.seq numbers the rows in the order the batches applied
+		// them: sorted by customer id (the guest first), offset order within.
+		ids, err := db.QueryStrings(ctx, `SELECT order_id FROM payments ORDER BY seq`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(ids, ","); got != "ord_4,ord_2,ord_1,ord_3,ord_5" {
+			t.Fatalf("payments by seq %s, want ord_4,ord_2,ord_1,ord_3,ord_5 (the order applied)", got)
 		}
 		if n := count(`SELECT COUNT(*) FROM outbox`); n != 5 {
 			t.Fatalf("%d outbox rows, want 5", n)
