@@ -186,6 +186,11 @@ type Processor struct {
 	parkFull    bool // parked records reached MaxInFlight: partitions holding parked records are paused
 	stopping    bool
 	ran         bool
+	// overran are released partitions (gone from parts) whose handler
+	// calls were still running when their release gave up waiting
+	// (DrainTimeout): Health counts those calls in InFlight until they
+	// return. Pruned by release and Health.
+	overran []*partState
 
 	commitMu sync.Mutex
 	authz    authzStop // a refused request stops Run (authz.go)
@@ -543,7 +548,11 @@ type Health struct {
 	Joined     bool   `json:"joined"`
 	// Partitions lists the partitions held, as "topic[partition]".
 	Partitions []string `json:"partitions"`
-	// InFlight counts the records admitted and not yet completed.
+	// InFlight counts the records admitted and not yet completed, and the
+	// records whose handler call still runs after their partition was
+	// released (past DrainTimeout: the call was cancelled, its result will
+	// be discarded and the next owner handles the record again; Run waits
+	// for it).
 	InFlight int `json:"inFlight"`
 	// Paused reports backpressure: MaxInFlight is reached and polling
 	// waits for room.
@@ -593,7 +602,7 @@ func (p *Processor) Health() Health {
 			h.Blocked = append(h.Blocked, fmt.Sprintf("%s: retry-topic/DLQ write in progress for %v", k, time.Since(ps.forwardSince).Round(time.Millisecond)))
 		}
 	}
-	h.InFlight = p.inRecs
+	h.InFlight = p.inRecs + p.overranLocked()
 	h.Paused = p.paused
 	h.Parked = p.parked
 	h.PausedPartitions = p.pausedPartitionsLocked()

@@ -21,14 +21,15 @@ import (
 )
 
 // levelLog is a slog.Handler that keeps the messages logged at WARN or above
-// with their attributes, for tests that check what an operator sees. Safe
-// for concurrent use.
+// (INFO too with info set) with their attributes, for tests that check what
+// an operator sees. Safe for concurrent use.
 type levelLog struct {
+	info bool
 	mu   sync.Mutex
 	msgs []string // "LEVEL message key=value..."
 }
 
-func (l *levelLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
+func (l *levelLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= l.lowest() }
 func (l *levelLog) WithAttrs([]slog.Attr) slog.Handler            { return l }
 func (l *levelLog) WithGroup(string) slog.Handler                 { return l }
 func (l *levelLog) Handle(_ context.Context, r slog.Record) error {
@@ -39,6 +40,27 @@ func (l *levelLog) Handle(_ context.Context, r slog.Record) error {
 	l.msgs = append(l.msgs, b.String())
 	l.mu.Unlock()
 	return nil
+}
+
+// lowest is the lowest level kept.
+func (l *levelLog) lowest() slog.Level {
+	if l.info {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}
+
+// all returns the messages containing sub.
+func (l *levelLog) all(sub string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, m := range l.msgs {
+		if strings.Contains(m, sub) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // find returns the first message containing every one of subs.
