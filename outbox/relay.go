@@ -57,6 +57,8 @@ type Relay struct {
 
 	stats struct {
 		published, transactions, aborted, recovered, fenced, takeovers, mismatches atomic.Int64
+		// nanoseconds per phase of the exactly-once steps (Stats)
+		loadNs, produceNs, commitNs, confirmNs, markNs atomic.Int64
 	}
 
 	// afterProduce, when set (tests only, see export_test.go), runs after
@@ -68,6 +70,10 @@ type Relay struct {
 	// after a transaction committed and before its rows are marked sent;
 	// an error from it ends Run without marking, as a crash there would.
 	afterCommit func(ids []int64) error
+	// beforeMark, when set (tests only), runs in the exactly-once mode on
+	// the goroutine that marks a committed transaction's rows sent, before
+	// the UPDATE; an error from it is the marking's error.
+	beforeMark func(ids []int64) error
 }
 
 // Opt configures a Relay.
@@ -298,7 +304,7 @@ type row struct {
 // step relays up to limit rows and returns how many it read (all of them
 // produced and marked, unless err is set).
 func (r *Relay) step(ctx context.Context, limit int) (int, error) {
-	rows, err := r.load(ctx, limit)
+	rows, err := r.load(ctx, limit, nil)
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
@@ -355,10 +361,19 @@ func (r *Relay) step(ctx context.Context, limit int) (int, error) {
 	return len(rows), nil
 }
 
-// load reads up to limit unsent rows in id order.
-func (r *Relay) load(ctx context.Context, limit int) ([]row, error) {
-	q := r.db.Rebind(`SELECT id, topic, record_key, value, headers FROM ` + r.ob.table + ` WHERE sent_at IS NULL ORDER BY id LIMIT ?`)
-	rs, err := r.db.QueryContext(ctx, q, limit)
+// load reads up to limit unsent rows in id order, leaving out the ids in
+// except (rows committed to Kafka whose marking is in flight).
+func (r *Relay) load(ctx context.Context, limit int, except []int64) ([]row, error) {
+	q := `SELECT id, topic, record_key, value, headers FROM ` + r.ob.table + ` WHERE sent_at IS NULL`
+	args := make([]any, 0, len(except)+1)
+	if len(except) > 0 {
+		q += ` AND id NOT IN (?` + strings.Repeat(", ?", len(except)-1) + `)`
+		for _, id := range except {
+			args = append(args, id)
+		}
+	}
+	args = append(args, limit)
+	rs, err := r.db.QueryContext(ctx, r.db.Rebind(q+` ORDER BY id LIMIT ?`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read unsent rows: %w", err)
 	}
