@@ -489,6 +489,11 @@ func (r *Relay) session(ctx context.Context, probe bool) error {
 	if probe {
 		limit = 1
 	}
+	conns, err := r.sessionConns(ctx)
+	if err != nil {
+		return err
+	}
+	defer conns.close()
 	var tail *txncheck.Tail // reads the markers back; started at the first commit
 	var marking *marking    // the last committed step's rows being marked sent
 	defer func() {
@@ -500,7 +505,7 @@ func (r *Relay) session(ctx context.Context, probe bool) error {
 		}
 	}()
 	for ctx.Err() == nil {
-		n, err := r.txnStep(ctx, cl, &tail, &marking, limit)
+		n, err := r.txnStep(ctx, cl, conns, &tail, &marking, limit)
 		if err != nil {
 			return err
 		}
@@ -559,6 +564,44 @@ func (r *Relay) ensureMarkerTopic(ctx context.Context, cl *kgo.Client) (created 
 	}
 }
 
+// sessionConns are the connections an exactly-once relay session holds on
+// PostgreSQL for its steps, taken from the pool once per session: one to
+// read the unsent rows, one to mark them sent (the marking overlaps the next
+// step's read). The relay is the one serial stage between the payments and
+// fulfillment; on the pool its statements queued behind every consumer
+// batch and checkout transaction waiting for a connection (the load runs:
+// most of a step's time was its SELECT's wait for a connection). On SQLite
+// both are nil: its writes must go through the pool's writer queue (InTx).
+type sessionConns struct {
+	load, mark *sql.Conn
+}
+
+// sessionConns takes the session's connections (none on SQLite).
+func (r *Relay) sessionConns(ctx context.Context) (sessionConns, error) {
+	var sc sessionConns
+	if r.db.Dialect != sqldb.Postgres {
+		return sc, nil
+	}
+	var err error
+	if sc.load, err = r.db.Conn(ctx); err != nil {
+		return sc, fmt.Errorf("outbox: relay connection: %w", err)
+	}
+	if sc.mark, err = r.db.Conn(ctx); err != nil {
+		sc.close()
+		return sessionConns{}, fmt.Errorf("outbox: relay connection: %w", err)
+	}
+	return sc, nil
+}
+
+// close returns the connections to the pool.
+func (sc sessionConns) close() {
+	for _, c := range []*sql.Conn{sc.load, sc.mark} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
 // marking is the UPDATE that marks a committed transaction's rows sent,
 // running on its own goroutine while the next step reads, produces and
 // commits the rows after them. done is closed when it has ended; err is its
@@ -572,7 +615,7 @@ type marking struct {
 
 // startMarking marks ids sent on a goroutine of its own; the UPDATE runs
 // even if ctx ends (bounded to 10 s): the rows are in Kafka.
-func (r *Relay) startMarking(ctx context.Context, ids []int64, sums []rowSum) *marking {
+func (r *Relay) startMarking(ctx context.Context, conn *sql.Conn, ids []int64, sums []rowSum) *marking {
 	m := &marking{ids: ids, sums: sums, done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
@@ -585,7 +628,7 @@ func (r *Relay) startMarking(ctx context.Context, ids []int64, sums []rowSum) *m
 		}
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if m.err = r.markSent(mctx, ids); m.err == nil {
+		if m.err = r.markSent(mctx, conn, ids); m.err == nil {
 			r.stats.published.Add(int64(len(ids)))
 		}
 	}()
@@ -606,7 +649,7 @@ func (r *Relay) startMarking(ctx context.Context, ids []int64, sums []rowSum) *m
 // marker). A step therefore never starts while more than one transaction's
 // rows are unmarked, and the order of the rows in Kafka is that of the
 // steps, as before.
-func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, tail **txncheck.Tail, prev **marking, limit int) (int, error) {
+func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, sc sessionConns, tail **txncheck.Tail, prev **marking, limit int) (int, error) {
 	var carry *marking // prev, if its marking is still in flight
 	if p := *prev; p != nil {
 		select {
@@ -624,7 +667,11 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, tail **txncheck.Tai
 		except = carry.ids
 	}
 	start := time.Now()
-	rows, err := r.load(ctx, limit, except)
+	var q querier = r.db
+	if sc.load != nil {
+		q = sc.load
+	}
+	rows, err := r.load(ctx, q, limit, except)
 	r.stats.loadNs.Add(int64(time.Since(start)))
 	if err != nil || len(rows) == 0 {
 		return 0, err
@@ -701,7 +748,7 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, tail **txncheck.Tai
 			return 0, carry.err // this step's marker names its rows too: the next session marks both
 		}
 	}
-	*prev = r.startMarking(ctx, ids, sums)
+	*prev = r.startMarking(ctx, sc.mark, ids, sums)
 	return len(rows), nil
 }
 
@@ -783,7 +830,7 @@ func (r *Relay) recoverRows(ctx context.Context, ranges [][2]int64, sum string) 
 		return nil
 	}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	err = r.markSent(mctx, unsent)
+	err = r.markSent(mctx, nil, unsent)
 	cancel()
 	if err != nil {
 		return err

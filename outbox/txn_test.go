@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"sort"
@@ -490,4 +491,56 @@ func TestTxnRelayMarksWhileTheNextTransactionCommits(t *testing.T) {
 			t.Fatalf("read_uncommitted got %v, want each of 1..10 once (nothing re-published)", got)
 		}
 	})
+}
+
+// TestTxnRelayHoldsItsConnections (PostgreSQL): the relay's session reads and
+// marks rows on connections it holds, so it publishes while every other
+// connection of the pool is taken (by consumer batches and checkout, in the
+// system). Here the pool has 3 connections: once the relay holds its 2, the
+// test holds the third in an open transaction, and rows enqueued just before
+// are published and marked all the same. A relay on the pool would leave
+// the test all 3 to hold, and wait for a connection until they were freed.
+func TestTxnRelayHoldsItsConnections(t *testing.T) {
+	db := storetest.Postgres(t)
+	db.SetMaxOpenConns(3)
+	addrs := cluster(t)
+	enqueue(t, db, "t", 2, 1)
+	relay := txnRelay(t, db, addrs, "held", outbox.WithPollInterval(time.Hour))
+	stop := run(t, relay)
+	waitFor(t, "row 1 published and marked", func() bool { return relay.Stats().Published == 1 })
+	enqueue(t, db, "t", 2, 2, 3, 4)
+	ctx := ctxT(t)
+	var held []*sql.Tx // every connection the relay does not hold
+	defer func() {
+		for _, tx := range held {
+			_ = tx.Rollback()
+		}
+	}()
+	for db.Stats().InUse < 3 {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, tx)
+	}
+	if len(held) != 1 {
+		t.Fatalf("the test holds %d connections of 3, want 1 (the relay's session 2)", len(held))
+	}
+	relay.Notify()
+	waitFor(t, "rows 2-4 published and marked with the pool exhausted", func() bool { return relay.Stats().Published == 4 })
+	for _, tx := range held {
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held = nil
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pending(t, db); n != 0 {
+		t.Fatalf("%d rows pending", n)
+	}
+	if got := seqs(t, readTopic(t, addrs, "t", true)); fmt.Sprint(got) != "[1 2 3 4]" {
+		t.Fatalf("read_committed got %v", got)
+	}
 }
