@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,5 +35,23 @@ func TestStartNodeWaitsLongerThanTheScriptDefault(t *testing.T) {
 	t.Setenv("ORDERCAST_KAFKA_START_TIMEOUT", "42")
 	if out, err := rc.kafka(ctx, "start-node", "1"); err != nil || strings.TrimSpace(out) != "start-node 42" {
 		t.Errorf("start-node with ORDERCAST_KAFKA_START_TIMEOUT=42: %q, %v; want the caller's value kept", out, err)
+	}
+}
+
+// Two harnesses on one machine listen on different loopback addresses.
+func TestProcHostIsThisHarnesss(t *testing.T) {
+	seen := map[string]int{}
+	for pid := 1; pid <= 4_000_000; pid += 997 {
+		h := hostOf(pid)
+		if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+			t.Fatalf("hostOf(%d) = %q, not a loopback address", pid, h)
+		}
+		seen[h]++
+	}
+	if hostOf(4242) == hostOf(4243) || procHost != hostOf(os.Getpid()) {
+		t.Fatalf("neighbouring pids share %s, or procHost %s is not this process's", hostOf(4242), procHost)
+	}
+	if len(seen) < 1000 {
+		t.Fatalf("only %d distinct addresses over 4,000 pids", len(seen))
 	}
 }
