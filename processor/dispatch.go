@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -542,22 +543,46 @@ func (p *Processor) pushReady(l *lane) {
 	p.wakeWorkerLocked()
 }
 
-// wakeWorkerLocked wakes an idle worker for the ready lanes, unless enough
-// are woken already: at most one per CPU (GOMAXPROCS) is on its way at a
-// time, and each woken worker that takes a lane wakes the next one while
-// lanes are left (see worker). Waking one worker per ready lane at once
-// (with Concurrency(1000), hundreds per poll) would have them all contend
-// for p.mu, which the poll loop holds while it admits the poll's records,
-// and with a fast handler the first workers woken would have taken the
-// lanes before the others got there. Busy workers take the next ready lane
+// wakeWorkerLocked wakes an idle worker for the ready lanes, or starts one
+// while fewer than Concurrency run, unless enough are on their way already:
+// at most one per CPU (GOMAXPROCS) is on its way at a time, and each woken
+// worker that takes a lane wakes the next one while lanes are left (see
+// worker). Waking one worker per ready lane at once (with
+// Concurrency(1000), hundreds per poll) would have them all contend for
+// p.mu, which the poll loop holds while it admits the poll's records, and
+// with a fast handler the first workers woken would have taken the lanes
+// before the others got there. Busy workers take the next ready lane
 // themselves. A ready lane is so never left without a worker: either a
-// woken worker is on its way, or no worker is idle and a busy one takes it
-// when its lane is done. p.mu held.
+// woken (or started) worker is on its way, or no worker is idle, Concurrency
+// run, and a busy one takes it when its lane is done.
+//
+// Workers are started on demand rather than all at once by Run: with a
+// fast handler a few of them keep up, and Concurrency(1000) parked
+// goroutines would cost a scan of 1,000 stacks in every GC cycle. A worker
+// lives until Run stops. p.mu held.
 func (p *Processor) wakeWorkerLocked() {
-	if len(p.ready) > 0 && p.idleWorkers > p.wakes && p.wakes < max(1, p.maxWakes) {
+	if len(p.ready) == 0 || p.wakes >= max(1, p.maxWakes) || p.stopping {
+		return
+	}
+	switch {
+	case p.idleWorkers > p.wakes:
 		p.wakes++
 		p.workCond.Signal()
+	case p.workerWG != nil && p.workers < p.cfg.concurrency:
+		p.wakes++
+		p.workers++
+		wg := p.workerWG
+		wg.Add(1)
+		go func() { defer wg.Done(); p.worker() }()
 	}
+}
+
+// startWorkersLocked lets wakeWorkerLocked start workers, each counted in
+// wg until it returns (once stopping is set and workCond broadcast). Run
+// calls it before polling. p.mu held.
+func (p *Processor) startWorkersLocked(wg *sync.WaitGroup) {
+	p.workerWG = wg
+	p.wakeWorkerLocked()
 }
 
 // parkLocked adds n records of b bytes to the parked counts of ps (negative
@@ -677,6 +702,9 @@ func (p *Processor) syncPausesLocked(cl *kgo.Client, ps *partState) {
 func (p *Processor) worker() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.wakes > 0 {
+		p.wakes-- // started by wakeWorkerLocked, counted as on its way
+	}
 	var l *lane
 	for {
 		if l == nil {

@@ -155,6 +155,10 @@ type Processor struct {
 	// lanes kept for reuse (freeLaneLocked).
 	laneSeed  maphash.Seed
 	freeLanes []*lane
+	// Workers started (on demand, up to Concurrency; see
+	// wakeWorkerLocked), counted in workerWG, which Run waits for.
+	workers  int
+	workerWG *sync.WaitGroup
 
 	// consumeTopics are the sources and retry topics, given to the
 	// client by Run (New must not join the group).
@@ -414,10 +418,9 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.cfg.metrics.track(p)
 	defer p.cfg.metrics.untrack(p)
 	var wg sync.WaitGroup
-	for range p.cfg.concurrency {
-		wg.Add(1)
-		go func() { defer wg.Done(); p.worker() }()
-	}
+	p.mu.Lock()
+	p.startWorkersLocked(&wg)
+	p.mu.Unlock()
 	clockDone := make(chan struct{})
 	defer close(clockDone)
 	go p.clock.run(clockDone, p.idle.Load)
