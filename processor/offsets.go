@@ -34,6 +34,10 @@ type offsetTracker struct {
 	// partition above its commit point, from its commit's metadata
 	// (ascending); such records are completed without a handler call.
 	earlier []offsetRange
+	// passed, if set, is called with each entry the commit point passes,
+	// once, before the tracker forgets it (the processor reuses the
+	// entry's item: Processor.itemPassed).
+	passed func(*offsetEntry)
 }
 
 type offsetEntry struct {
@@ -45,6 +49,7 @@ type offsetEntry struct {
 	// entries: the idx of the run's other end.
 	other int64
 	done  bool
+	slab  *itemSlab // the block holding the entry's item, if pooled (see itemSlab)
 }
 
 func newOffsetTracker() *offsetTracker { return &offsetTracker{mark: -1} }
@@ -149,6 +154,11 @@ func (t *offsetTracker) complete(e *offsetEntry) bool {
 	// completed run after it, and the entry after that is not done.
 	end := int(last-t.shift) + 1
 	t.mark = t.entries[end-1].offset + 1
+	if t.passed != nil {
+		for _, p := range t.entries[t.head:end] {
+			t.passed(p)
+		}
+	}
 	clear(t.entries[t.head:end])
 	t.head = end
 	if t.head > 64 && t.head*2 >= len(t.entries) {

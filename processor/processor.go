@@ -159,6 +159,10 @@ type Processor struct {
 	// wakeWorkerLocked), counted in workerWG, which Run waits for.
 	workers  int
 	workerWG *sync.WaitGroup
+	// Item slabs whose items were all passed, for reuse, and attempt
+	// contexts to take (see newItemLocked).
+	freeSlabs []*itemSlab
+	ctxSlab   []attemptCtx
 
 	// consumeTopics are the sources and retry topics, given to the
 	// client by Run (New must not join the group).
@@ -210,6 +214,7 @@ type partState struct {
 	pending     []*kgo.Record // fetched, not admitted into a lane yet
 	pendingB    int64         // their key+value bytes
 	slab        []item        // items to take for the next admitted records
+	slabRef     *itemSlab     // the pooled slab slab is of, or nil (see newItemLocked)
 	running     int           // handler calls or forward writes in progress
 	recs        int           // records held (fetched, not completed or dropped)
 	bytes       int64         // their key+value bytes
