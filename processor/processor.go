@@ -155,6 +155,14 @@ type Processor struct {
 	// lanes kept for reuse (freeLaneLocked).
 	laneSeed  maphash.Seed
 	freeLanes []*lane
+	// Workers started (on demand, up to Concurrency; see
+	// wakeWorkerLocked), counted in workerWG, which Run waits for.
+	workers  int
+	workerWG *sync.WaitGroup
+	// Item slabs whose items were all passed, for reuse, and attempt
+	// contexts to take (see newItemLocked).
+	freeSlabs []*itemSlab
+	ctxSlab   []attemptCtx
 
 	// consumeTopics are the sources and retry topics, given to the
 	// client by Run (New must not join the group).
@@ -211,6 +219,7 @@ type partState struct {
 	pending     []*kgo.Record // fetched, not admitted into a lane yet
 	pendingB    int64         // their key+value bytes
 	slab        []item        // items to take for the next admitted records
+	slabRef     *itemSlab     // the pooled slab slab is of, or nil (see newItemLocked)
 	running     int           // handler calls or forward writes in progress
 	recs        int           // records held (fetched, not completed or dropped)
 	bytes       int64         // their key+value bytes
@@ -419,10 +428,9 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.cfg.metrics.track(p)
 	defer p.cfg.metrics.untrack(p)
 	var wg sync.WaitGroup
-	for range p.cfg.concurrency {
-		wg.Add(1)
-		go func() { defer wg.Done(); p.worker() }()
-	}
+	p.mu.Lock()
+	p.startWorkersLocked(&wg)
+	p.mu.Unlock()
 	clockDone := make(chan struct{})
 	defer close(clockDone)
 	go p.clock.run(clockDone, p.idle.Load)
