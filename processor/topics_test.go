@@ -383,6 +383,11 @@ func TestShutdownWithStuckDLQ(t *testing.T) {
 	}
 }
 
+// asksFor reports whether a Metadata request names topic.
+func asksFor(r *kmsg.MetadataRequest, topic string) bool {
+	return slices.ContainsFunc(r.Topics, func(t kmsg.MetadataRequestTopic) bool { return t.Topic != nil && *t.Topic == topic })
+}
+
 // missingTopicMetadata answers a Metadata request as a broker that has not
 // caught up with the cluster's metadata would: every topic asked for unknown.
 func missingTopicMetadata(req *kmsg.MetadataRequest) *kmsg.MetadataResponse {
@@ -439,7 +444,7 @@ func TestTopicCheckWaitsOutTransientFailures(t *testing.T) {
 			c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
 				c.KeepControl()
 				r := req.(*kmsg.MetadataRequest)
-				if !slices.ContainsFunc(r.Topics, func(t kmsg.MetadataRequestTopic) bool { return t.Topic != nil && *t.Topic == "g.dlq" }) {
+				if !asksFor(r, "g.dlq") {
 					return nil, nil, false
 				}
 				mu.Lock()
@@ -487,7 +492,7 @@ func TestTopicCheckStillFailsOnDefinitiveAnswers(t *testing.T) {
 	c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		r := req.(*kmsg.MetadataRequest)
-		if slices.ContainsFunc(r.Topics, func(t kmsg.MetadataRequestTopic) bool { return t.Topic != nil && *t.Topic == "g.dlq" }) {
+		if asksFor(r, "g.dlq") {
 			mu.Lock()
 			asked++
 			mu.Unlock()
@@ -513,7 +518,7 @@ func TestTopicCheckStillFailsOnDefinitiveAnswers(t *testing.T) {
 	c2.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c2.KeepControl()
 		r := req.(*kmsg.MetadataRequest)
-		if !slices.ContainsFunc(r.Topics, func(t kmsg.MetadataRequestTopic) bool { return t.Topic != nil && *t.Topic == "g.dlq" }) {
+		if !asksFor(r, "g.dlq") {
 			return nil, nil, false
 		}
 		mu.Lock()
