@@ -84,48 +84,43 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, c *cfg, need []string) er
 	var (
 		partitions int32
 		missing    []string
-		lastErr    error
-		wait       = topicCheckBackoff
+		missed     int
 	)
-	for attempt, missed := 1, 0; ; attempt++ {
-		partitions, missing, lastErr = listNeeded(ctx, cl, c.topics, need, all)
-		switch {
-		case lastErr == nil && len(missing) == 0:
-			return nil
-		case lastErr == nil:
-			// A broker that just restarted can answer Metadata before it
-			// has caught up with the cluster's metadata, without topics
-			// that exist: a topic is called missing only when
-			// topicCheckMisses answers in a row say so.
-			if missed++; missed >= topicCheckMisses {
-				return finishMissing(ctx, adm, c, partitions, missing)
-			}
-		case !brokererr.Transient(lastErr) || ctx.Err() != nil:
-			return lastErr
-		default:
+	retriable := func(err error) bool { return errors.Is(err, errStillMissing) || brokererr.Transient(err) }
+	err := brokererr.Retry(ctx, topicCheckTimeout, retriable, func(attempt int, wait time.Duration, err error) {
+		c.logger.Info("checking the runtime's topics again", "attempt", attempt, "in", wait, "error", err)
+	}, func() error {
+		p, m, err := listNeeded(ctx, cl, c.topics, need, all)
+		if err != nil {
 			missed = 0
+			return err
 		}
-		c.logger.Info("checking the runtime's topics again", "attempt", attempt, "missing", missing, "error", lastErr, "in", wait)
-		select {
-		case <-ctx.Done():
-			if lastErr == nil {
-				return finishMissing(ctx, adm, c, partitions, missing)
-			}
-			return fmt.Errorf("%w (after %d attempts: %v)", lastErr, attempt, context.Cause(ctx))
-		case <-time.After(wait):
+		partitions, missing = p, m
+		// A broker that just restarted can answer Metadata before it has
+		// caught up with the cluster's metadata, without topics that
+		// exist: a topic is called missing only when topicCheckMisses
+		// answers in a row say so.
+		if missed++; len(m) > 0 && missed < topicCheckMisses {
+			return errStillMissing
 		}
-		wait = min(2*wait, topicCheckMaxBackoff)
+		return nil
+	})
+	switch {
+	case err != nil && !errors.Is(err, errStillMissing):
+		return err
+	case len(missing) == 0:
+		return nil
 	}
+	return finishMissing(ctx, adm, c, partitions, missing) // missing in topicCheckMisses answers, or till the deadline
 }
 
+// errStillMissing makes brokererr.Retry ask again for a topic not yet
+// missing in topicCheckMisses answers in a row.
+var errStillMissing = errors.New("processor: topic missing in the latest answer")
+
 // topicCheckMisses is how many answers in a row must lack a topic before
-// ensureTopics calls it missing; topicCheckBackoff and topicCheckMaxBackoff
-// bound the wait between two attempts (doubling).
-const (
-	topicCheckMisses     = 3
-	topicCheckBackoff    = 250 * time.Millisecond
-	topicCheckMaxBackoff = 2 * time.Second
-)
+// ensureTopics calls it missing (asked with brokererr.Retry's backoff).
+const topicCheckMisses = 3
 
 // listNeeded asks the cluster for the source topics and need, and returns
 // the largest source partition count, the topics of need that do not exist,

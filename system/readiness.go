@@ -50,37 +50,20 @@ func (p *brokerProbe) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ n
 }
 
 // startWait bounds how long a start check waits out a transient broker
-// error (brokererr.Transient) before the start fails with it;
-// startBackoff and startMaxBackoff bound the wait between two attempts
-// (doubling).
-const (
-	startWait       = 30 * time.Second
-	startBackoff    = 250 * time.Millisecond
-	startMaxBackoff = 2 * time.Second
-)
+// error (brokererr.Transient) before the start fails with it.
+const startWait = 30 * time.Second
 
 // retryTransient runs check until it returns nil or an error that is not
-// transient, for at most startWait, logging each failed attempt at WARN
-// (what names the check). It returns check's last error, or nil. Found by
-// the crash harness on a 3-node cluster: services started while a broker
-// was restarting stopped at once ("broker closed the connection
-// immediately"), and were restarted over a thousand times in one run.
+// transient, for at most startWait (brokererr.Retry's backoff), logging each
+// failed attempt at WARN (what names the check). It returns check's last
+// error, or nil. Found by the crash harness on a 3-node cluster: services
+// started while a broker was restarting stopped at once ("broker closed the
+// connection immediately"), and were restarted over a thousand times in one
+// run.
 func retryTransient(ctx context.Context, log *slog.Logger, what string, check func() error) error {
-	deadline := time.Now().Add(startWait)
-	wait := startBackoff
-	for attempt := 1; ; attempt++ {
-		err := check()
-		if err == nil || !brokererr.Transient(err) || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
-			return err
-		}
+	return brokererr.Retry(ctx, startWait, brokererr.Transient, func(attempt int, wait time.Duration, err error) {
 		log.Warn("start: Kafka not answering yet; trying again", "check", what, "attempt", attempt, "in", wait, "error", err)
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, startMaxBackoff)
-	}
+	}, check)
 }
 
 // checkNow is check without the reuse of a recent answer.

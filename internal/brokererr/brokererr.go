@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -53,4 +54,38 @@ func Transient(err error) bool {
 		return true
 	}
 	return false
+}
+
+// Backoff bounds the wait between two attempts of Retry: the first wait,
+// doubling up to the last.
+const (
+	FirstBackoff = 250 * time.Millisecond
+	MaxBackoff   = 2 * time.Second
+)
+
+// Retry calls attempt until it returns nil or an error retriable does not
+// accept, or until waiting again would pass limit from now or ctx is done;
+// it waits FirstBackoff, doubling to MaxBackoff, between attempts, and
+// calls onRetry (may be nil) before each wait with the attempt's number
+// (from 1), the wait and its error. It returns attempt's last error, or
+// nil. It blocks for at most about limit plus one attempt's duration.
+func Retry(ctx context.Context, limit time.Duration, retriable func(error) bool,
+	onRetry func(attempt int, wait time.Duration, err error), attempt func() error) error {
+	deadline := time.Now().Add(limit)
+	wait := FirstBackoff
+	for n := 1; ; n++ {
+		err := attempt()
+		if err == nil || !retriable(err) || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		if onRetry != nil {
+			onRetry(n, wait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, MaxBackoff)
+	}
 }
