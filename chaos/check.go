@@ -197,7 +197,7 @@ func (c *checker) offsets(ctx context.Context) (inv Invariant, lag map[string]in
 }
 
 // charges recomputes every wallet from its opening balance in the order the
-// payments committed (SQLite rowid order; writes are serialised): each order
+// payments committed (see commitOrder below): each order
 // is charged at most once, exactly once when the credit sufficed at that
 // point, refused only when it did not, and each wallet ends at its balance.
 func (c *checker) charges(ctx context.Context) (Invariant, error) {
@@ -246,20 +246,20 @@ func (c *checker) charges(ctx context.Context) (Invariant, error) {
 	for id, w := range wallets {
 		balance[id] = w.opening
 	}
-	// Commit order: SQLite's rowid (writes are serialised); PostgreSQL's
-	// commit timestamps (track_commit_timestamp, set by the cluster run's
-	// reset). A debit's wallet UPDATE waits for the previous debit's
-	// commit, so their commit timestamps are in order; a refusal committed
-	// after a debit it did not see read a higher balance than the replay
-	// gives it, so the replay never calls a correct refusal wrong. A batch
-	// of payments commits in one transaction (one commit timestamp, and
-	// within it no order PostgreSQL records): its debits are replayed before
-	// its refusals, which is the order a correct refusal of that batch
-	// needs (a debit of the same customer earlier in the batch left too
-	// little), so the replay never calls such a refusal wrong either.
-	commitOrder := `p.rowid`
+	// Commit order, then the order within a transaction: payments.seq
+	// numbers the rows in the order they were inserted (store migration 5),
+	// so in the order a batch transaction applied its payments. SQLite
+	// serialises its writes, so seq alone is the commit order; PostgreSQL
+	// orders by commit timestamp (track_commit_timestamp, set by the
+	// cluster run's reset and by scripts/postgres.sh), then seq within a
+	// batch transaction, whose rows share one commit timestamp. A debit's
+	// wallet UPDATE waits for the previous debit's commit, so their commit
+	// timestamps are in order; a refusal committed after a debit it did not
+	// see read a higher balance than the replay gives it, so the replay
+	// never calls a correct refusal wrong.
+	commitOrder := `p.seq`
 	if c.db.Dialect == sqldb.Postgres {
-		commitOrder = `pg_xact_commit_timestamp(p.xmin), CASE WHEN p.status = '` + order.PaymentPaid + `' THEN 0 ELSE 1 END, p.processed_at`
+		commitOrder = `pg_xact_commit_timestamp(p.xmin), p.seq`
 	}
 	rows, err = c.db.QueryContext(ctx, `SELECT p.order_id, COALESCE(p.customer_id, ''), p.status, p.method, p.amount_milli, COALESCE(p.reason, ''), COALESCE(o.total_milli, -1)
 		FROM payments p LEFT JOIN orders o ON o.order_id = p.order_id ORDER BY `+commitOrder)

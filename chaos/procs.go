@@ -75,8 +75,15 @@ type cluster struct {
 // there can be taken, before the process binds it, as the source port of
 // one of the many outgoing connections to 127.0.0.1 (Kafka, PostgreSQL, the
 // proxies), which the cluster soak hit ("address already in use" at every
-// restart of one slot). Outgoing connections never use this address.
-const procHost = "127.0.3.1"
+// restart of one slot). Outgoing connections never use this address. It is
+// one of this harness process's own (127.3.X.Y from its pid), not one
+// shared by every harness on the machine: two soaks run side by side took
+// each other's free ports there ("registry address 127.0.3.1:45027 is not
+// free" at a seed's start).
+var procHost = hostOf(os.Getpid())
+
+// hostOf maps a pid to a loopback address 127.3.X.Y, X and Y in 1..250.
+func hostOf(pid int) string { return fmt.Sprintf("127.3.%d.%d", pid/250%250+1, pid%250+1) }
 
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", procHost+":0")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -59,10 +60,25 @@ type realCluster struct {
 	crashesPG bool
 }
 
+// nodeStartTimeout is how long start-node may take, in seconds, unless
+// ORDERCAST_KAFKA_START_TIMEOUT says otherwise: a broker fault ends only when
+// its node serves again, and on a loaded machine a JVM's start and the ISR
+// rejoin can take minutes (kafka.sh's own default, 90 s, ended soak episodes
+// early with the node still starting, so a second node could be taken down
+// while the first was not back).
+const nodeStartTimeout = 600
+
 func (rc *realCluster) kafka(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	limit, env := 4*time.Minute, []string(nil)
+	if len(args) > 0 && args[0] == "start-node" && os.Getenv("ORDERCAST_KAFKA_START_TIMEOUT") == "" {
+		limit = nodeStartTimeout*time.Second + time.Minute
+		env = append(os.Environ(), "ORDERCAST_KAFKA_START_TIMEOUT="+strconv.Itoa(nodeStartTimeout))
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, rc.cfg.KafkaScript, args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, rc.cfg.KafkaScript, args...)
+	cmd.Env = env // nil: this process's environment
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s %s: %w: %s", rc.cfg.KafkaScript, strings.Join(args, " "), err, lastLines(string(out), 5))
 	}

@@ -63,7 +63,7 @@ func Migrate(ctx context.Context, db *sqldb.DB) error {
 // a schema version.
 //
 // It is idempotent and safe to call from several processes at once: it runs
-// in one sqldb.DB.InSchemaTx transaction, under PostgreSQL's schema advisory
+// in one sqldb.DB.ExecSchema transaction, under PostgreSQL's schema advisory
 // lock or SQLite's write lock, so concurrent calls serialise and a failure
 // creates nothing.
 //
@@ -77,16 +77,11 @@ func (in *Inbox) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inbox: migrate: %w", err)
 	}
-	return in.db.InSchemaTx(ctx, func(tx *sql.Tx) error {
-		for _, stmt := range stmts {
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("inbox: migrate: create table %s: %w", in.table, err)
-			}
-		}
+	return in.db.ExecSchema(ctx, "inbox: migrate table "+in.table, stmts, func(tx *sql.Tx) error {
 		// Every column Process and Seen read or write, so that a table of an
 		// older shape fails here rather than at the first event.
 		if _, err := tx.ExecContext(ctx, `SELECT consumer_group, event_id, topic, "partition", "offset", processed_at, digest FROM `+in.table+` WHERE 1 = 0`); err != nil {
-			return fmt.Errorf("inbox: migrate: the existing table %s lacks a column Process needs (digest is added by ALTER TABLE %s ADD COLUMN digest TEXT): %w", in.table, in.table, err)
+			return fmt.Errorf("the existing table lacks a column Process needs (digest is added by ALTER TABLE %s ADD COLUMN digest TEXT): %w", in.table, err)
 		}
 		return nil
 	})

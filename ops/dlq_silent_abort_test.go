@@ -2,35 +2,15 @@ package ops_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/txncheck/txnchecktest"
 	"github.com/ordercast/ordercast/ops"
 )
-
-// abortCommits makes the embedded broker handle the next n EndTxn(commit)
-// requests as aborts and answer them with success: what Purge and Replay
-// see when franz-go v1.22.3 turns a write-only commit into an abort and
-// returns nil (docs/upstream/franz-go-write-only-txn-abort.md).
-func abortCommits(c *kfake.Cluster, n int32) *atomic.Int32 {
-	var done atomic.Int32
-	c.ControlKey(int16(kmsg.EndTxn), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if req := kreq.(*kmsg.EndTxnRequest); req.Commit && done.Load() < n {
-			req.Commit = false
-			done.Add(1)
-		}
-		return nil, nil, false
-	})
-	return &done
-}
 
 // TestPurgeAndReplaySurviveSilentAbort: the first commit of a Purge and of
 // a Replay is answered nil but aborted. Each finds it by reading its state
@@ -38,8 +18,7 @@ func abortCommits(c *kfake.Cluster, n int32) *atomic.Int32 {
 // read_committed readers see the result: the purge position moved, the
 // replayed record written once.
 func TestPurgeAndReplaySurviveSilentAbort(t *testing.T) {
-	testkafka.SkipIfReal(t, "turns EndTxn(commit) into an abort with a kfake control")
-	c, addrs := testkafka.Fake(t, map[string]int32{"events": 1, "g.dlq": 1})
+	c, addrs := txnchecktest.Fake(t, map[string]int32{"events": 1, "g.dlq": 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	produce(t, addrs, dlqRec("g", 0, "k1", "bad1", "permanent", "events", 7), dlqRec("g", 0, "k2", "bad2", "invalid", "events", 8))
@@ -49,7 +28,7 @@ func TestPurgeAndReplaySurviveSilentAbort(t *testing.T) {
 	}
 	defer d.Close()
 
-	turned := abortCommits(c, 1)
+	turned := txnchecktest.AbortCommits(c, 1)
 	res, err := d.Replay(ctx, ops.ReplayOptions{Selection: ops.Selection{Classes: []string{"permanent"}}})
 	if err != nil {
 		t.Fatalf("Replay: %v", err)
@@ -70,7 +49,7 @@ func TestPurgeAndReplaySurviveSilentAbort(t *testing.T) {
 		t.Fatalf("List after the replay: %+v, %v; want 1 replayed", l, err)
 	}
 
-	turned = abortCommits(c, 1)
+	turned = txnchecktest.AbortCommits(c, 1)
 	if _, err := d.Purge(ctx, ops.PurgeOptions{}); err != nil {
 		t.Fatalf("Purge: %v", err)
 	}

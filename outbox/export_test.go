@@ -10,3 +10,8 @@ func (r *Relay) SetAfterProduce(fn func(ids []int64) error) { r.afterProduce = f
 // An error from it ends Run with that error and leaves the rows unmarked, as
 // a crash at that point would.
 func (r *Relay) SetAfterCommit(fn func(ids []int64) error) { r.afterCommit = fn }
+
+// SetBeforeMark installs a hook that runs, in the exactly-once mode, on the
+// goroutine marking a committed transaction's rows, before the UPDATE (tests
+// only). An error from it is the marking's error.
+func (r *Relay) SetBeforeMark(fn func(ids []int64) error) { r.beforeMark = fn }

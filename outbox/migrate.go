@@ -74,7 +74,7 @@ func Migrate(ctx context.Context, db *sqldb.DB) error {
 // Kafka, not in a table, so it needs nothing more.
 //
 // It is idempotent and safe to call from several processes at once: it runs
-// in one sqldb.DB.InSchemaTx transaction, under PostgreSQL's schema advisory
+// in one sqldb.DB.ExecSchema transaction, under PostgreSQL's schema advisory
 // lock or SQLite's write lock, so concurrent calls serialise and a failure
 // creates nothing.
 //
@@ -86,14 +86,9 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox: migrate: %w", err)
 	}
-	return o.db.InSchemaTx(ctx, func(tx *sql.Tx) error {
-		for i, stmt := range stmts {
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("outbox: migrate %s: statement %d: %w", o.table, i+1, err)
-			}
-		}
+	return o.db.ExecSchema(ctx, "outbox: migrate table "+o.table, stmts, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `SELECT id, topic, record_key, value, headers, created_at, sent_at FROM `+o.table+` WHERE 1 = 0`); err != nil {
-			return fmt.Errorf("outbox: migrate: the existing table %s lacks a column the relay needs: %w", o.table, err)
+			return fmt.Errorf("the existing table lacks a column the relay needs: %w", err)
 		}
 		return nil
 	})

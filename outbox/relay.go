@@ -57,6 +57,8 @@ type Relay struct {
 
 	stats struct {
 		published, transactions, aborted, recovered, fenced, takeovers, mismatches atomic.Int64
+		// nanoseconds per phase of the exactly-once steps (Stats)
+		loadNs, produceNs, commitNs, confirmNs, markNs atomic.Int64
 	}
 
 	// afterProduce, when set (tests only, see export_test.go), runs after
@@ -68,6 +70,10 @@ type Relay struct {
 	// after a transaction committed and before its rows are marked sent;
 	// an error from it ends Run without marking, as a crash there would.
 	afterCommit func(ids []int64) error
+	// beforeMark, when set (tests only), runs in the exactly-once mode on
+	// the goroutine that marks a committed transaction's rows sent, before
+	// the UPDATE; an error from it is the marking's error.
+	beforeMark func(ids []int64) error
 }
 
 // Opt configures a Relay.
@@ -298,7 +304,7 @@ type row struct {
 // step relays up to limit rows and returns how many it read (all of them
 // produced and marked, unless err is set).
 func (r *Relay) step(ctx context.Context, limit int) (int, error) {
-	rows, err := r.load(ctx, limit)
+	rows, err := r.load(ctx, r.db, limit, nil)
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
@@ -342,7 +348,7 @@ func (r *Relay) step(ctx context.Context, limit int) (int, error) {
 	if acked > 0 {
 		// Mark even if ctx ended meanwhile: these records are in Kafka.
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		err := r.markSent(mctx, ids)
+		err := r.markSent(mctx, nil, ids)
 		cancel()
 		if err != nil {
 			return 0, err
@@ -355,10 +361,25 @@ func (r *Relay) step(ctx context.Context, limit int) (int, error) {
 	return len(rows), nil
 }
 
-// load reads up to limit unsent rows in id order.
-func (r *Relay) load(ctx context.Context, limit int) ([]row, error) {
-	q := r.db.Rebind(`SELECT id, topic, record_key, value, headers FROM ` + r.ob.table + ` WHERE sent_at IS NULL ORDER BY id LIMIT ?`)
-	rs, err := r.db.QueryContext(ctx, q, limit)
+// querier is what load reads through: the pool (*sql.DB) or a connection
+// the exactly-once relay holds for its session (*sql.Conn).
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// load reads up to limit unsent rows in id order through q, leaving out the
+// ids in except (rows committed to Kafka whose marking is in flight).
+func (r *Relay) load(ctx context.Context, q querier, limit int, except []int64) ([]row, error) {
+	sel := `SELECT id, topic, record_key, value, headers FROM ` + r.ob.table + ` WHERE sent_at IS NULL`
+	args := make([]any, 0, len(except)+1)
+	if len(except) > 0 {
+		sel += ` AND id NOT IN (?` + strings.Repeat(", ?", len(except)-1) + `)`
+		for _, id := range except {
+			args = append(args, id)
+		}
+	}
+	args = append(args, limit)
+	rs, err := q.QueryContext(ctx, r.db.Rebind(sel+` ORDER BY id LIMIT ?`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read unsent rows: %w", err)
 	}
@@ -396,17 +417,25 @@ func (r *Relay) load(ctx context.Context, limit int) ([]row, error) {
 // markSent sets sent_at on exactly the given ids, in one UPDATE. (Not an id
 // range: on PostgreSQL a row with an id inside the range may have committed
 // after the batch was read, and must not be marked unsent-but-sent.)
-func (r *Relay) markSent(ctx context.Context, ids []int64) error {
+//
+// On conn (PostgreSQL only; nil: a transaction of the pool, InTx) the UPDATE
+// runs as one statement, atomic by itself.
+func (r *Relay) markSent(ctx context.Context, conn *sql.Conn, ids []int64) error {
 	q := `UPDATE ` + r.ob.table + ` SET sent_at = ? WHERE id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
 	args := make([]any, 0, len(ids)+1)
 	args = append(args, time.Now().UnixMilli())
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	err := r.db.InTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, r.db.Rebind(q), args...)
-		return err
-	})
+	var err error
+	if conn != nil {
+		_, err = conn.ExecContext(ctx, r.db.Rebind(q), args...)
+	} else {
+		err = r.db.InTx(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, r.db.Rebind(q), args...)
+			return err
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("outbox: mark %d rows sent: %w", len(ids), err)
 	}

@@ -30,8 +30,14 @@ const (
 	// broker (transaction.timeout.ms): a relay that stalls longer has its
 	// transaction aborted by the coordinator.
 	DefaultTransactionTimeout = 30 * time.Second
-	// markerVersion is the version of the progress marker's JSON value.
-	markerVersion = 1
+	// markerVersion is the version of the progress marker's JSON value
+	// written when it names only its own transaction's rows;
+	// markerVersionPrev the version of one that also names the previous
+	// transaction's rows (marker.Prev), whose marking was still in flight.
+	// A relay reads both; one of a release before markerVersionPrev stops
+	// with an error on a version 2 marker rather than miss its Prev rows.
+	markerVersion     = 1
+	markerVersionPrev = 2
 )
 
 // Default name prefixes of the exactly-once relay (see TransactionalID and
@@ -168,7 +174,8 @@ func WithTransactionalIDSuffix(suffix string) Opt {
 // order and, in one Kafka transaction, produces them and one progress marker
 // record (key name, value: the exact ids of the batch and a checksum of
 // their contents) to the marker topic, then commits, then reads the marker
-// back as a read_committed reader, then marks the rows sent. Kafka commits
+// back as a read_committed reader, then marks the rows sent (an UPDATE that
+// runs while the next step reads, produces and commits; see below). Kafka commits
 // the rows and the marker together or neither. The read-back is there
 // because franz-go v1.22.3's EndTransaction can abort a write-only
 // transaction and return nil (internal/txncheck): a marker found aborted
@@ -191,8 +198,11 @@ func WithTransactionalIDSuffix(suffix string) Opt {
 // Why the marker names exact ids, not "everything up to id N": on
 // PostgreSQL ids are taken at insert time, so a lower id may commit after
 // a higher one was relayed. Only the last committed marker can name
-// unmarked rows, since a step starts only after the previous step's rows
-// were marked.
+// unmarked rows: a step's marking overlaps the next step only, which reads
+// the unsent rows without the ones being marked, names them in its own
+// marker too (version 2, "prev"), and waits for their marking to end once
+// its commit is confirmed, so at most two transactions' rows are unmarked at
+// a time and the last committed marker names them all.
 //
 // Several relays on one database (one per service instance) are safe: they
 // share the transactional id, so the last one to start fences the others.
@@ -317,6 +327,17 @@ type Stats struct {
 	// MarkerMismatches counts markers whose rows did not match this
 	// database (not trusted; those rows are published again).
 	MarkerMismatches int64 `json:"markerMismatches"`
+	// The time spent in each phase of the exactly-once relay's steps,
+	// summed over the steps: reading the unsent rows (Load), producing
+	// them and the marker until acknowledged (Produce), EndTxn (Commit),
+	// reading the marker back read_committed (Confirm) and the UPDATE
+	// that marks them sent (Mark, which overlaps the next step's other
+	// phases). Divided by Transactions, the mean of one step.
+	LoadTime    time.Duration `json:"loadTime"`
+	ProduceTime time.Duration `json:"produceTime"`
+	CommitTime  time.Duration `json:"commitTime"`
+	ConfirmTime time.Duration `json:"confirmTime"`
+	MarkTime    time.Duration `json:"markTime"`
 }
 
 // Stats returns the relay's counters.
@@ -329,6 +350,11 @@ func (r *Relay) Stats() Stats {
 		Fenced:           r.stats.fenced.Load(),
 		Takeovers:        r.stats.takeovers.Load(),
 		MarkerMismatches: r.stats.mismatches.Load(),
+		LoadTime:         time.Duration(r.stats.loadNs.Load()),
+		ProduceTime:      time.Duration(r.stats.produceNs.Load()),
+		CommitTime:       time.Duration(r.stats.commitNs.Load()),
+		ConfirmTime:      time.Duration(r.stats.confirmNs.Load()),
+		MarkTime:         time.Duration(r.stats.markNs.Load()),
 	}
 }
 
@@ -463,14 +489,23 @@ func (r *Relay) session(ctx context.Context, probe bool) error {
 	if probe {
 		limit = 1
 	}
+	conns, err := r.sessionConns(ctx)
+	if err != nil {
+		return err
+	}
+	defer conns.close()
 	var tail *txncheck.Tail // reads the markers back; started at the first commit
+	var marking *marking    // the last committed step's rows being marked sent
 	defer func() {
+		if marking != nil {
+			<-marking.done // bounded (markSent's own timeout); an error is the next session's marker read's
+		}
 		if tail != nil {
 			tail.Close()
 		}
 	}()
 	for ctx.Err() == nil {
-		n, err := r.txnStep(ctx, cl, &tail, limit)
+		n, err := r.txnStep(ctx, cl, conns, &tail, &marking, limit)
 		if err != nil {
 			return err
 		}
@@ -529,12 +564,115 @@ func (r *Relay) ensureMarkerTopic(ctx context.Context, cl *kgo.Client) (created 
 	}
 }
 
+// sessionConns are the connections an exactly-once relay session holds on
+// PostgreSQL for its steps, taken from the pool once per session: one to
+// read the unsent rows, one to mark them sent (the marking overlaps the next
+// step's read). The relay is the one serial stage between the payments and
+// fulfillment; on the pool its statements queued behind every consumer
+// batch and checkout transaction waiting for a connection (the load runs:
+// most of a step's time was its SELECT's wait for a connection). On SQLite
+// both are nil: its writes must go through the pool's writer queue (InTx).
+type sessionConns struct {
+	load, mark *sql.Conn
+}
+
+// sessionConns takes the session's connections (none on SQLite).
+func (r *Relay) sessionConns(ctx context.Context) (sessionConns, error) {
+	var sc sessionConns
+	if r.db.Dialect != sqldb.Postgres {
+		return sc, nil
+	}
+	var err error
+	if sc.load, err = r.db.Conn(ctx); err != nil {
+		return sc, fmt.Errorf("outbox: relay connection: %w", err)
+	}
+	if sc.mark, err = r.db.Conn(ctx); err != nil {
+		sc.close()
+		return sessionConns{}, fmt.Errorf("outbox: relay connection: %w", err)
+	}
+	return sc, nil
+}
+
+// close returns the connections to the pool.
+func (sc sessionConns) close() {
+	for _, c := range []*sql.Conn{sc.load, sc.mark} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+// marking is the UPDATE that marks a committed transaction's rows sent,
+// running on its own goroutine while the next step reads, produces and
+// commits the rows after them. done is closed when it has ended; err is its
+// error (read after done).
+type marking struct {
+	ids  []int64
+	sums []rowSum
+	done chan struct{}
+	err  error
+}
+
+// startMarking marks ids sent on a goroutine of its own; the UPDATE runs
+// even if ctx ends (bounded to 10 s): the rows are in Kafka.
+func (r *Relay) startMarking(ctx context.Context, conn *sql.Conn, ids []int64, sums []rowSum) *marking {
+	m := &marking{ids: ids, sums: sums, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		start := time.Now()
+		defer func() { r.stats.markNs.Add(int64(time.Since(start))) }()
+		if r.beforeMark != nil {
+			if m.err = r.beforeMark(ids); m.err != nil {
+				return
+			}
+		}
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if m.err = r.markSent(mctx, conn, ids); m.err == nil {
+			r.stats.published.Add(int64(len(ids)))
+		}
+	}()
+	return m
+}
+
 // txnStep relays up to limit rows in one transaction and returns how many
-// (all committed and marked unless err is set). A commit is trusted only
-// once its marker reads back read_committed (confirm): franz-go's
-// EndTransaction can abort a write-only transaction and return nil.
-func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, tail **txncheck.Tail, limit int) (int, error) {
-	rows, err := r.load(ctx, limit)
+// (all committed unless err is set). A commit is trusted only once its
+// marker reads back read_committed (confirm): franz-go's EndTransaction can
+// abort a write-only transaction and return nil.
+//
+// The marking of the rows runs on (*prev), overlapping the next step: that
+// step reads the unsent rows without prev's, names prev's rows in its own
+// marker as well (marker.Prev), so that whichever of the two markers is the
+// last committed one names every row committed and perhaps not marked, and
+// waits for prev's marking to end after its own commit was confirmed (an
+// error of it ends the session, and the next session marks both from the
+// marker). A step therefore never starts while more than one transaction's
+// rows are unmarked, and the order of the rows in Kafka is that of the
+// steps, as before.
+func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, sc sessionConns, tail **txncheck.Tail, prev **marking, limit int) (int, error) {
+	var carry *marking // prev, if its marking is still in flight
+	if p := *prev; p != nil {
+		select {
+		case <-p.done:
+			*prev = nil
+			if p.err != nil {
+				return 0, p.err // the next session marks them from the marker
+			}
+		default:
+			carry = p
+		}
+	}
+	var except []int64
+	if carry != nil {
+		except = carry.ids
+	}
+	start := time.Now()
+	var q querier = r.db
+	if sc.load != nil {
+		q = sc.load
+	}
+	rows, err := r.load(ctx, q, limit, except)
+	r.stats.loadNs.Add(int64(time.Since(start)))
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
@@ -546,7 +684,11 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, tail **txncheck.Tai
 		recs = append(recs, rw.rec)
 		sums[i] = rowSum{id: rw.id, topic: rw.rec.Topic, key: rw.rec.Key, value: rw.rec.Value}
 	}
-	mv, err := json.Marshal(marker{V: markerVersion, IDs: toRanges(ids), Sum: checksum(sums), At: time.Now().UnixMilli()})
+	mk := marker{V: markerVersion, IDs: toRanges(ids), Sum: checksum(sums), At: time.Now().UnixMilli()}
+	if carry != nil {
+		mk.V, mk.Prev, mk.PrevSum = markerVersionPrev, toRanges(carry.ids), checksum(carry.sums)
+	}
+	mv, err := json.Marshal(mk)
 	if err != nil {
 		return 0, &fatalError{err}
 	}
@@ -556,7 +698,10 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, tail **txncheck.Tai
 	if err := cl.BeginTransaction(); err != nil {
 		return 0, fmt.Errorf("outbox: begin transaction: %w", err)
 	}
-	if res := cl.ProduceSync(ctx, recs...); res.FirstErr() != nil {
+	start = time.Now()
+	res := cl.ProduceSync(ctx, recs...)
+	r.stats.produceNs.Add(int64(time.Since(start)))
+	if res.FirstErr() != nil {
 		err := res.FirstErr()
 		if ae := r.produceAuthzError(err, res); ae != nil {
 			err = ae
@@ -575,13 +720,18 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, tail **txncheck.Tai
 	}
 	// Not cancelled by ctx: a cancelled EndTxn leaves the outcome unknown.
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	start = time.Now()
 	err = cl.EndTransaction(ectx, kgo.TryCommit)
+	r.stats.commitNs.Add(int64(time.Since(start)))
 	cancel()
 	if err != nil {
 		r.stats.aborted.Add(1)
 		return 0, fmt.Errorf("outbox: commit transaction of %d rows from id %d (outcome unknown until the next session reads the marker): %w", len(rows), ids[0], err)
 	}
-	if err := r.confirm(ctx, tail, mrec); err != nil {
+	start = time.Now()
+	err = r.confirm(ctx, tail, mrec)
+	r.stats.confirmNs.Add(int64(time.Since(start)))
+	if err != nil {
 		r.stats.aborted.Add(1)
 		return 0, fmt.Errorf("outbox: commit transaction of %d rows from id %d: %w", len(rows), ids[0], err)
 	}
@@ -591,13 +741,14 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, tail **txncheck.Tai
 			return 0, &fatalError{err}
 		}
 	}
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	err = r.markSent(mctx, ids)
-	cancel()
-	if err != nil {
-		return 0, err // the next session marks them from the marker
+	if carry != nil {
+		<-carry.done // bounded: markSent's own timeout
+		*prev = nil
+		if carry.err != nil {
+			return 0, carry.err // this step's marker names its rows too: the next session marks both
+		}
 	}
-	r.stats.published.Add(int64(len(ids)))
+	*prev = r.startMarking(ctx, sc.mark, ids, sums)
 	return len(rows), nil
 }
 
@@ -636,14 +787,28 @@ func (r *Relay) confirm(ctx context.Context, tail **txncheck.Tail, m *kgo.Record
 	return nil
 }
 
-// recover reads the last committed marker and marks its rows sent.
+// recover reads the last committed marker and marks its rows sent: those of
+// the previous transaction it names (marker.Prev) first, then its own.
 func (r *Relay) recover(ctx context.Context, cl *kgo.Client) error {
 	m, err := r.readMarker(ctx, cl)
 	if err != nil || m == nil {
 		return err
 	}
+	if len(m.Prev) > 0 {
+		if err := r.recoverRows(ctx, m.Prev, m.PrevSum); err != nil {
+			return err
+		}
+	}
+	return r.recoverRows(ctx, m.IDs, m.Sum)
+}
+
+// recoverRows marks sent the unsent rows of the id ranges of one
+// transaction, if the rows found match the checksum sum. One UPDATE marked
+// all of a transaction's rows, so they are all unsent or all sent (and then
+// perhaps pruned); only unsent rows are checked.
+func (r *Relay) recoverRows(ctx context.Context, ranges [][2]int64, sum string) error {
 	var ids []int64
-	for _, rg := range m.IDs {
+	for _, rg := range ranges {
 		for id := rg[0]; id <= rg[1]; id++ {
 			ids = append(ids, id)
 		}
@@ -651,21 +816,21 @@ func (r *Relay) recover(ctx context.Context, cl *kgo.Client) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, unsent, err := r.loadForCheck(ctx, m.IDs)
+	rows, unsent, err := r.loadForCheck(ctx, ranges)
 	if err != nil {
 		return err
 	}
 	if len(unsent) == 0 {
 		return nil // marked already (the usual case)
 	}
-	if len(rows) != len(ids) || checksum(rows) != m.Sum {
+	if len(rows) != len(ids) || checksum(rows) != sum {
 		r.stats.mismatches.Add(1)
 		r.logger.Error("outbox relay: the last progress marker does not match this database's rows; not trusting it, its rows are published again (was the database replaced while the broker was kept?)",
 			"relay", r.txn.name, "marker_topic", r.txn.markerTopic, "first_id", ids[0], "rows", len(ids), "found", len(rows))
 		return nil
 	}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	err = r.markSent(mctx, unsent)
+	err = r.markSent(mctx, nil, unsent)
 	cancel()
 	if err != nil {
 		return err
@@ -709,12 +874,16 @@ func (r *Relay) loadForCheck(ctx context.Context, ranges [][2]int64) (rows []row
 }
 
 // marker is the progress marker's value: the exact ids of the rows its
-// transaction published, as inclusive ranges, and their checksum.
+// transaction published, as inclusive ranges, and their checksum; in
+// version 2 also those of the previous transaction (Prev, PrevSum), whose
+// rows were still being marked sent when this one was built.
 type marker struct {
-	V   int        `json:"v"`
-	IDs [][2]int64 `json:"ids"`
-	Sum string     `json:"sum"`
-	At  int64      `json:"at"` // unix ms, informational
+	V       int        `json:"v"`
+	IDs     [][2]int64 `json:"ids"`
+	Sum     string     `json:"sum"`
+	Prev    [][2]int64 `json:"prev,omitempty"`
+	PrevSum string     `json:"prevSum,omitempty"`
+	At      int64      `json:"at"` // unix ms, informational
 }
 
 // toRanges compresses ascending ids into inclusive ranges.
@@ -830,8 +999,8 @@ func (r *Relay) scanMarkers(ctx context.Context, from, end int64) (*marker, erro
 		return nil, nil
 	}
 	var m marker
-	if err := json.Unmarshal(last.Value, &m); err != nil || m.V != markerVersion {
-		return nil, &fatalError{fmt.Errorf("outbox: marker at %s/0@%d is not a version %d marker (%v): is another program writing to this topic?", topic, last.Offset, markerVersion, err)}
+	if err := json.Unmarshal(last.Value, &m); err != nil || (m.V != markerVersion && m.V != markerVersionPrev) {
+		return nil, &fatalError{fmt.Errorf("outbox: marker at %s/0@%d is not a version %d or %d marker (%v): is another program writing to this topic?", topic, last.Offset, markerVersion, markerVersionPrev, err)}
 	}
 	return &m, nil
 }

@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"sort"
@@ -415,5 +416,131 @@ func TestNewTransactionalRelayValidatesNames(t *testing.T) {
 	}
 	if _, err := outbox.NewTransactionalRelay(db, "pay", nil, outbox.WithMarkerTopicName(strings.Repeat("x", 249))); err != nil {
 		t.Errorf("a 249-character topic name refused: %v", err)
+	}
+}
+
+// TestTxnRelayMarksWhileTheNextTransactionCommits: a transaction's rows are
+// marked sent on a goroutine of their own while the next transaction reads,
+// produces and commits (the marking of the first batch is held here until
+// the second has committed, which a relay marking before its next step
+// never reaches), and the second transaction's marker names the first's
+// rows too: the relay then "crashes" with neither batch marked (the held
+// UPDATE fails), and the next relay marks all ten rows from that one marker
+// and publishes nothing twice, not even for read_uncommitted readers.
+func TestTxnRelayMarksWhileTheNextTransactionCommits(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		addrs := cluster(t)
+		enqueue(t, db, "t", 3, upTo(10)...)
+		crash := errors.New("simulated crash")
+		release := make(chan struct{})
+		first := txnRelay(t, db, addrs, "pipe", outbox.WithBatchSize(5))
+		var mu sync.Mutex
+		var marks, commits [][]int64
+		first.SetBeforeMark(func(ids []int64) error {
+			mu.Lock()
+			marks = append(marks, ids)
+			mu.Unlock()
+			<-release
+			return crash // the UPDATE never runs: as if the process died first
+		})
+		second := make(chan struct{})
+		first.SetAfterCommit(func(ids []int64) error {
+			mu.Lock()
+			commits = append(commits, ids)
+			n := len(commits)
+			mu.Unlock()
+			if n == 2 {
+				close(second)
+				return crash
+			}
+			return nil
+		})
+		ctx := ctxT(t)
+		done := make(chan error, 1)
+		go func() { done <- first.Run(ctx) }()
+		select {
+		case <-second:
+			close(release)
+		case <-ctx.Done():
+			close(release)
+			t.Fatal("the second transaction did not commit while the first's marking was held")
+		}
+		err := <-done
+		if !errors.Is(err, crash) {
+			t.Fatalf("Run: %v, want the simulated crash", err)
+		}
+		mu.Lock()
+		if fmt.Sprint(commits) != "[[1 2 3 4 5] [6 7 8 9 10]]" || fmt.Sprint(marks) != "[[1 2 3 4 5]]" {
+			t.Fatalf("commits %v, markings started %v; want the batches 1-5 and 6-10 committed and only the first being marked", commits, marks)
+		}
+		mu.Unlock()
+		if n := pending(t, db); n != 10 {
+			t.Fatalf("%d rows pending after the crash, want all 10 unmarked", n)
+		}
+
+		next := txnRelay(t, db, addrs, "pipe")
+		stop := run(t, next)
+		waitFor(t, "rows marked", func() bool { return pending(t, db) == 0 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if st := next.Stats(); st.Recovered != 10 || st.Published != 0 || st.MarkerMismatches != 0 {
+			t.Fatalf("second relay stats %+v, want all 10 rows recovered from the last marker", st)
+		}
+		if got := seqs(t, readTopic(t, addrs, "t", false)); fmt.Sprint(got) != fmt.Sprint(upTo(10)) {
+			t.Fatalf("read_uncommitted got %v, want each of 1..10 once (nothing re-published)", got)
+		}
+	})
+}
+
+// TestTxnRelayHoldsItsConnections (PostgreSQL): the relay's session reads and
+// marks rows on connections it holds, so it publishes while every other
+// connection of the pool is taken (by consumer batches and checkout, in the
+// system). Here the pool has 3 connections: once the relay holds its 2, the
+// test holds the third in an open transaction, and rows enqueued just before
+// are published and marked all the same. A relay on the pool would leave
+// the test all 3 to hold, and wait for a connection until they were freed.
+func TestTxnRelayHoldsItsConnections(t *testing.T) {
+	db := storetest.Postgres(t)
+	db.SetMaxOpenConns(3)
+	addrs := cluster(t)
+	enqueue(t, db, "t", 2, 1)
+	relay := txnRelay(t, db, addrs, "held", outbox.WithPollInterval(time.Hour))
+	stop := run(t, relay)
+	waitFor(t, "row 1 published and marked", func() bool { return relay.Stats().Published == 1 })
+	enqueue(t, db, "t", 2, 2, 3, 4)
+	ctx := ctxT(t)
+	var held []*sql.Tx // every connection the relay does not hold
+	defer func() {
+		for _, tx := range held {
+			_ = tx.Rollback()
+		}
+	}()
+	for db.Stats().InUse < 3 {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, tx)
+	}
+	if len(held) != 1 {
+		t.Fatalf("the test holds %d connections of 3, want 1 (the relay's session 2)", len(held))
+	}
+	relay.Notify()
+	waitFor(t, "rows 2-4 published and marked with the pool exhausted", func() bool { return relay.Stats().Published == 4 })
+	for _, tx := range held {
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held = nil
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pending(t, db); n != 0 {
+		t.Fatalf("%d rows pending", n)
+	}
+	if got := seqs(t, readTopic(t, addrs, "t", true)); fmt.Sprint(got) != "[1 2 3 4]" {
+		t.Fatalf("read_committed got %v", got)
 	}
 }

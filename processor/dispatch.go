@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -63,8 +64,11 @@ type item struct {
 	view  *kgo.Record // as shown to the handler (original coordinates for retry-topic records)
 	entry offsetEntry // in the partition's offset tracker
 	size  int64
-	actx  attemptCtx // the first handler attempt's context
-	due   time.Time  // retry-topic records: not before
+	// The first handler attempt's context (with a HandlerTimeout), taken
+	// from a slab of its own: unlike the item it is never reused, since a
+	// handler may keep its context past its return.
+	actx *attemptCtx
+	due  time.Time // retry-topic records: not before
 
 	stage    stage
 	attempts int // handler attempts, including earlier hops
@@ -394,23 +398,13 @@ func (p *Processor) releaseHoldLocked(ps *partState) {
 
 // admitLocked puts a fetched record into its lane.
 func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
-	// Items are allocated in slabs of up to 64: one allocation instead of
-	// one per record. A slab lives until its last record completes, so its
-	// size bounds how much a slow record can pin (franz-go pins its record
-	// batches the same way).
-	if len(ps.slab) == 0 {
-		ps.slab = make([]item, min(len(ps.pending)+1, 64))
-	}
-	it := &ps.slab[0]
-	ps.slab = ps.slab[1:]
-	// A slab's items are zero and each is used once: setting the fields
-	// needed, rather than assigning a whole item, spares copying (and,
-	// during a GC, write-barriering) its 300 bytes.
+	it := p.newItemLocked(ps)
 	it.rec, it.view = r, r
 	it.entry.offset, it.entry.fetched = r.Offset, p.fetchedAt
 	it.size = int64(len(r.Key) + len(r.Value))
 	if !ps.tracker.add(&it.entry) {
 		p.cfg.metrics.dropped(p.cfg.group, ps.tp.topic, 1)
+		p.itemPassed(&it.entry) // never in the tracker: unused
 		return
 	}
 	if r.Attrs.IsControl() {
@@ -445,6 +439,84 @@ func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 	if !l.active {
 		l.active = true
 		p.pushReady(l)
+	}
+}
+
+// slabItems is the number of items of an itemSlab.
+const slabItems = 64
+
+// itemSlab is a block of items, allocated at once and reused once every
+// one of them has been passed by its partition's commit point: one
+// allocation per 64 records at most, and with a steady flow none, instead
+// of 232 bytes per record for the GC to allocate, zero and scan.
+type itemSlab struct {
+	items [slabItems]item
+	// live counts the items not yet passed by the commit point, taken or
+	// not: the slab is free at 0. The items of a revoked partition's
+	// dropped records are never passed: their slab is left to the GC.
+	live int
+}
+
+// newItemLocked returns a zero item for the next admitted record of ps.
+// Items are taken in order from the partition's current slab: a pooled
+// slab (freeSlabs) when a poll brings enough records to fill one, else a
+// block of just the records pending, left to the GC, so that a partition
+// with one record now and then pins no more than it holds (a slab lives
+// until its last record is passed: its size bounds how much a slow record
+// can pin; franz-go pins its record batches the same way). With a
+// HandlerTimeout the item gets its attempt context from a block of
+// contexts, never reused. p.mu held.
+func (p *Processor) newItemLocked(ps *partState) *item {
+	if len(ps.slab) == 0 {
+		ps.slabRef = nil
+		if n := len(ps.pending) + 1; n < slabItems {
+			ps.slab = make([]item, n)
+		} else {
+			if k := len(p.freeSlabs); k > 0 {
+				ps.slabRef = p.freeSlabs[k-1]
+				p.freeSlabs[k-1] = nil
+				p.freeSlabs = p.freeSlabs[:k-1]
+				// Its items were used: zero them in one clear (a
+				// fresh slab comes zeroed).
+				clear(ps.slabRef.items[:])
+			} else {
+				ps.slabRef = new(itemSlab)
+			}
+			ps.slabRef.live = slabItems
+			ps.slab = ps.slabRef.items[:]
+		}
+		if ps.tracker.passed == nil {
+			ps.tracker.passed = p.itemPassed
+		}
+	}
+	it := &ps.slab[0]
+	ps.slab = ps.slab[1:]
+	// The item is zero: setting the fields needed, rather than assigning
+	// a whole item, spares copying (and, during a GC, write-barriering)
+	// its 232 bytes.
+	it.entry.slab = ps.slabRef
+	if p.cfg.handlerTimeout > 0 {
+		if len(p.ctxSlab) == 0 {
+			p.ctxSlab = make([]attemptCtx, slabItems)
+		}
+		it.actx = &p.ctxSlab[0]
+		p.ctxSlab = p.ctxSlab[1:]
+	}
+	return it
+}
+
+// itemPassed is the trackers' hook (offsetTracker.passed): the commit point
+// passed e, so nothing refers to its item any more (it left its lane when it
+// completed), and a pooled slab whose items are all passed goes back to
+// freeSlabs; at most enough for twice MaxInFlight records are kept. p.mu
+// held.
+func (p *Processor) itemPassed(e *offsetEntry) {
+	s := e.slab
+	if s == nil {
+		return
+	}
+	if s.live--; s.live == 0 && len(p.freeSlabs) < max(4, 2*p.cfg.maxRecords/slabItems) {
+		p.freeSlabs = append(p.freeSlabs, s)
 	}
 }
 
@@ -542,22 +614,46 @@ func (p *Processor) pushReady(l *lane) {
 	p.wakeWorkerLocked()
 }
 
-// wakeWorkerLocked wakes an idle worker for the ready lanes, unless enough
-// are woken already: at most one per CPU (GOMAXPROCS) is on its way at a
-// time, and each woken worker that takes a lane wakes the next one while
-// lanes are left (see worker). Waking one worker per ready lane at once
-// (with Concurrency(1000), hundreds per poll) would have them all contend
-// for p.mu, which the poll loop holds while it admits the poll's records,
-// and with a fast handler the first workers woken would have taken the
-// lanes before the others got there. Busy workers take the next ready lane
+// wakeWorkerLocked wakes an idle worker for the ready lanes, or starts one
+// while fewer than Concurrency run, unless enough are on their way already:
+// at most one per CPU (GOMAXPROCS) is on its way at a time, and each woken
+// worker that takes a lane wakes the next one while lanes are left (see
+// worker). Waking one worker per ready lane at once (with
+// Concurrency(1000), hundreds per poll) would have them all contend for
+// p.mu, which the poll loop holds while it admits the poll's records, and
+// with a fast handler the first workers woken would have taken the lanes
+// before the others got there. Busy workers take the next ready lane
 // themselves. A ready lane is so never left without a worker: either a
-// woken worker is on its way, or no worker is idle and a busy one takes it
-// when its lane is done. p.mu held.
+// woken (or started) worker is on its way, or no worker is idle, Concurrency
+// run, and a busy one takes it when its lane is done.
+//
+// Workers are started on demand rather than all at once by Run: with a
+// fast handler a few of them keep up, and Concurrency(1000) parked
+// goroutines would cost a scan of 1,000 stacks in every GC cycle. A worker
+// lives until Run stops. p.mu held.
 func (p *Processor) wakeWorkerLocked() {
-	if len(p.ready) > 0 && p.idleWorkers > p.wakes && p.wakes < max(1, p.maxWakes) {
+	if len(p.ready) == 0 || p.wakes >= max(1, p.maxWakes) || p.stopping {
+		return
+	}
+	switch {
+	case p.idleWorkers > p.wakes:
 		p.wakes++
 		p.workCond.Signal()
+	case p.workerWG != nil && p.workers < p.cfg.concurrency:
+		p.wakes++
+		p.workers++
+		wg := p.workerWG
+		wg.Add(1)
+		go func() { defer wg.Done(); p.worker() }()
 	}
+}
+
+// startWorkersLocked lets wakeWorkerLocked start workers, each counted in
+// wg until it returns (once stopping is set and workCond broadcast). Run
+// calls it before polling. p.mu held.
+func (p *Processor) startWorkersLocked(wg *sync.WaitGroup) {
+	p.workerWG = wg
+	p.wakeWorkerLocked()
 }
 
 // parkLocked adds n records of b bytes to the parked counts of ps (negative
@@ -677,6 +773,9 @@ func (p *Processor) syncPausesLocked(cl *kgo.Client, ps *partState) {
 func (p *Processor) worker() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.wakes > 0 {
+		p.wakes-- // started by wakeWorkerLocked, counted as on its way
+	}
 	var l *lane
 	for {
 		if l == nil {
@@ -795,8 +894,8 @@ func (p *Processor) handle(ps *partState, it *item) (err error) {
 		// The first attempt uses the context embedded in the item (one
 		// allocation less per record); a retry gets a fresh one, since a
 		// handler may still hold the context of an earlier attempt.
-		actx := &it.actx
-		if it.hopTries > 0 || it.attempts > 0 {
+		actx := it.actx
+		if actx == nil || it.hopTries > 0 || it.attempts > 0 {
 			actx = new(attemptCtx)
 		}
 		actx.init(ctx, p.clock.Now(), p.cfg.handlerTimeout)

@@ -43,12 +43,9 @@ func benchDispatch(b *testing.B, o Ordering, conc int) {
 		p.parts[k] = &partState{tp: k, tracker: newOffsetTracker(), lanes: make(map[laneKey]*lane), committed: -1, ctx: ctx, cancel: cancel}
 		p.activeParts++
 	}
-	p.mu.Unlock()
 	var wg sync.WaitGroup
-	for range conc {
-		wg.Add(1)
-		go func() { defer wg.Done(); p.worker() }()
-	}
+	p.startWorkersLocked(&wg)
+	p.mu.Unlock()
 	keyB := make([][]byte, keys)
 	for i := range keyB {
 		keyB[i] = []byte(fmt.Sprintf("k%d", i))
@@ -111,6 +108,7 @@ func benchDispatch(b *testing.B, o Ordering, conc int) {
 	b.StopTimer()
 	b.ReportMetric(float64((cpuTime(b)-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	p.mu.Lock()
+	b.ReportMetric(float64(p.workers), "workers")
 	p.stopping = true
 	p.workCond.Broadcast()
 	p.mu.Unlock()

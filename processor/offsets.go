@@ -15,6 +15,10 @@ type offsetTracker struct {
 	head    int            // entries[:head] are passed and nil
 	shift   int64          // entries removed from the front of entries (offsetEntry.idx - shift is the position)
 	mark    int64          // commit point: the next offset to consume; -1 until the first record is passed
+	// last is the offset of entries[len(entries)-1] while len(entries) >
+	// head: admission reads it for every record, and the entry itself
+	// lives in the record's item, a cache miss away.
+	last int64
 	// mapBound is an upper bound of the raw bytes that the run lengths of
 	// the completed-offsets map of entries[head:] (see offsetmap.go) can
 	// take, now or after any further completions: the uvarint length of
@@ -30,6 +34,10 @@ type offsetTracker struct {
 	// partition above its commit point, from its commit's metadata
 	// (ascending); such records are completed without a handler call.
 	earlier []offsetRange
+	// passed, if set, is called with each entry the commit point passes,
+	// once, before the tracker forgets it (the processor reuses the
+	// entry's item: Processor.itemPassed).
+	passed func(*offsetEntry)
 }
 
 type offsetEntry struct {
@@ -41,6 +49,7 @@ type offsetEntry struct {
 	// entries: the idx of the run's other end.
 	other int64
 	done  bool
+	slab  *itemSlab // the block holding the entry's item, if pooled (see itemSlab)
 }
 
 func newOffsetTracker() *offsetTracker { return &offsetTracker{mark: -1} }
@@ -51,11 +60,11 @@ func newOffsetTracker() *offsetTracker { return &offsetTracker{mark: -1} }
 // be handled again by this assignment.
 func (t *offsetTracker) add(e *offsetEntry) bool {
 	prev := e.offset - 1 // the first record ever: the map would start at it
-	if n := len(t.entries); n > t.head {
-		if e.offset <= t.entries[n-1].offset {
+	if len(t.entries) > t.head {
+		if e.offset <= t.last {
 			return false
 		}
-		prev = t.entries[n-1].offset
+		prev = t.last
 	} else if t.mark >= 0 {
 		if e.offset < t.mark {
 			return false
@@ -67,6 +76,7 @@ func (t *offsetTracker) add(e *offsetEntry) bool {
 	e.done = false
 	t.mapBound += uvarintLen(uint64(e.span))
 	t.entries = append(t.entries, e)
+	t.last = e.offset
 	return true
 }
 
@@ -83,8 +93,8 @@ func (t *offsetTracker) runLen(first, last int64) int64 {
 // mapCost is what admitting a record at off would add to mapBound.
 func (t *offsetTracker) mapCost(off int64) int {
 	prev := off - 1
-	if n := len(t.entries); n > t.head {
-		prev = t.entries[n-1].offset
+	if len(t.entries) > t.head {
+		prev = t.last
 	} else if t.mark >= 0 {
 		prev = t.mark - 1
 	}
@@ -144,6 +154,11 @@ func (t *offsetTracker) complete(e *offsetEntry) bool {
 	// completed run after it, and the entry after that is not done.
 	end := int(last-t.shift) + 1
 	t.mark = t.entries[end-1].offset + 1
+	if t.passed != nil {
+		for _, p := range t.entries[t.head:end] {
+			t.passed(p)
+		}
+	}
 	clear(t.entries[t.head:end])
 	t.head = end
 	if t.head > 64 && t.head*2 >= len(t.entries) {

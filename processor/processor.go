@@ -155,6 +155,14 @@ type Processor struct {
 	// lanes kept for reuse (freeLaneLocked).
 	laneSeed  maphash.Seed
 	freeLanes []*lane
+	// Workers started (on demand, up to Concurrency; see
+	// wakeWorkerLocked), counted in workerWG, which Run waits for.
+	workers  int
+	workerWG *sync.WaitGroup
+	// Item slabs whose items were all passed, for reuse, and attempt
+	// contexts to take (see newItemLocked).
+	freeSlabs []*itemSlab
+	ctxSlab   []attemptCtx
 
 	// consumeTopics are the sources and retry topics, given to the
 	// client by Run (New must not join the group).
@@ -186,6 +194,11 @@ type Processor struct {
 	parkFull    bool // parked records reached MaxInFlight: partitions holding parked records are paused
 	stopping    bool
 	ran         bool
+	// overran are released partitions (gone from parts) whose handler
+	// calls were still running when their release gave up waiting
+	// (DrainTimeout): Health counts those calls in InFlight until they
+	// return. Pruned by release and Health.
+	overran []*partState
 
 	commitMu sync.Mutex
 	authz    authzStop // a refused request stops Run (authz.go)
@@ -206,6 +219,7 @@ type partState struct {
 	pending     []*kgo.Record // fetched, not admitted into a lane yet
 	pendingB    int64         // their key+value bytes
 	slab        []item        // items to take for the next admitted records
+	slabRef     *itemSlab     // the pooled slab slab is of, or nil (see newItemLocked)
 	running     int           // handler calls or forward writes in progress
 	recs        int           // records held (fetched, not completed or dropped)
 	bytes       int64         // their key+value bytes
@@ -414,10 +428,9 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.cfg.metrics.track(p)
 	defer p.cfg.metrics.untrack(p)
 	var wg sync.WaitGroup
-	for range p.cfg.concurrency {
-		wg.Add(1)
-		go func() { defer wg.Done(); p.worker() }()
-	}
+	p.mu.Lock()
+	p.startWorkersLocked(&wg)
+	p.mu.Unlock()
 	clockDone := make(chan struct{})
 	defer close(clockDone)
 	go p.clock.run(clockDone, p.idle.Load)
@@ -543,7 +556,11 @@ type Health struct {
 	Joined     bool   `json:"joined"`
 	// Partitions lists the partitions held, as "topic[partition]".
 	Partitions []string `json:"partitions"`
-	// InFlight counts the records admitted and not yet completed.
+	// InFlight counts the records admitted and not yet completed, and the
+	// records whose handler call still runs after their partition was
+	// released (past DrainTimeout: the call was cancelled, its result will
+	// be discarded and the next owner handles the record again; Run waits
+	// for it).
 	InFlight int `json:"inFlight"`
 	// Paused reports backpressure: MaxInFlight is reached and polling
 	// waits for room.
@@ -593,7 +610,7 @@ func (p *Processor) Health() Health {
 			h.Blocked = append(h.Blocked, fmt.Sprintf("%s: retry-topic/DLQ write in progress for %v", k, time.Since(ps.forwardSince).Round(time.Millisecond)))
 		}
 	}
-	h.InFlight = p.inRecs
+	h.InFlight = p.inRecs + p.overranLocked()
 	h.Paused = p.paused
 	h.Parked = p.parked
 	h.PausedPartitions = p.pausedPartitionsLocked()

@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -195,8 +196,12 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 		if p.parts[s.tp] == s {
 			delete(p.parts, s.tp)
 		}
+		if s.running > 0 {
+			p.overran = append(p.overran, s)
+		}
 		p.cfg.metrics.forget(p.cfg.group, s.tp)
 	}
+	p.overranLocked() // prunes
 	for !allReleased(p.parts, others) {
 		p.cond.Wait()
 	}
@@ -210,7 +215,24 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 		h("release-end:"+why, parts)
 	}
 	p.cfg.metrics.rebalance(p.cfg.group, why)
-	p.cfg.logger.Info("partitions released", "why", why, "partitions", parts, "committed", len(batch))
+	if len(list) > 0 {
+		// Only a call that released something says so: the client's leave
+		// after the shutdown's release revokes the same partitions again,
+		// and finds nothing left.
+		p.cfg.logger.Info("partitions released", "why", why, "partitions", parts, "committed", len(batch))
+	}
+}
+
+// overranLocked drops from p.overran the released partitions whose handler
+// calls have all returned, and returns how many records the others' calls
+// still hold (partState.running). p.mu held.
+func (p *Processor) overranLocked() int {
+	p.overran = slices.DeleteFunc(p.overran, func(s *partState) bool { return s.running == 0 })
+	n := 0
+	for _, s := range p.overran {
+		n += s.running
+	}
+	return n
 }
 
 // dropQueuedLocked drops every record of s that no worker is processing.

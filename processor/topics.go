@@ -11,6 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ordercast/ordercast/internal/brokererr"
 )
 
 // ErrMissingTopic is wrapped by the *MissingTopicError Run returns when the
@@ -56,7 +59,12 @@ func (e *MissingTopicError) Unwrap() error { return ErrMissingTopic }
 // KIP-464; Kafka 2.4+). Default false: a missing topic is a
 // *MissingTopicError from Run, since topic layout is usually the operator's.
 // Either way the runtime checks the topics once at start; a topic deleted
-// later makes the writes fail (see Health.Blocked).
+// later makes the writes fail (see Health.Blocked). The check waits out a
+// cluster that is briefly unreachable (a transient error: a broker
+// restarting, a dropped connection; see internal/brokererr) for up to 30 s,
+// asking again with a backoff of 250 ms doubling to 2 s, and calls a topic
+// missing only when 3 answers in a row lack it (a broker that has just
+// restarted can answer before it has caught up with the cluster's metadata).
 func CreateTopics(create bool) Opt { return opt(func(c *cfg) { c.createTopics = create }) }
 
 // topicCheckTimeout bounds the start check of the runtime's topics.
@@ -73,29 +81,95 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, c *cfg, need []string) er
 	defer cancel()
 	adm := kadm.NewClient(cl)
 	all := append(slices.Clone(c.topics), need...)
-	details, err := adm.ListTopics(ctx, all...)
+	var (
+		partitions int32
+		missing    []string
+		missed     int
+	)
+	retriable := func(err error) bool { return errors.Is(err, errStillMissing) || brokererr.Transient(err) }
+	err := brokererr.Retry(ctx, topicCheckTimeout, retriable, func(attempt int, wait time.Duration, err error) {
+		c.logger.Info("checking the runtime's topics again", "attempt", attempt, "in", wait, "error", err)
+	}, func() error {
+		p, m, err := listNeeded(ctx, cl, c.topics, need, all)
+		if err != nil {
+			missed = 0
+			return err
+		}
+		partitions, missing = p, m
+		// A broker that just restarted can answer Metadata before it has
+		// caught up with the cluster's metadata, without topics that
+		// exist: a topic is called missing only when topicCheckMisses
+		// answers in a row say so.
+		if missed++; len(m) > 0 && missed < topicCheckMisses {
+			return errStillMissing
+		}
+		return nil
+	})
+	switch {
+	case err != nil && !errors.Is(err, errStillMissing):
+		return err
+	case len(missing) == 0:
+		return nil
+	}
+	return finishMissing(ctx, adm, c, partitions, missing) // missing in topicCheckMisses answers, or till the deadline
+}
+
+// errStillMissing makes brokererr.Retry ask again for a topic not yet
+// missing in topicCheckMisses answers in a row.
+var errStillMissing = errors.New("processor: topic missing in the latest answer")
+
+// topicCheckMisses is how many answers in a row must lack a topic before
+// ensureTopics calls it missing (asked with brokererr.Retry's backoff).
+const topicCheckMisses = 3
+
+// listNeeded asks the cluster for the source topics and need, and returns
+// the largest source partition count, the topics of need that do not exist,
+// and an error (wrapped with the topics) when the answer is not usable. It
+// sends its own Metadata request: kadm's ListTopics answers from the
+// client's metadata cache (MetadataMinAge, 5 s), which would repeat a stale
+// broker's answer to every attempt.
+func listNeeded(ctx context.Context, cl *kgo.Client, sources, need, all []string) (int32, []string, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range all {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return fmt.Errorf("processor: checking topics %s: %w", strings.Join(need, ", "), err)
+		return 0, nil, fmt.Errorf("processor: checking topics %s: %w", strings.Join(need, ", "), err)
+	}
+	type answer struct {
+		partitions int32
+		err        error
+	}
+	got := make(map[string]answer, len(resp.Topics))
+	for _, t := range resp.Topics {
+		if t.Topic != nil {
+			got[*t.Topic] = answer{int32(len(t.Partitions)), kerr.ErrorForCode(t.ErrorCode)}
+		}
 	}
 	var partitions int32
-	for _, t := range c.topics {
-		if d, ok := details[t]; ok && d.Err == nil {
-			partitions = max(partitions, int32(len(d.Partitions)))
+	for _, t := range sources {
+		if a, ok := got[t]; ok && a.err == nil {
+			partitions = max(partitions, a.partitions)
 		}
 	}
 	var missing []string
 	for _, t := range need {
-		d, ok := details[t]
+		a, ok := got[t]
 		switch {
-		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+		case !ok || errors.Is(a.err, kerr.UnknownTopicOrPartition):
 			missing = append(missing, t)
-		case d.Err != nil:
-			return fmt.Errorf("processor: checking topic %s: %w", t, d.Err)
+		case a.err != nil:
+			return 0, nil, fmt.Errorf("processor: checking topic %s: %w", t, a.err)
 		}
 	}
-	if len(missing) == 0 {
-		return nil
-	}
+	return partitions, missing, nil
+}
+
+// finishMissing reports or creates the missing topics (see CreateTopics).
+func finishMissing(ctx context.Context, adm *kadm.Client, c *cfg, partitions int32, missing []string) error {
 	if !c.createTopics || partitions == 0 {
 		return &MissingTopicError{Topics: missing, Partitions: partitions}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,21 +12,24 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ordercast/ordercast/internal/promtest"
 	"github.com/ordercast/ordercast/internal/testkafka"
 )
 
 // levelLog is a slog.Handler that keeps the messages logged at WARN or above
-// with their attributes, for tests that check what an operator sees. Safe
-// for concurrent use.
+// (INFO too with info set) with their attributes, for tests that check what
+// an operator sees. Safe for concurrent use.
 type levelLog struct {
+	info bool
 	mu   sync.Mutex
 	msgs []string // "LEVEL message key=value..."
 }
 
-func (l *levelLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
+func (l *levelLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= l.lowest() }
 func (l *levelLog) WithAttrs([]slog.Attr) slog.Handler            { return l }
 func (l *levelLog) WithGroup(string) slog.Handler                 { return l }
 func (l *levelLog) Handle(_ context.Context, r slog.Record) error {
@@ -36,6 +40,27 @@ func (l *levelLog) Handle(_ context.Context, r slog.Record) error {
 	l.msgs = append(l.msgs, b.String())
 	l.mu.Unlock()
 	return nil
+}
+
+// lowest is the lowest level kept.
+func (l *levelLog) lowest() slog.Level {
+	if l.info {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}
+
+// all returns the messages containing sub.
+func (l *levelLog) all(sub string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, m := range l.msgs {
+		if strings.Contains(m, sub) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // find returns the first message containing every one of subs.
@@ -355,5 +380,167 @@ func TestShutdownWithStuckDLQ(t *testing.T) {
 	}
 	if off := committed(t, addrs, "g", "in")[0]; off != 0 {
 		t.Fatalf("committed %d past the record that was not dead-lettered", off)
+	}
+}
+
+// asksFor reports whether a Metadata request names topic.
+func asksFor(r *kmsg.MetadataRequest, topic string) bool {
+	return slices.ContainsFunc(r.Topics, func(t kmsg.MetadataRequestTopic) bool { return t.Topic != nil && *t.Topic == topic })
+}
+
+// missingTopicMetadata answers a Metadata request as a broker that has not
+// caught up with the cluster's metadata would: every topic asked for unknown.
+func missingTopicMetadata(req *kmsg.MetadataRequest) *kmsg.MetadataResponse {
+	resp := req.ResponseKind().(*kmsg.MetadataResponse)
+	for _, rt := range req.Topics {
+		t := kmsg.NewMetadataResponseTopic()
+		t.Topic, t.ErrorCode = rt.Topic, kerr.UnknownTopicOrPartition.Code
+		resp.Topics = append(resp.Topics, t)
+	}
+	return resp
+}
+
+// The start check of the runtime's topics waits out a cluster that is briefly
+// unreachable or behind (found by the crash harness on a 3-node cluster: a
+// service whose check met a connection dropped by a restarting broker, or a
+// just-restarted broker's Metadata without the DLQ, stopped at start with
+// "checking topics ...: broker closed the connection" or a MissingTopicError,
+// and crash-looped while the broker was away). Each case fails with the old
+// single-answer check.
+func TestTopicCheckWaitsOutTransientFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// answer is the fault for the n-th Metadata request naming the DLQ
+		// (n from 1); handled false passes it to the broker.
+		answer func(n int, req *kmsg.MetadataRequest) (kmsg.Response, error, bool)
+	}{
+		{"connection dropped twice", func(n int, _ *kmsg.MetadataRequest) (kmsg.Response, error, bool) {
+			if n <= 2 {
+				return nil, errors.New("injected: connection dropped"), true
+			}
+			return nil, nil, false
+		}},
+		{"topic missing in two answers", func(n int, req *kmsg.MetadataRequest) (kmsg.Response, error, bool) {
+			if n <= topicCheckMisses-1 {
+				return missingTopicMetadata(req), nil, true
+			}
+			return nil, nil, false
+		}},
+		{"leader not available", func(n int, req *kmsg.MetadataRequest) (kmsg.Response, error, bool) {
+			if n <= 2 {
+				resp := missingTopicMetadata(req)
+				for i := range resp.Topics {
+					resp.Topics[i].ErrorCode = kerr.LeaderNotAvailable.Code
+				}
+				return resp, nil, true
+			}
+			return nil, nil, false
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, addrs := testClusterC(t, map[string]int32{"in": 2})
+			var mu sync.Mutex
+			n := 0
+			c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				r := req.(*kmsg.MetadataRequest)
+				if !asksFor(r, "g.dlq") {
+					return nil, nil, false
+				}
+				mu.Lock()
+				n++
+				k := n
+				mu.Unlock()
+				return tc.answer(k, r)
+			})
+			produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("x")})
+			handled := make(chan struct{}, 1)
+			p, err := New(Brokers(addrs...), Group("g"), Topics("in"), WithHandler(func(context.Context, *kgo.Record) error {
+				select {
+				case handled <- struct{}{}:
+				default:
+				}
+				return nil
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := runErr(p, context.Background())
+			select {
+			case <-handled:
+			case err := <-errc:
+				t.Fatalf("Run stopped at start: %v", err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("no record handled within 30 s")
+			}
+			mu.Lock()
+			asked := n
+			mu.Unlock()
+			if asked < 3 {
+				t.Fatalf("the DLQ was asked about %d times, want the faulty answers and one more", asked)
+			}
+		})
+	}
+}
+
+// A topic that stays missing is still an error, after topicCheckMisses
+// answers, and a definitive error (an authorization failure) is not retried.
+func TestTopicCheckStillFailsOnDefinitiveAnswers(t *testing.T) {
+	c, addrs := testkafka.Fake(t, map[string]int32{"in": 2})
+	var mu sync.Mutex
+	asked := 0
+	c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.MetadataRequest)
+		if asksFor(r, "g.dlq") {
+			mu.Lock()
+			asked++
+			mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	p, err := New(Brokers(addrs...), Group("g"), Topics("in"), WithHandler(func(context.Context, *kgo.Record) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = waitErr(t, runErr(p, context.Background()), 30*time.Second)
+	if !errors.Is(err, ErrMissingTopic) {
+		t.Fatalf("Run: %v, want a *MissingTopicError", err)
+	}
+	mu.Lock()
+	if asked != topicCheckMisses {
+		t.Errorf("asked %d times, want %d", asked, topicCheckMisses)
+	}
+	mu.Unlock()
+
+	c2, addrs2 := testkafka.Fake(t, map[string]int32{"in": 2, "g.dlq": 2})
+	denied := 0
+	c2.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c2.KeepControl()
+		r := req.(*kmsg.MetadataRequest)
+		if !asksFor(r, "g.dlq") {
+			return nil, nil, false
+		}
+		mu.Lock()
+		denied++
+		mu.Unlock()
+		resp := missingTopicMetadata(r)
+		for i := range resp.Topics {
+			resp.Topics[i].ErrorCode = kerr.TopicAuthorizationFailed.Code
+		}
+		return resp, nil, true
+	})
+	p2, err := New(Brokers(addrs2...), Group("g"), Topics("in"), WithHandler(func(context.Context, *kgo.Record) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = waitErr(t, runErr(p2, context.Background()), 30*time.Second)
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("Run: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if denied != 1 {
+		t.Errorf("a denied topic was asked about %d times, want 1 (not retried)", denied)
 	}
 }

@@ -13,6 +13,7 @@
 #
 # Durability is off (fsync, synchronous_commit, full_page_writes): tests only. For benchmark figures
 # set ORDERCAST_PG_DURABLE=1: PostgreSQL's defaults then (fsync, synchronous_commit, full_page_writes on).
+# track_commit_timestamp is on: the crash harness's wallet replay (chaos) orders payments by commit time.
 # As root, the server runs as the user postgres (initdb refuses root).
 #
 # Environment:
@@ -70,7 +71,7 @@ cmd_start() {
   local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off" what="durability off (tests)"
   if [[ "${ORDERCAST_PG_DURABLE:-}" == 1 ]]; then durability="" what="default durability (fsync, synchronous_commit on)"; fi
   if ! as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start \
-      -o "-p $PORT -k $STATE -c listen_addresses=127.0.0.1 $durability -c max_connections=200" \
+      -o "-p $PORT -k $STATE -c listen_addresses=127.0.0.1 $durability -c max_connections=200 -c track_commit_timestamp=on" \
       >/dev/null; then
     tail -n 30 "$LOG" >&2 || true
     die "the server did not start (log $LOG)"

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordercast/ordercast/sqldb"
 	"github.com/ordercast/ordercast/sqldb/drivers"
 	"github.com/ordercast/ordercast/store/storetest"
 )
@@ -29,36 +30,22 @@ func TestInTxRetriesWhenBackendTerminated(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE conn_lost (id INT PRIMARY KEY, attempt INT NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	attempts := 0
-	err := db.InTx(ctx, func(tx *sql.Tx) error {
-		attempts++
-		if _, err := tx.ExecContext(ctx, `INSERT INTO conn_lost (id, attempt) VALUES (1, $1)`, attempts); err != nil {
+	attempts, got, err := cutFirstAttempt(t, ctx, db, "conn_lost", func(tx *sql.Tx) error {
+		var pid int
+		if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 			return err
 		}
-		if attempts == 1 {
-			var pid int
-			if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-				return err
-			}
-			var ok bool
-			if err := db.QueryRowContext(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
-				t.Fatalf("pg_terminate_backend(%d): %v %v", pid, ok, err)
-			}
-			// The next statement of this session finds it terminated (57P01).
-			_, err := tx.ExecContext(ctx, `SELECT 1`)
-			if err == nil {
-				t.Fatal("a statement on a terminated session succeeded")
-			}
-			return err
+		var ok bool
+		if err := db.QueryRowContext(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
+			t.Fatalf("pg_terminate_backend(%d): %v %v", pid, ok, err)
 		}
-		return nil
+		return nil // the next statement of this session finds it terminated (57P01)
 	})
 	if err != nil {
 		t.Fatalf("InTx after pg_terminate_backend: %v (after %d attempts)", err, attempts)
 	}
-	var got int
-	if err := db.QueryRowContext(ctx, `SELECT attempt FROM conn_lost WHERE id = 1`).Scan(&got); err != nil || got != 2 || attempts != 2 {
-		t.Fatalf("row from attempt %d (%v), %d attempts: want the second attempt's row only", got, err, attempts)
+	if got != 2 || attempts != 2 {
+		t.Fatalf("row from attempt %d, %d attempts: want the second attempt's row only", got, attempts)
 	}
 }
 
@@ -69,25 +56,7 @@ func TestInTxRetriesWhenBackendTerminated(t *testing.T) {
 // within the context. The "server" is a forwarder to the real one, stopped
 // and started again.
 func TestInTxRetriesWhileServerRestarts(t *testing.T) {
-	base := os.Getenv(storetest.PostgresEnv)
-	if base == "" {
-		t.Skipf("PostgreSQL tests skipped: set %s", storetest.PostgresEnv)
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upstream := u.Host
-	fw := &forwarder{upstream: upstream}
-	addr := fw.start(t, "127.0.0.1:0")
-	u.Host = addr
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	db, err := drivers.Open(ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	ctx, db, fw, addr := throughForwarder(t, "", "")
 	var one int
 	if err := db.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
 		t.Fatal(err)
@@ -100,7 +69,7 @@ func TestInTxRetriesWhileServerRestarts(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.AfterFunc(800*time.Millisecond, func() { fw.start(t, addr) })
-	err = db.InTx(ctx, func(tx *sql.Tx) error { return tx.QueryRowContext(ctx, `SELECT 2`).Scan(&one) })
+	err := db.InTx(ctx, func(tx *sql.Tx) error { return tx.QueryRowContext(ctx, `SELECT 2`).Scan(&one) })
 	if err != nil || one != 2 {
 		t.Fatalf("InTx while the server comes back: %v", err)
 	}
@@ -113,51 +82,17 @@ func TestInTxRetriesWhileServerRestarts(t *testing.T) {
 // statements, before COMMIT, is run again on a new connection; the first
 // attempt's write is not kept.
 func TestInTxRetriesWhenConnectionResetMidTransaction(t *testing.T) {
-	base := os.Getenv(storetest.PostgresEnv)
-	if base == "" {
-		t.Skipf("PostgreSQL tests skipped: set %s", storetest.PostgresEnv)
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw := &forwarder{upstream: u.Host}
-	addr := fw.start(t, "127.0.0.1:0")
-	u.Host = addr
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	db, err := drivers.Open(ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS conn_reset; CREATE TABLE conn_reset (id INT PRIMARY KEY, attempt INT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = db.ExecContext(context.Background(), `DROP TABLE conn_reset`) }()
-	attempts := 0
-	err = db.InTx(ctx, func(tx *sql.Tx) error {
-		attempts++
-		if _, err := tx.ExecContext(ctx, `INSERT INTO conn_reset (id, attempt) VALUES (1, $1)`, attempts); err != nil {
-			return err
-		}
-		if attempts == 1 {
-			fw.stop() // the socket dies under the open transaction
-			time.AfterFunc(300*time.Millisecond, func() { fw.start(t, addr) })
-			_, err := tx.ExecContext(ctx, `SELECT 1`)
-			if err == nil {
-				t.Fatal("a statement through a stopped forwarder succeeded")
-			}
-			return err
-		}
+	ctx, db, fw, addr := throughForwarder(t, "conn_reset", "id INT PRIMARY KEY, attempt INT NOT NULL")
+	attempts, got, err := cutFirstAttempt(t, ctx, db, "conn_reset", func(*sql.Tx) error {
+		fw.stop() // the socket dies under the open transaction
+		time.AfterFunc(300*time.Millisecond, func() { fw.start(t, addr) })
 		return nil
 	})
 	if err != nil {
 		t.Fatalf("InTx after a reset mid-transaction: %v (after %d attempts)", err, attempts)
 	}
-	var got int
-	if err := db.QueryRowContext(ctx, `SELECT attempt FROM conn_reset WHERE id = 1`).Scan(&got); err != nil || got != attempts || attempts < 2 {
-		t.Fatalf("row from attempt %d (%v) after %d attempts: want a later attempt's row only", got, err, attempts)
+	if got != attempts || attempts < 2 {
+		t.Fatalf("row from attempt %d after %d attempts: want a later attempt's row only", got, attempts)
 	}
 }
 
@@ -167,28 +102,7 @@ func TestInTxRetriesWhenConnectionResetMidTransaction(t *testing.T) {
 // when the client sends COMMIT. InTx returns the error (outcome unknown, its
 // transaction is not run again); InTxIdempotent runs it again and succeeds.
 func TestInTxIdempotentRetriesWhenLostInCommit(t *testing.T) {
-	base := os.Getenv(storetest.PostgresEnv)
-	if base == "" {
-		t.Skipf("PostgreSQL tests skipped: set %s", storetest.PostgresEnv)
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw := &forwarder{upstream: u.Host}
-	addr := fw.start(t, "127.0.0.1:0")
-	u.Host = addr
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	db, err := drivers.Open(ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS lost_commit; CREATE TABLE lost_commit (id INT PRIMARY KEY, status TEXT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = db.ExecContext(context.Background(), `DROP TABLE lost_commit`) }()
+	ctx, db, fw, _ := throughForwarder(t, "lost_commit", "id INT PRIMARY KEY, status TEXT NOT NULL")
 	if _, err := db.ExecContext(ctx, `INSERT INTO lost_commit VALUES (1, 'pending'), (2, 'pending')`); err != nil {
 		t.Fatal(err)
 	}
@@ -210,6 +124,72 @@ func TestInTxIdempotentRetriesWhenLostInCommit(t *testing.T) {
 	if err := db.QueryRowContext(ctx, `SELECT status FROM lost_commit WHERE id = 2`).Scan(&st); err != nil || st != "published" {
 		t.Fatalf("row 2 %q (%v): want published", st, err)
 	}
+}
+
+// throughForwarder opens the PostgreSQL of ORDERCAST_TEST_POSTGRES through a
+// started forwarder (skipping the test when the variable is unset) and,
+// when table is not empty, creates table (columns) afresh, dropped at the
+// end. It returns a context of 30 s, the database, the forwarder and its
+// address (to start it again on); all are closed when the test ends.
+func throughForwarder(t *testing.T, table, columns string) (context.Context, *sqldb.DB, *forwarder, string) {
+	t.Helper()
+	base := os.Getenv(storetest.PostgresEnv)
+	if base == "" {
+		t.Skipf("PostgreSQL tests skipped: set %s", storetest.PostgresEnv)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := &forwarder{upstream: u.Host}
+	addr := fw.start(t, "127.0.0.1:0")
+	u.Host = addr
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	db, err := drivers.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if table != "" {
+		if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+table+`; CREATE TABLE `+table+` (`+columns+`)`); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), `DROP TABLE `+table) })
+	}
+	return ctx, db, fw, addr
+}
+
+// cutFirstAttempt runs with db.InTx a transaction that inserts (1, its
+// attempt number) into table(id, attempt) and, in its first attempt only,
+// calls cut to lose the connection, then runs one more statement, which
+// must fail (the test fails if it does not), and returns its error. It
+// returns InTx's attempts, the attempt number of the row kept (0 if none)
+// and InTx's error (or the error reading the row).
+func cutFirstAttempt(t *testing.T, ctx context.Context, db *sqldb.DB, table string, cut func(tx *sql.Tx) error) (attempts, kept int, err error) {
+	t.Helper()
+	err = db.InTx(ctx, func(tx *sql.Tx) error {
+		attempts++
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (id, attempt) VALUES (1, $1)`, attempts); err != nil {
+			return err
+		}
+		if attempts > 1 {
+			return nil
+		}
+		if err := cut(tx); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `SELECT 1`)
+		if err == nil {
+			t.Fatal("a statement on a connection just cut succeeded")
+		}
+		return err
+	})
+	if err != nil {
+		return attempts, 0, err
+	}
+	err = db.QueryRowContext(ctx, `SELECT attempt FROM `+table+` WHERE id = 1`).Scan(&kept)
+	return attempts, kept, err
 }
 
 // forwarder forwards TCP connections to upstream while started.

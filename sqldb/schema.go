@@ -35,6 +35,35 @@ func (db *DB) InSchemaTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	})
 }
 
+// ExecSchema runs the schema statements stmts (DDL, each without its
+// semicolon), in order, in one [DB.InSchemaTx] transaction, and then check,
+// if not nil, in the same transaction: for a package that creates its own
+// tables (inbox.Migrate, outbox.Migrate), check verifies that a table that
+// already existed has the columns the package needs (CREATE TABLE IF NOT
+// EXISTS leaves an older shape as it is). It has InSchemaTx's retries,
+// locking and blocking; when any statement or check fails nothing is kept.
+//
+// Every error is wrapped with what (the caller's name for the step, e.g.
+// "inbox: migrate table inbox"): a failing statement's as "<what>: statement
+// i of n: <err>", check's and the schema lock's as "<what>: <err>".
+func (db *DB) ExecSchema(ctx context.Context, what string, stmts []string, check func(tx *sql.Tx) error) error {
+	err := db.InSchemaTx(ctx, func(tx *sql.Tx) error {
+		for i, stmt := range stmts {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("statement %d of %d: %w", i+1, len(stmts), err)
+			}
+		}
+		if check != nil {
+			return check(tx)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
 // MaxTableNameLen is the longest table name [CheckTableName] accepts: 48
 // bytes, leaving room within PostgreSQL's 63-byte identifiers (NAMEDATALEN
 // - 1) for the names of indexes derived from it.

@@ -11,11 +11,13 @@ import (
 
 // SchemaVersion is the highest migration version [Migrate] applies: the
 // version of the schema this build of Ordercast expects.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // migration is one versioned schema change. Its statements are written once
 // for both dialects with two placeholders: {{ID}} for an auto-increment
 // BIGINT primary key column type and {{BLOB}} for a binary column type.
+// What one dialect cannot say like the other goes in dialectStmts, run after
+// stmts on that dialect only.
 //
 // expandOnly marks a change that builds knowing only earlier versions keep
 // working with: it adds tables, nullable columns, columns with defaults or
@@ -30,6 +32,8 @@ type migration struct {
 	name       string
 	expandOnly bool
 	stmts      []string
+	// dialectStmts are statements of one dialect, run after stmts.
+	dialectStmts map[Dialect][]string
 }
 
 // expandOnlyColumnVersion is the migration that adds
@@ -168,6 +172,30 @@ var migrations = []migration{
 	{version: 4, name: "inbox.digest", expandOnly: true, stmts: []string{
 		`ALTER TABLE inbox ADD COLUMN digest TEXT`,
 	}},
+	// payments.seq: a number per payment row, increasing in the order the
+	// rows are inserted, so in the order a batch transaction applied its
+	// payments (they share one commit timestamp on PostgreSQL). The crash
+	// harness's wallet replay orders by (commit order, seq). Existing rows
+	// are numbered in their stored order; an older build's inserts, which
+	// do not name the column, are numbered too (PostgreSQL: the identity's
+	// default; SQLite, which cannot add a column with a non-constant
+	// default: a trigger taking the highest seq + 1, safe under SQLite's one
+	// writer at a time, and unlike the rowid kept by VACUUM).
+	{version: 5, name: "payments.seq", expandOnly: true, dialectStmts: map[Dialect][]string{
+		Postgres: {
+			`ALTER TABLE payments ADD COLUMN seq BIGINT GENERATED ALWAYS AS IDENTITY`,
+			`CREATE INDEX IF NOT EXISTS payments_seq ON payments (seq)`,
+		},
+		SQLite: {
+			`ALTER TABLE payments ADD COLUMN seq INTEGER`,
+			`UPDATE payments SET seq = rowid`,
+			`CREATE INDEX IF NOT EXISTS payments_seq ON payments (seq)`,
+			`CREATE TRIGGER IF NOT EXISTS payments_seq AFTER INSERT ON payments FOR EACH ROW WHEN NEW.seq IS NULL
+			BEGIN
+				UPDATE payments SET seq = (SELECT COALESCE(MAX(seq), 0) + 1 FROM payments) WHERE rowid = NEW.rowid;
+			END`,
+		},
+	}},
 }
 
 // schemaSQL returns stmt with the dialect placeholders filled in.
@@ -224,7 +252,7 @@ func migrate(ctx context.Context, db *DB, ms []migration) error {
 			if applied[m.version] {
 				continue
 			}
-			for i, stmt := range m.stmts {
+			for i, stmt := range append(m.stmts[:len(m.stmts):len(m.stmts)], m.dialectStmts[db.Dialect]...) {
 				if _, err := tx.ExecContext(ctx, schemaSQL(db, stmt)); err != nil {
 					return fmt.Errorf("store: migrate: version %d (%s) statement %d: %w", m.version, m.name, i+1, err)
 				}

@@ -94,3 +94,51 @@ func TestMigrateNewerDatabase(t *testing.T) {
 		}
 	})
 }
+
+// insertPaymentV4 is the payments insert of a build before migration 5: it
+// names its columns and not seq.
+const insertPaymentV4 = `INSERT INTO payments (order_id, customer_id, status, method, amount_milli, reason, processed_at)
+	VALUES (?, NULL, 'PAID', 'CARD', 100, '', 1)`
+
+// Migration 5 numbers a version-4 database's payments in their stored order
+// and every later insert above them, an older build's (which does not name
+// seq) included, in both dialects.
+func TestMigratePaymentsSeq(t *testing.T) {
+	storetest.EachEmpty(t, func(t *testing.T, db *store.DB) {
+		ctx := ctxT(t)
+		if err := store.MigrateAs(ctx, db, 4); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"ord_1", "ord_2"} {
+			if _, err := db.ExecContext(ctx, db.Rebind(insertPaymentV4), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := store.Migrate(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		// this build's inserts and an older build's, still running
+		for _, id := range []string{"ord_3", "ord_4"} {
+			if _, err := db.ExecContext(ctx, db.Rebind(insertPaymentV4), id); err != nil {
+				t.Fatalf("insert of payment %s after migration 5: %v", id, err)
+			}
+		}
+		if err := store.MigrateAs(ctx, db, 4); err != nil {
+			t.Fatalf("build 4 against version 5: %v", err)
+		}
+		if _, err := db.ExecContext(ctx, db.Rebind(insertPaymentV4), "ord_5"); err != nil {
+			t.Fatal(err)
+		}
+		ids, err := db.QueryStrings(ctx, `SELECT order_id FROM payments ORDER BY seq`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nulls, distinct int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) - COUNT(seq), COUNT(DISTINCT seq) FROM payments`).Scan(&nulls, &distinct); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(ids, ","); got != "ord_1,ord_2,ord_3,ord_4,ord_5" || nulls != 0 || distinct != 5 {
+			t.Fatalf("payments by seq %s, %d without seq, %d distinct; want ord_1..ord_5 in insert order, each its own seq", got, nulls, distinct)
+		}
+	})
+}

@@ -30,7 +30,7 @@ import (
 // on SIGTERM. No client sees a reset or an EOF: each gets answers until
 // one says "Connection: close", and its next dial is refused (the listener
 // is closed: nothing was sent). Every order answered 202 is on
-// orderCreated. Stop takes less than 5 s (the clients' connections close
+// orderCreated. Stop takes less than 8 s (the clients' connections close
 // after their next answer, not at the 10 s deadline).
 //
 // Without the drain (Stop calling http.Server.Shutdown at once) clients
@@ -135,8 +135,10 @@ func stopUnderLoad(t *testing.T, brokers []string, cfg system.Config, round, bef
 	if err := <-stopped; err != nil {
 		t.Errorf("Stop: %v", err)
 	}
-	if took > 5*time.Second {
-		t.Errorf("round %d: Stop took %v with busy keep-alive clients, want under 5s", round, took)
+	// The failure this guards is waiting out the 10 s deadline; 8 s leaves
+	// room for a loaded machine (5.3 s seen at load average 30 under -race).
+	if took > 8*time.Second {
+		t.Errorf("round %d: Stop took %v with busy keep-alive clients, want under 8s (its deadline is 10 s)", round, took)
 	}
 	for _, f := range failures {
 		t.Error(f)

@@ -1,7 +1,11 @@
 package system
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ordercast/ordercast/outbox"
 )
 
 // registerMetrics exposes the outbox relay's and the exactly-once members'
@@ -11,6 +15,7 @@ import (
 //	ordercast_outbox_transactions_total{result="committed|aborted"}
 //	ordercast_outbox_rows_recovered_total     rows marked from the progress marker after a crash
 //	ordercast_outbox_fenced_total             times this relay was fenced by another one
+//	ordercast_outbox_step_seconds_total{phase="load|produce|commit|confirm|mark"}
 //	ordercast_txn_transactions_total{group,result="committed|aborted"}
 func (s *System) registerMetrics() {
 	reg := s.cfg.Registry
@@ -29,6 +34,17 @@ func (s *System) registerMetrics() {
 			func() int64 { return r.Stats().Recovered })
 		cf("ordercast_outbox_fenced_total", "Times this process's relay was fenced by another relay with the same transactional id.", nil,
 			func() int64 { return r.Stats().Fenced })
+		for phase, f := range map[string]func(outbox.Stats) time.Duration{
+			"load":    func(s outbox.Stats) time.Duration { return s.LoadTime },
+			"produce": func(s outbox.Stats) time.Duration { return s.ProduceTime },
+			"commit":  func(s outbox.Stats) time.Duration { return s.CommitTime },
+			"confirm": func(s outbox.Stats) time.Duration { return s.ConfirmTime },
+			"mark":    func(s outbox.Stats) time.Duration { return s.MarkTime },
+		} {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ordercast_outbox_step_seconds_total",
+				Help: "Seconds the exactly-once outbox relay spent in each phase of its transactions (mark overlaps the next transaction).", ConstLabels: prometheus.Labels{"phase": phase}},
+				func() float64 { return f(r.Stats()).Seconds() }))
+		}
 	}
 	if len(s.txns) > 0 {
 		txns := s.txns

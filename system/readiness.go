@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ordercast/ordercast/internal/brokererr"
 )
 
 // brokerProbeEvery is how long one broker probe's answer is reused: /readyz
@@ -44,6 +47,31 @@ func (p *brokerProbe) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ n
 	p.dialMu.Lock()
 	p.dialErr = err
 	p.dialMu.Unlock()
+}
+
+// startWait bounds how long a start check waits out a transient broker
+// error (brokererr.Transient) before the start fails with it.
+const startWait = 30 * time.Second
+
+// retryTransient runs check until it returns nil or an error that is not
+// transient, for at most startWait (brokererr.Retry's backoff), logging each
+// failed attempt at WARN (what names the check). It returns check's last
+// error, or nil. Found by the crash harness on a 3-node cluster: services
+// started while a broker was restarting stopped at once ("broker closed the
+// connection immediately"), and were restarted over a thousand times in one
+// run.
+func retryTransient(ctx context.Context, log *slog.Logger, what string, check func() error) error {
+	return brokererr.Retry(ctx, startWait, brokererr.Transient, func(attempt int, wait time.Duration, err error) {
+		log.Warn("start: Kafka not answering yet; trying again", "check", what, "attempt", attempt, "in", wait, "error", err)
+	}, check)
+}
+
+// checkNow is check without the reuse of a recent answer.
+func (p *brokerProbe) checkNow(ctx context.Context) error {
+	p.mu.Lock()
+	p.at = time.Time{}
+	p.mu.Unlock()
+	return p.check(ctx)
 }
 
 // check returns nil when the broker answered within brokerProbeTimeout in

@@ -359,14 +359,18 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	s.probe.cl = s.adminCl
 	// Before anything is read or written: a refused login, an untrusted
 	// certificate or a missing ACL stops the start with an error naming it.
-	if err := s.probe.check(ctx); err != nil {
+	// A cluster briefly away (a broker restarting, a connection dropped) is
+	// waited for, within startWait, by each of these checks.
+	if err := retryTransient(ctx, log, "reaching the broker", func() error { return s.probe.checkNow(ctx) }); err != nil {
 		s.close()
 		return nil, describeKafkaErr(err, s.probe.lastDialErr(), cfg.Principal)
 	}
 	for _, svc := range cfg.Services {
 		s.rights = append(s.rights, Rights(svc, cfg.Layout)...)
 	}
-	if err := checkRights(ctx, s.adminCl, cfg.Principal, cfg.Services, s.rights, cfg.MemberID+cfg.TransactionalIDSuffix); err != nil {
+	if err := retryTransient(ctx, log, "checking the principal's rights", func() error {
+		return checkRights(ctx, s.adminCl, cfg.Principal, cfg.Services, s.rights, cfg.MemberID+cfg.TransactionalIDSuffix)
+	}); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -377,7 +381,11 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 	}
 	s.registerOpsMetrics()
-	created, err := ops.EnsureTopics(ctx, s.Admin, topicsOf(cfg.Services, cfg.Layout))
+	var created []string
+	err = retryTransient(ctx, log, "checking the topics", func() (err error) {
+		created, err = ops.EnsureTopics(ctx, s.Admin, topicsOf(cfg.Services, cfg.Layout))
+		return err
+	})
 	if err != nil {
 		s.close()
 		if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {

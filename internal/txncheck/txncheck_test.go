@@ -3,16 +3,14 @@ package txncheck_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/ordercast/ordercast/internal/txncheck"
+	"github.com/ordercast/ordercast/internal/txncheck/txnchecktest"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -125,35 +123,15 @@ func TestTailWaitsForAnOpenTransaction(t *testing.T) {
 	}
 }
 
-// abortCommits makes the embedded broker handle the next n EndTxn(commit)
-// requests as aborts, answering them as it answers any EndTxn: with
-// success. The client sees what franz-go v1.22.3 returns when it turns a
-// commit into an abort itself (kgo/txn.go, "no produce succeeded in this
-// transaction but produces were attempted"): nil, and an aborted
-// transaction. It returns how many it turned.
-func abortCommits(c *kfake.Cluster, n int32) *atomic.Int32 {
-	var done atomic.Int32
-	c.ControlKey(int16(kmsg.EndTxn), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if req := kreq.(*kmsg.EndTxnRequest); req.Commit && done.Load() < n {
-			req.Commit = false
-			done.Add(1)
-		}
-		return nil, nil, false // handled by the broker, as changed
-	})
-	return &done
-}
-
 // TestSilentAbortIsCaught: EndTransaction(TryCommit) returns nil for a
 // transaction the broker aborted; a read_committed reader never sees its
 // record, and Committed says so. The condition is injected on the embedded
-// broker (abortCommits); see docs/upstream/franz-go-write-only-txn-abort.md
+// broker (txnchecktest.AbortCommits); see docs/upstream/franz-go-write-only-txn-abort.md
 // for how franz-go reaches it by itself.
 func TestSilentAbortIsCaught(t *testing.T) {
-	testkafka.SkipIfReal(t, "turns an EndTxn(commit) into an abort with a kfake control")
-	c, addrs := testkafka.Fake(t, map[string]int32{"t": 1})
+	c, addrs := txnchecktest.Fake(t, map[string]int32{"t": 1})
 	ctx := ctxT(t)
-	turned := abortCommits(c, 1)
+	turned := txnchecktest.AbortCommits(c, 1)
 	cl := txnClient(t, addrs, "txncheck-silent")
 	last := writeTxn(t, ctx, cl, "t", 2, kgo.TryCommit) // nil: looks committed
 	if turned.Load() != 1 {

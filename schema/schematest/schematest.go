@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
@@ -41,4 +42,17 @@ func Serde(t testing.TB, cl *sr.Client, opts ...schema.Opt) *schema.Serde {
 		t.Fatalf("schema.New: %v", err)
 	}
 	return s
+}
+
+// Record returns a record of topic at offset off with key, its value ev
+// encoded by s (s.Encode: the schema-registry wire format of topic's
+// schema), as a consumer would receive it; it fails the test when Encode
+// fails.
+func Record(t testing.TB, s *schema.Serde, topic, key string, off int64, ev any) *kgo.Record {
+	t.Helper()
+	b, err := s.Encode(topic, ev)
+	if err != nil {
+		t.Fatalf("encode %s: %v", topic, err)
+	}
+	return &kgo.Record{Topic: topic, Offset: off, Key: []byte(key), Value: b}
 }

@@ -9,10 +9,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/schema"
 	"github.com/ordercast/ordercast/schema/schematest"
 	"github.com/ordercast/ordercast/service/orders"
+	"github.com/ordercast/ordercast/service/servicetest"
 	"github.com/ordercast/ordercast/store"
-	"github.com/ordercast/ordercast/store/storetest"
 )
 
 // HandleBatch stores several orders and statuses in one transaction, each
@@ -20,10 +21,7 @@ import (
 // more lines than one INSERT takes, in line order; a batch holding a record
 // of an unknown topic keeps nothing.
 func TestHandleBatch(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		serde := schematest.Serde(t, nil)
+	servicetest.Each(t, func(t *testing.T, ctx context.Context, db *store.DB, serde *schema.Serde) {
 		svc := &orders.Service{DB: db, Serde: serde}
 		now := time.Now().UTC().Truncate(time.Millisecond)
 		created := func(i, lines int, off int64) *kgo.Record {
@@ -32,20 +30,12 @@ func TestHandleBatch(t *testing.T) {
 				ev.Lines = append(ev.Lines, order.Line{StockCode: fmt.Sprintf("S%d", l), Quantity: 1, UnitPrice: 1000, LineTotal: 1000})
 				ev.Total += 1000
 			}
-			b, err := serde.Encode(order.TopicOrderCreated, &ev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return &kgo.Record{Topic: order.TopicOrderCreated, Offset: off, Key: []byte(ev.OrderID), Value: b}
+			return schematest.Record(t, serde, order.TopicOrderCreated, ev.OrderID, off, &ev)
 		}
 		paid := func(i int, off int64) *kgo.Record {
 			ev := order.PaymentProcessed{EventID: fmt.Sprintf("evt_pay_%d", i), OrderID: fmt.Sprintf("ord_%d", i), Status: order.PaymentPaid,
 				Method: order.MethodCard, Amount: 1000, Country: "United Kingdom", ProcessedAt: now}
-			b, err := serde.Encode(order.TopicPaymentProcessed, &ev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return &kgo.Record{Topic: order.TopicPaymentProcessed, Offset: off, Key: []byte(ev.OrderID), Value: b}
+			return schematest.Record(t, serde, order.TopicPaymentProcessed, ev.OrderID, off, &ev)
 		}
 		const many = 1201 // three INSERTs of lines
 		if err := svc.HandleBatch(ctx, []*kgo.Record{created(1, 2, 0), created(2, many, 1), paid(1, 0), created(1, 2, 2)}); err != nil {

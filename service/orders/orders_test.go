@@ -91,11 +91,7 @@ func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
 				OrderID: "ord_dup", CustomerID: "17850", CreatedAt: createdAt,
 				Lines: []order.Line{{StockCode: "85123A", Quantity: 2, UnitPrice: 2550, LineTotal: 5100}}, Total: 5100,
 			}}
-			b, err := serde.Encode(order.TopicOrderCreated, &ev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return &kgo.Record{Topic: order.TopicOrderCreated, Offset: off, Key: []byte("17850"), Value: b}
+			return schematest.Record(t, serde, order.TopicOrderCreated, "17850", off, &ev)
 		}
 		if err := svc.Handle(ctx, rec("evt_first", 0)); err != nil {
 			t.Fatal(err)
@@ -112,11 +108,7 @@ func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
 			OrderID: "ord_dup", CustomerID: "17850", CreatedAt: createdAt,
 			Lines: []order.Line{{StockCode: "85123A", Quantity: 3, UnitPrice: 2550, LineTotal: 7650}}, Total: 7650,
 		}}
-		b, err := serde.Encode(order.TopicOrderCreated, &altered)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = svc.Handle(ctx, &kgo.Record{Topic: order.TopicOrderCreated, Offset: 3, Key: []byte("17850"), Value: b})
+		err := svc.Handle(ctx, schematest.Record(t, serde, order.TopicOrderCreated, "17850", 3, &altered))
 		if !processor.IsPermanent(err) || !strings.Contains(err.Error(), "evt_first was already applied") || !strings.Contains(err.Error(), "orderCreated/0/0") {
 			t.Fatalf("same event id, other content: err %v; want a permanent conflict naming the first record", err)
 		}

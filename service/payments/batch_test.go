@@ -3,32 +3,28 @@ package payments_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/schema"
 	"github.com/ordercast/ordercast/schema/schematest"
 	"github.com/ordercast/ordercast/service/payments"
+	"github.com/ordercast/ordercast/service/servicetest"
 	"github.com/ordercast/ordercast/store"
-	"github.com/ordercast/ordercast/store/storetest"
 )
 
 // HandleBatch applies several orders in one transaction: each debit and
 // outbox row once, a redelivery in the batch or of an earlier batch skipped,
+// each payment numbered (payments.seq) in the order the batch applied it,
 // and a batch holding a bad record keeps nothing (the runtime then handles
 // the records one at a time).
 func TestHandleBatch(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		serde := schematest.Serde(t, nil)
-		for _, c := range []string{"c1", "c2"} {
-			if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO wallets (customer_id, opening_milli, balance_milli) VALUES (?, ?, ?)`), c, 100000, 100000); err != nil {
-				t.Fatal(err)
-			}
-		}
+	servicetest.Each(t, func(t *testing.T, ctx context.Context, db *store.DB, serde *schema.Serde) {
+		addWallets(t, ctx, db, 100000, "c1", "c2")
 		svc := &payments.Service{DB: db, Serde: serde}
 		createdAt := time.Now().UTC().Truncate(time.Millisecond)
 		rec := func(i int, cust string, off int64) *kgo.Record {
@@ -36,11 +32,7 @@ func TestHandleBatch(t *testing.T) {
 				OrderID: fmt.Sprintf("ord_%d", i), CustomerID: cust, CreatedAt: createdAt,
 				Lines: []order.Line{{StockCode: "85123A", Quantity: 1, UnitPrice: 1000, LineTotal: 1000}}, Total: 1000,
 			}}
-			b, err := serde.Encode(order.TopicOrderCreated, &ev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return &kgo.Record{Topic: order.TopicOrderCreated, Offset: off, Key: []byte(ev.OrderID), Value: b}
+			return schematest.Record(t, serde, order.TopicOrderCreated, ev.OrderID, off, &ev)
 		}
 		if err := svc.HandleBatch(ctx, []*kgo.Record{rec(1, "c2", 0), rec(2, "c1", 1), rec(3, "c2", 2), rec(1, "c2", 3), rec(4, "", 4)}); err != nil {
 			t.Fatal(err)
@@ -71,6 +63,15 @@ func TestHandleBatch(t *testing.T) {
 		}
 		if n := count(`SELECT COUNT(*) FROM payments`); n != 5 {
 			t.Fatalf("%d payments, want 5 (orders 1-5 once each)", n)
+		}
+		// payments.seq numbers the rows in the order the batches applied
+		// them: sorted by customer id (the guest first), offset order within.
+		ids, err := db.QueryStrings(ctx, `SELECT order_id FROM payments ORDER BY seq`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(ids, ","); got != "ord_4,ord_2,ord_1,ord_3,ord_5" {
+			t.Fatalf("payments by seq %s, want ord_4,ord_2,ord_1,ord_3,ord_5 (the order applied)", got)
 		}
 		if n := count(`SELECT COUNT(*) FROM outbox`); n != 5 {
 			t.Fatalf("%d outbox rows, want 5", n)

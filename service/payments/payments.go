@@ -78,7 +78,8 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 // (service.ProcessBatch). The orders are applied sorted by customer id
 // (stable, so records of one order keep their offset order), so that two
 // batches debit shared wallets in the same order and cannot deadlock on
-// their row locks (PostgreSQL). Any record that fails (a contract violation
+// their row locks (PostgreSQL); each payment row's seq (store migration 5)
+// numbers it in that order. Any record that fails (a contract violation
 // included) fails the batch, and the runtime then handles its records one at
 // a time with Handle.
 func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {

@@ -10,23 +10,19 @@ import (
 
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/schema"
 	"github.com/ordercast/ordercast/schema/schematest"
 	"github.com/ordercast/ordercast/service/payments"
+	"github.com/ordercast/ordercast/service/servicetest"
 	"github.com/ordercast/ordercast/store"
-	"github.com/ordercast/ordercast/store/storetest"
 )
 
 // A second orderCreated for an already charged order under a new event id
 // is refused at once as permanent (naming the order and the conflict), and
 // charges nothing; a plain redelivery is skipped.
 func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		serde := schematest.Serde(t, nil)
-		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO wallets (customer_id, opening_milli, balance_milli) VALUES (?, ?, ?)`), "17850", 100000, 100000); err != nil {
-			t.Fatal(err)
-		}
+	servicetest.Each(t, func(t *testing.T, ctx context.Context, db *store.DB, serde *schema.Serde) {
+		addWallets(t, ctx, db, 100000, "17850")
 		svc := &payments.Service{DB: db, Serde: serde}
 		createdAt := time.Now().UTC().Truncate(time.Millisecond) // one event, the same bytes on redelivery
 		rec := func(eventID string, off int64) *kgo.Record {
@@ -34,11 +30,7 @@ func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
 				OrderID: "ord_dup", CustomerID: "17850", CreatedAt: createdAt,
 				Lines: []order.Line{{StockCode: "85123A", Quantity: 2, UnitPrice: 2550, LineTotal: 5100}}, Total: 5100,
 			}}
-			b, err := serde.Encode(order.TopicOrderCreated, &ev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return &kgo.Record{Topic: order.TopicOrderCreated, Offset: off, Key: []byte("17850"), Value: b}
+			return schematest.Record(t, serde, order.TopicOrderCreated, "17850", off, &ev)
 		}
 		if err := svc.Handle(ctx, rec("evt_first", 0)); err != nil {
 			t.Fatal(err)
@@ -63,4 +55,15 @@ func TestConflictingOrderCreatedIsPermanent(t *testing.T) {
 			t.Errorf("balance %d, want %d: charged other than once", balance, 100000-5100)
 		}
 	})
+}
+
+// addWallets opens a wallet of balance (thousandths of GBP) for each
+// customer.
+func addWallets(t *testing.T, ctx context.Context, db *store.DB, balance int64, customers ...string) {
+	t.Helper()
+	for _, c := range customers {
+		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO wallets (customer_id, opening_milli, balance_milli) VALUES (?, ?, ?)`), c, balance, balance); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
