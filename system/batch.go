@@ -42,8 +42,10 @@ func (f *faults) batchOpts(group string, h processor.BatchHandler, max int) []pr
 // registerDBStats exposes the database pool's statistics (prometheus'
 // DBStatsCollector: go_sql_open_connections, go_sql_in_use_connections,
 // go_sql_wait_count_total, go_sql_wait_duration_seconds_total... with
-// db_name="ordercast"): the time checkout and the consumers wait for a pooled
-// connection shows whether the pool, not the database, bounds them.
-func registerDBStats(reg prometheus.Registerer, db *sql.DB) {
-	reg.MustRegister(collectors.NewDBStatsCollector(db, "ordercast"))
+// db_name name: "ordercast" for the services' pool, "checkout" for
+// checkout's own on PostgreSQL): the time checkout and the consumers wait
+// for a pooled connection shows whether the pool, not the database, bounds
+// them.
+func registerDBStats(reg prometheus.Registerer, db *sql.DB, name string) {
+	reg.MustRegister(collectors.NewDBStatsCollector(db, name))
 }

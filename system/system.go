@@ -87,7 +87,18 @@ type Config struct {
 	// process shares the pool); 0 keeps sqldb.PostgresMaxOpenConns. SQLite
 	// keeps its own (sqldb.SQLiteMaxOpenConns): its writers are serialised.
 	DBConns int
-	Layout  ops.Layout
+	// CheckoutDBConns is the size of checkout's own PostgreSQL pool (a
+	// second pool on the same DSN, so that the consumers' batch
+	// transactions never hold the connections checkout's claims and
+	// published marks wait for); 0 is DefaultCheckoutDBConns. On SQLite
+	// checkout shares the services' DB (its writers must queue on one
+	// write lock in this process). Only when checkout runs.
+	CheckoutDBConns int
+	// CheckoutMaxBatch is checkout.Config.MaxBatch: the most concurrent
+	// requests' claims (and published marks) written in one batch; 0 is
+	// checkout.DefaultMaxBatch, 1 writes each request alone.
+	CheckoutMaxBatch int
+	Layout           ops.Layout
 	// OpeningCredit is each known customer's opening wallet balance.
 	OpeningCredit order.Money
 	// SeedFile is the Online Retail CSV the catalog and wallets are seeded
@@ -191,6 +202,9 @@ type System struct {
 	Relay    *outbox.Relay
 	probe    *brokerProbe
 
+	// checkoutDB is checkout's own pool on PostgreSQL (Config.CheckoutDBConns); nil on SQLite.
+	checkoutDB *store.DB
+
 	rights   []Right // the ACLs the services of this process need (Rights)
 	procs    []*processor.Processor
 	txns     []*processor.TxnProcessor
@@ -214,6 +228,13 @@ type System struct {
 // header); 200 leaves room for the rest. A longer id makes Start fail.
 const MaxMemberIDLen = 200
 
+// DefaultCheckoutDBConns is the default Config.CheckoutDBConns: checkout's
+// own PostgreSQL pool. Its claims and published marks are written in
+// batches by at most two runners each (one connection each while a
+// statement runs), which leaves four for GET /orders/{id}, readiness and
+// the claims written alone after a failed batch.
+const DefaultCheckoutDBConns = 8
+
 // MaxSessionTimeout is Kafka's default group.max.session.timeout.ms (30
 // minutes): a broker with its default answers a longer session timeout
 // with INVALID_SESSION_TIMEOUT at every join.
@@ -231,6 +252,9 @@ func (c *Config) defaults() {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 16
+	}
+	if c.CheckoutDBConns == 0 {
+		c.CheckoutDBConns = DefaultCheckoutDBConns
 	}
 	if c.Layout.Partitions == 0 {
 		c.Layout.Partitions = 6
@@ -480,11 +504,23 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 	}
 	s.registerMetrics()
-	registerDBStats(cfg.Registry, s.DB.DB) // batch.go
+	registerDBStats(cfg.Registry, s.DB.DB, "ordercast") // batch.go
 	mux := http.NewServeMux()
 	if cfg.runs(ServiceCheckout) {
-		s.Checkout, err = checkout.New(ctx, checkout.Config{DB: s.DB, Serde: s.Serde, Producer: s.Producer, Logger: log, Registerer: cfg.Registry,
-			Auth: cfg.CheckoutAuth, AuthRequired: cfg.CheckoutAuthRequired, RateLimit: cfg.CheckoutRateLimit, RateBurst: cfg.CheckoutRateBurst})
+		checkoutDB := s.DB
+		if s.DB.Dialect == sqldb.Postgres {
+			if s.checkoutDB, err = store.Open(ctx, cfg.DSN); err != nil {
+				s.Stop(context.Background())
+				return nil, fmt.Errorf("database %q (--db), checkout's pool: %w", RedactDSN(cfg.DSN), err)
+			}
+			s.checkoutDB.SetMaxOpenConns(cfg.CheckoutDBConns)
+			s.checkoutDB.SetMaxIdleConns(cfg.CheckoutDBConns)
+			registerDBStats(cfg.Registry, s.checkoutDB.DB, "checkout")
+			checkoutDB = s.checkoutDB
+		}
+		s.Checkout, err = checkout.New(ctx, checkout.Config{DB: checkoutDB, Serde: s.Serde, Producer: s.Producer, Logger: log, Registerer: cfg.Registry,
+			Auth: cfg.CheckoutAuth, AuthRequired: cfg.CheckoutAuthRequired, RateLimit: cfg.CheckoutRateLimit, RateBurst: cfg.CheckoutRateBurst,
+			MaxBatch: cfg.CheckoutMaxBatch})
 		if err != nil {
 			s.Stop(context.Background())
 			return nil, err
@@ -694,6 +730,9 @@ func (s *System) close() {
 	}
 	if s.adminCl != nil {
 		s.adminCl.Close()
+	}
+	if s.checkoutDB != nil {
+		s.checkoutDB.Close()
 	}
 	if s.DB != nil {
 		s.DB.Close()

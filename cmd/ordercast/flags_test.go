@@ -291,6 +291,8 @@ func TestUpFlags(t *testing.T) {
 		{upQuick(t, "--replay", "/nonexistent/orders.csv"), []string{"--replay", "/nonexistent/orders.csv"}},
 		{upQuick(t, "--max-batch", "-1"), []string{"--max-batch", ">= 0"}},
 		{upQuick(t, "--db-conns", "-1"), []string{"--db-conns", ">= 0"}},
+		{upQuick(t, "--checkout-db-conns", "-1"), []string{"--checkout-db-conns", ">= 0"}},
+		{upQuick(t, "--checkout-max-batch", "-2"), []string{"--checkout-max-batch", ">= 0"}},
 	})
 }
 

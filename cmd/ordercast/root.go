@@ -19,6 +19,7 @@ import (
 	"github.com/ordercast/ordercast/order"
 	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/service/checkout"
 	"github.com/ordercast/ordercast/system"
 )
 
@@ -97,6 +98,8 @@ type common struct {
 	concurrency   int
 	maxBatch      int
 	dbConns       int
+	checkoutConns int
+	checkoutBatch int
 	openingCredit string
 	seedData      string
 	retryDelays   string
@@ -148,6 +151,8 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.ordering, "ordering", "key", "ordering mode of the consumer services: partition, key or unordered")
 	f.IntVar(&c.concurrency, "concurrency", 16, "handler calls in parallel per group member")
 	f.IntVar(&c.dbConns, "db-conns", 0, "PostgreSQL connections in the pool this process's services share (0: 16)")
+	f.IntVar(&c.checkoutConns, "checkout-db-conns", 0, fmt.Sprintf("PostgreSQL connections in checkout's own pool, apart from the services' (0: %d; SQLite: checkout shares the services' database)", system.DefaultCheckoutDBConns))
+	f.IntVar(&c.checkoutBatch, "checkout-max-batch", 0, fmt.Sprintf("most concurrent requests whose Idempotency-Key rows (and published marks) checkout writes in one batch (0: %d; 1: each request alone)", checkout.DefaultMaxBatch))
 	f.IntVar(&c.maxBatch, "max-batch", processor.DefaultMaxBatch, "most records the orders, payments and notifications groups apply in one database transaction (0: one transaction per record)")
 	f.StringVar(&c.openingCredit, "opening-credit", system.DefaultOpeningCredit.String(), "opening wallet balance of each known customer, in GBP")
 	f.StringVar(&c.seedData, "seed-data", "", "Online Retail CSV (plain or .gz) the catalog and wallets are seeded from on first start (empty: the catalog and wallets of the full data set, "+system.DefaultSeedFile+", embedded in the binary, so no checkout is needed)")
@@ -245,6 +250,14 @@ func (c *common) config() (system.Config, error) {
 		return cfg, fmt.Errorf("--db-conns %d: want >= 0 (0: the default, 16)", c.dbConns)
 	}
 	cfg.DBConns = c.dbConns
+	if c.checkoutConns < 0 {
+		return cfg, fmt.Errorf("--checkout-db-conns %d: want >= 0 (0: the default, %d)", c.checkoutConns, system.DefaultCheckoutDBConns)
+	}
+	cfg.CheckoutDBConns = c.checkoutConns
+	if c.checkoutBatch < 0 {
+		return cfg, fmt.Errorf("--checkout-max-batch %d: want >= 0 (0: the default, %d)", c.checkoutBatch, checkout.DefaultMaxBatch)
+	}
+	cfg.CheckoutMaxBatch = c.checkoutBatch
 	switch {
 	case c.maxBatch < 0:
 		return cfg, fmt.Errorf("--max-batch %d: want >= 0 (0: no batching)", c.maxBatch)

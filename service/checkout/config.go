@@ -137,6 +137,13 @@ type Config struct {
 	// client may make at once. Default max(1, 2 x RateLimit); negative is
 	// an error.
 	RateBurst int
+
+	// MaxBatch is the most claims of concurrent requests (their
+	// Idempotency-Key rows) written together in one batch, and the most
+	// published marks (group commit: see the package doc). Default
+	// DefaultMaxBatch (64); 1 writes each request alone; negative is an
+	// error.
+	MaxBatch int
 }
 
 // withDefaults returns c with its defaults filled in, or an error naming the
@@ -161,6 +168,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("checkout: Config.AuthRequired needs Config.Auth (a token verifier)")
 	case !(c.RateLimit >= 0) || math.IsInf(c.RateLimit, 0):
 		return c, fmt.Errorf("checkout: Config.RateLimit is %v, want >= 0 requests per second (0: no limit)", c.RateLimit)
+	case c.MaxBatch < 0:
+		return c, fmt.Errorf("checkout: Config.MaxBatch is %d, want >= 0 (0 means %d)", c.MaxBatch, DefaultMaxBatch)
 	case c.RateBurst < 0:
 		return c, fmt.Errorf("checkout: Config.RateBurst is %d, want >= 0 (0: twice RateLimit)", c.RateBurst)
 	}
@@ -178,6 +187,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DBTimeout == 0 {
 		c.DBTimeout = DefaultDBTimeout
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes

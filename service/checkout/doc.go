@@ -83,14 +83,15 @@
 //     canonical form (sha256 of the re-marshalled request with normalized
 //     stock codes), so that whitespace, member order, null members and the
 //     case of stock codes do not change the hash.
-//  2. In one transaction: look the key up. A row with another hash answers
+//  2. Look the key up. A row with another hash answers
 //     422 idempotency_key_reused. A 'published' row is replayed: its stored
 //     response_status and response_body, byte for byte, with the header
 //     Idempotent-Replayed: true. A 'pending' row yields its stored payload,
 //     the very event (same order id, same event id) to publish again. A new
 //     key is priced, its event encoded, and inserted as 'pending' WITH that
 //     payload (INSERT ... ON CONFLICT DO NOTHING; a lost race re-reads the
-//     winner's row and follows the existing-key path).
+//     winner's row and follows the existing-key path). A refusal is decided
+//     before anything of the request is written.
 //  3. The payload is produced to order.TopicOrderCreated, keyed by
 //     order.KeyFor(customerId, orderId), and waited for at most
 //     Config.ProduceTimeout.
@@ -98,6 +99,29 @@
 //     the 202 response and published_at, and the 202 is sent. On a produce
 //     error or timeout the answer is 503 broker_unavailable and the row stays
 //     'pending': a retry with the same key publishes the same event again.
+//
+// Group commit. Steps 2 and 4 of concurrent requests are written together:
+// each request hands its claim (step 2) or its mark (step 4) to a batcher,
+// and a runner writes every one waiting, up to Config.MaxBatch, with one
+// statement per step for the whole batch (one SELECT of every key, one
+// multi-row INSERT ... ON CONFLICT DO NOTHING in key order, one UPDATE of
+// every mark), so that a batch of N requests costs the round trips and the
+// commit (the WAL flush) of one. A request that finds a runner free is
+// written at once, alone; batches form only while runners are busy. One
+// request's refusal (422, 400) fails only that request; an SQL error fails
+// the batch, whose requests are then written each alone, so that it fails
+// only the request it belongs to (503 database_unavailable, as before).
+// On SQLite a batch is one transaction; on PostgreSQL each statement is its
+// own (autocommit: no BEGIN and COMMIT round trips), which gives the same
+// guarantees, since under READ COMMITTED a transaction would not make the
+// SELECT and the INSERT atomic either: the key's unique index and ON
+// CONFLICT decide every race. Every write is idempotent (a claim re-reads
+// its key and recognises the row it inserted by its new order and event
+// ids; a mark updates pending rows only), so a write whose connection was
+// lost, even in its commit, is written again. The mark is written before
+// the 202, not after: the published rows are the durable list of accepted
+// orders (Service.Accepted, the audit), and a crash between a 202 and a
+// later mark would leave an accepted order out of it.
 //
 // Because the row and its payload are written before producing, a crash
 // anywhere leads at worst to the same event being published twice, never to

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -178,18 +179,15 @@ func (s *Service) encode(ev *order.OrderCreated) ([]byte, *apiError) {
 	return payload, nil
 }
 
-// txError carries an *apiError out of store.DB.InTx.
-type txError struct{ *apiError }
-
-// claim looks key up and decides, in one transaction, what place does:
-// replay a published row, re-publish a pending one, or insert a new pending
-// row (priced from the catalog, or prebuilt for a keyless request) and
-// publish it. A row with another hash is 422 idempotency_key_reused. A
-// request this instance cannot write (unwritable) is refused only where an
-// event would be built: a published or pending row of the same request is
-// replayed or re-published whatever the version this instance writes, and
-// since the refusal is decided in the transaction that would insert the
-// row, no such request is ever stored by this instance.
+// claim looks key up and decides what place does: replay a published row,
+// re-publish a pending one, or insert a new pending row (priced from the
+// catalog, or prebuilt for a keyless request) and publish it. A row with
+// another hash is 422 idempotency_key_reused. A request this instance cannot
+// write (unwritable) is refused only where an event would be built: a
+// published or pending row of the same request is replayed or re-published
+// whatever the version this instance writes, and since the refusal is
+// decided before the row would be inserted, no such request is ever stored
+// by this instance.
 //
 // issuedOnly (a client key with the reserved keylessPrefix) accepts only an
 // existing row: such keys are issued by checkout for a keyless request's
@@ -202,130 +200,284 @@ type txError struct{ *apiError }
 // key's scope is the caller's alone (a customer): only then does a 422 name
 // the row's order; a guest's 422 does not name it, as another guest may
 // have used the key.
+//
+// The claim is written in a batch with the other requests' claims waiting
+// at the time (group commit: claimBatch); it blocks until its batch is
+// written, at most about Config.DBTimeout after the batch starts. A claim
+// whose request is gone or whose DBTimeout passed before its batch started
+// writes nothing.
 func (s *Service) claim(ctx context.Context, key, legacyKey, hash string, req *order.PlaceOrderRequest, prebuilt *order.OrderCreated, issuedOnly, own bool) (*decision, *apiError) {
-	// Built at most once, outside any retry of the transaction.
-	fresh := prebuilt
-	var freshPayload []byte
-	build := func(orderID, eventID string) (*order.OrderCreated, []byte, error) {
-		if aerr := s.unwritable(req); aerr != nil {
-			return nil, nil, txError{aerr}
-		}
-		if fresh == nil || fresh.OrderID != orderID {
-			ev, aerr := s.newEvent(req, orderID, eventID)
-			if aerr != nil {
-				return nil, nil, txError{aerr}
-			}
-			fresh, freshPayload = ev, nil
-		}
-		if freshPayload == nil {
-			p, aerr := s.encode(fresh)
-			if aerr != nil {
-				return nil, nil, txError{aerr}
-			}
-			freshPayload = p
-		}
-		return fresh, freshPayload, nil
-	}
-	newIDs := func() (string, string) {
-		if fresh != nil {
-			return fresh.OrderID, fresh.EventID
-		}
-		return order.NewID("ord_"), order.NewID("evt_")
-	}
-
-	var c *decision
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DBTimeout)
 	defer cancel()
-	scoped := key
-	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
-		c, key = nil, scoped
-		row, found, err := s.getRequest(ctx, tx, key)
+	j := &claimJob{ctx: ctx, key: key, legacyKey: legacyKey, hash: hash, req: req,
+		issuedOnly: issuedOnly, own: own, fresh: prebuilt, done: make(chan struct{})}
+	if !issuedOnly {
+		// Priced and encoded before the batch, in this request's
+		// goroutine, so that the batch (on SQLite: the write lock) is
+		// held for SQL only; used only if the key turns out to be new.
+		j.prebuild(s)
+	}
+	s.claims.submit(j)
+	<-j.done
+	if j.err != nil {
+		if parent.Err() != nil {
+			s.log.Info("checkout: the client hung up before the request was recorded", slog.String("idempotency_key", key), slog.Any("error", j.err))
+			return nil, clientGone(parent.Err())
+		}
+		return nil, s.dbFailed("recording the order", j.err, ctx.Err() != nil || errors.Is(j.err, context.DeadlineExceeded))
+	}
+	if j.aerr != nil {
+		return nil, j.aerr
+	}
+	s.dbHealth.ok()
+	return j.d, nil
+}
+
+// claimJob is one request's claim, written by claimBatch. Its fields are
+// set by claim before it is submitted; its results by the runner, before
+// done is closed.
+type claimJob struct {
+	ctx                  context.Context // the request's, bounded by DBTimeout
+	key, legacyKey, hash string
+	req                  *order.PlaceOrderRequest
+	issuedOnly, own      bool
+
+	// The event of a new row (prebuild), or why none can be built.
+	fresh        *order.OrderCreated
+	freshPayload []byte
+	freshErr     *apiError
+
+	d    *decision
+	aerr *apiError // a refusal of this claim alone (422, 400, ...)
+	err  error     // the write failed, or ctx was done before it started
+	done chan struct{}
+}
+
+// prebuild prices (unless prebuilt), checks and encodes the event of a new
+// row for j, with new ids, keeping the refusal for when it is needed.
+func (j *claimJob) prebuild(s *Service) {
+	if aerr := s.unwritable(j.req); aerr != nil {
+		j.freshErr = aerr
+		return
+	}
+	if j.fresh == nil {
+		ev, aerr := s.newEvent(j.req, order.NewID("ord_"), order.NewID("evt_"))
+		if aerr != nil {
+			j.freshErr = aerr
+			return
+		}
+		j.fresh = ev
+	}
+	p, aerr := s.encode(j.fresh)
+	if aerr != nil {
+		j.fresh, j.freshErr = nil, aerr
+		return
+	}
+	j.freshPayload = p
+}
+
+// runClaims is the claims batcher's run: it answers the jobs whose request
+// is gone or out of time without writing them, and writes the others in one
+// batch.
+func (s *Service) runClaims(jobs []*claimJob) {
+	live := jobs[:0:0]
+	for _, j := range jobs {
+		if err := j.ctx.Err(); err != nil {
+			j.err = err
+			close(j.done)
+			continue
+		}
+		live = append(live, j)
+	}
+	if len(live) == 0 {
+		return
+	}
+	runBatch(s, live, s.cfg.DBTimeout, s.claimBatch, func(j *claimJob, err error) { j.err = err })
+	for _, j := range live {
+		close(j.done)
+	}
+}
+
+// claimBatch decides and writes the claims of jobs (distinct keys: keyLocks
+// holds each key in one claim at a time per process): one SELECT of every
+// key (and legacy key), then, for the keys without a row, one multi-row
+// INSERT ... ON CONFLICT DO NOTHING RETURNING, in key order (two processes'
+// batches then take the keys' index locks in one order and cannot
+// deadlock), then one SELECT of the keys another writer inserted first,
+// whose rows are followed as existing ones. A claim's refusal (422 reused
+// key, 400 unissued key, a request this instance cannot write) is decided
+// before anything is written for it and fails that claim alone; an SQL
+// error fails the batch (runBatch then writes each claim alone). Results
+// are assigned only when every statement succeeded: write may run it again
+// (after a lost connection a claim finds the row its first attempt
+// inserted, with its own new ids, and is still the new order).
+func (s *Service) claimBatch(ctx context.Context, q execer, jobs []*claimJob) error {
+	type result struct {
+		d    *decision
+		aerr *apiError
+	}
+	res := make([]result, len(jobs))
+	keys := make([]string, 0, 2*len(jobs))
+	for _, j := range jobs {
+		keys = append(keys, j.key)
+		if j.legacyKey != "" {
+			keys = append(keys, j.legacyKey)
+		}
+	}
+	rows, err := s.getRequests(ctx, q, keys)
+	if err != nil {
+		return err
+	}
+	var inserts []int // jobs whose new row is inserted
+	for i, j := range jobs {
+		key := j.key
+		row, found := rows[key]
+		if !found && j.legacyKey != "" {
+			if old, ok := rows[j.legacyKey]; ok && old.hash == j.hash {
+				row, found, key = old, true, j.legacyKey
+			}
+		}
+		switch {
+		case found:
+			d, aerr, err := s.follow(ctx, q, j, key, row)
+			if err != nil {
+				return err
+			}
+			res[i] = result{d, aerr}
+		case j.issuedOnly:
+			res[i].aerr = reject(http.StatusBadRequest, CodeBadIdempotencyKey, fmt.Sprintf(
+				"Idempotency-Key header starts with %q, which is reserved for keys this server issued (in a 503 to a request sent without a key); this one was not issued: use a key of your own", keylessPrefix))
+		case j.freshErr != nil:
+			res[i].aerr = j.freshErr
+		default:
+			inserts = append(inserts, i)
+		}
+	}
+	if len(inserts) > 0 {
+		if s.beforeInsert != nil {
+			s.beforeInsert()
+		}
+		slices.SortFunc(inserts, func(a, b int) int { return strings.Compare(jobs[a].key, jobs[b].key) })
+		inserted, err := s.insertRequests(ctx, q, jobs, inserts)
 		if err != nil {
 			return err
 		}
-		if !found && legacyKey != "" {
-			old, oldFound, err := s.getRequest(ctx, tx, legacyKey)
+		var lost []string
+		for _, i := range inserts {
+			if j := jobs[i]; inserted[j.key] {
+				res[i].d = &decision{key: j.key, orderID: j.fresh.OrderID, payload: j.freshPayload, event: j.fresh, fresh: true}
+			} else {
+				lost = append(lost, j.key)
+			}
+		}
+		if len(lost) > 0 {
+			// Another transaction inserted these keys first: follow their rows.
+			won, err := s.getRequests(ctx, q, lost)
 			if err != nil {
 				return err
 			}
-			if oldFound && old.hash == hash {
-				row, found, key = old, true, legacyKey
+			for _, i := range inserts {
+				j := jobs[i]
+				if inserted[j.key] {
+					continue
+				}
+				row, found := won[j.key]
+				if !found {
+					return fmt.Errorf("checkout request %q conflicted on insert but cannot be read", j.key)
+				}
+				d, aerr, err := s.follow(ctx, q, j, j.key, row)
+				if err != nil {
+					return err
+				}
+				res[i] = result{d, aerr}
 			}
 		}
-		if !found && issuedOnly {
-			return txError{reject(http.StatusBadRequest, CodeBadIdempotencyKey, fmt.Sprintf(
-				"Idempotency-Key header starts with %q, which is reserved for keys this server issued (in a 503 to a request sent without a key); this one was not issued: use a key of your own", keylessPrefix))}
-		}
-		if !found {
-			orderID, eventID := newIDs()
-			ev, payload, err := build(orderID, eventID)
-			if err != nil {
-				return err
-			}
-			res, err := tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO checkout_requests
-				(idempotency_key, request_hash, order_id, event_id, status, payload, created_at)
-				VALUES (?, ?, ?, ?, 'pending', ?, ?)
-				ON CONFLICT (idempotency_key) DO NOTHING`),
-				key, hash, ev.OrderID, ev.EventID, payload, s.now().UnixMilli())
-			if err != nil {
-				return fmt.Errorf("insert checkout request: %w", err)
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return fmt.Errorf("insert checkout request: %w", err)
-			} else if n == 1 {
-				c = &decision{key: key, orderID: ev.OrderID, payload: payload, event: ev, fresh: true}
-				return nil
-			}
-			// Another transaction inserted the key first: follow its row.
-			if row, found, err = s.getRequest(ctx, tx, key); err != nil {
-				return err
-			} else if !found {
-				return fmt.Errorf("checkout request %q conflicted on insert but cannot be read", key)
-			}
-		}
-		if row.hash != hash {
-			which := ""
-			if own {
-				which = " (your order " + row.orderID + ")"
-			}
-			return txError{unprocessable(order.ReasonIdempotencyMismatch,
-				"this Idempotency-Key was used for a different request"+which+"; use a new key for a new order")}
-		}
-		if row.status == statusPublished {
-			c = &decision{replay: storedAnswer(row)}
-			return nil
-		}
-		if row.payload == nil {
-			// A pending row without its payload (written by hand or by an
-			// older build): rebuild the event from this identical request
-			// with the row's ids and store it first.
-			ev, payload, err := build(row.orderID, row.eventID)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, s.db.Rebind(`UPDATE checkout_requests SET payload = ?
-				WHERE idempotency_key = ? AND status = 'pending'`), payload, key); err != nil {
-				return fmt.Errorf("store payload of checkout request: %w", err)
-			}
-			c = &decision{key: key, orderID: row.orderID, payload: payload, event: ev}
-			return nil
-		}
-		c = &decision{key: key, orderID: row.orderID, payload: row.payload}
-		return nil
-	})
-	if err != nil {
-		if te, ok := errors.AsType[txError](err); ok {
-			return nil, te.apiError
-		}
-		if parent.Err() != nil {
-			s.log.Info("checkout: the client hung up before the request was recorded", slog.String("idempotency_key", key), slog.Any("error", err))
-			return nil, clientGone(parent.Err())
-		}
-		return nil, s.dbFailed("recording the order", err, ctx.Err() != nil)
 	}
-	s.dbHealth.ok()
-	return c, nil
+	for i, j := range jobs {
+		j.d, j.aerr = res[i].d, res[i].aerr
+	}
+	return nil
+}
+
+// follow decides j's claim on the existing row of key: 422 for another
+// request's row, the stored answer of a published one, the payload of a
+// pending one to publish again (a pending row without its payload, written
+// by hand or by an older build, gets the event rebuilt from this identical
+// request with the row's ids, stored first). A pending row with j's own new
+// ids is the row an earlier attempt of this batch inserted (its outcome was
+// unknown): j is still the new order.
+func (s *Service) follow(ctx context.Context, q execer, j *claimJob, key string, row requestRow) (*decision, *apiError, error) {
+	if row.hash != j.hash {
+		which := ""
+		if j.own {
+			which = " (your order " + row.orderID + ")"
+		}
+		return nil, unprocessable(order.ReasonIdempotencyMismatch,
+			"this Idempotency-Key was used for a different request"+which+"; use a new key for a new order"), nil
+	}
+	if row.status == statusPublished {
+		return &decision{replay: storedAnswer(row)}, nil, nil
+	}
+	if row.payload == nil {
+		if aerr := s.unwritable(j.req); aerr != nil {
+			return nil, aerr, nil
+		}
+		ev, aerr := s.newEvent(j.req, row.orderID, row.eventID)
+		if aerr != nil {
+			return nil, aerr, nil
+		}
+		payload, aerr := s.encode(ev)
+		if aerr != nil {
+			return nil, aerr, nil
+		}
+		if _, err := q.ExecContext(ctx, s.db.Rebind(`UPDATE checkout_requests SET payload = ?
+			WHERE idempotency_key = ? AND status = 'pending'`), payload, key); err != nil {
+			return nil, nil, fmt.Errorf("store payload of checkout request: %w", err)
+		}
+		return &decision{key: key, orderID: row.orderID, payload: payload, event: ev}, nil, nil
+	}
+	if f := j.fresh; f != nil && key == j.key && row.orderID == f.OrderID && row.eventID == f.EventID {
+		return &decision{key: key, orderID: row.orderID, payload: row.payload, event: f, fresh: true}, nil, nil
+	}
+	return &decision{key: key, orderID: row.orderID, payload: row.payload}, nil, nil
+}
+
+// insertRequests inserts the pending rows of jobs[i] for i in idx (in that
+// order) in one statement and returns the keys it inserted; a key another
+// writer holds is skipped (ON CONFLICT DO NOTHING).
+func (s *Service) insertRequests(ctx context.Context, q execer, jobs []*claimJob, idx []int) (map[string]bool, error) {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO checkout_requests
+		(idempotency_key, request_hash, order_id, event_id, status, payload, created_at) VALUES `)
+	args := make([]any, 0, 6*len(idx))
+	now := s.now().UnixMilli()
+	for n, i := range idx {
+		if n > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, 'pending', ?, ?)")
+		j := jobs[i]
+		args = append(args, j.key, j.hash, j.fresh.OrderID, j.fresh.EventID, j.freshPayload, now)
+	}
+	b.WriteString(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key")
+	rs, err := q.QueryContext(ctx, s.db.Rebind(b.String()), args...)
+	if err != nil {
+		return nil, fmt.Errorf("insert checkout requests: %w", err)
+	}
+	defer rs.Close()
+	out := make(map[string]bool, len(idx))
+	for rs.Next() {
+		var k string
+		if err := rs.Scan(&k); err != nil {
+			return nil, fmt.Errorf("insert checkout requests: %w", err)
+		}
+		out[k] = true
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("insert checkout requests: %w", err)
+	}
+	return out, nil
 }
 
 // storedAnswer is the replay of a published row: its stored response, or,
@@ -343,22 +495,36 @@ func storedAnswer(row requestRow) *outcome {
 	return out
 }
 
-// getRequest reads the checkout_requests row of key.
-func (s *Service) getRequest(ctx context.Context, q querier, key string) (requestRow, bool, error) {
-	r := requestRow{key: key}
-	err := q.QueryRowContext(ctx, s.db.Rebind(`SELECT request_hash, order_id, event_id, status, payload, response_status, response_body
-		FROM checkout_requests WHERE idempotency_key = ?`), key).
-		Scan(&r.hash, &r.orderID, &r.eventID, &r.status, &r.payload, &r.responseStatus, &r.responseBody)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return r, false, nil
-	case err != nil:
-		return r, false, fmt.Errorf("read checkout request: %w", err)
+// getRequests reads the checkout_requests rows of keys (duplicates
+// allowed) in one query, by key; a key without a row is absent.
+func (s *Service) getRequests(ctx context.Context, q querier, keys []string) (map[string]requestRow, error) {
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+	query := `SELECT idempotency_key, request_hash, order_id, event_id, status, payload, response_status, response_body
+		FROM checkout_requests WHERE idempotency_key IN (?` + strings.Repeat(", ?", len(keys)-1) + `)`
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
 	}
-	if len(r.payload) == 0 {
-		r.payload = nil
+	rs, err := q.QueryContext(ctx, s.db.Rebind(query), args...)
+	if err != nil {
+		return nil, fmt.Errorf("read checkout requests: %w", err)
 	}
-	return r, true, nil
+	defer rs.Close()
+	out := make(map[string]requestRow, len(keys))
+	for rs.Next() {
+		var r requestRow
+		if err := rs.Scan(&r.key, &r.hash, &r.orderID, &r.eventID, &r.status, &r.payload, &r.responseStatus, &r.responseBody); err != nil {
+			return nil, fmt.Errorf("read checkout requests: %w", err)
+		}
+		if len(r.payload) == 0 {
+			r.payload = nil
+		}
+		out[r.key] = r
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("read checkout requests: %w", err)
+	}
+	return out, nil
 }
 
 // querier is what *sql.DB and *sql.Tx share.

@@ -2,10 +2,10 @@ package checkout
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -91,33 +91,87 @@ func (s *Service) publish(ctx context.Context, d *decision, release func()) (*ou
 // returned: the event is on the topic and the order accepted; the row stays
 // pending, so a retry with the same key publishes the same event again
 // (which consumers absorb) and marks it then.
+//
+// The mark is written in a batch with the other requests' marks waiting at
+// the time (group commit: one UPDATE for the batch, markBatch), and before
+// the 202 is sent, not after: the table's published rows are the durable
+// list of the orders checkout accepted (Service.Accepted, the audit, the
+// load and chaos checks compare every service's rows with it), and a mark
+// written after the 202 would let a crash in between leave an accepted
+// order out of that list (a retry would still find it pending and publish
+// the same event again, so nothing would be lost, but the list would be
+// wrong until then). A batched mark costs the request one shared statement.
+// It blocks at most about markTimeout.
 func (s *Service) markPublished(ctx context.Context, d *decision, body []byte) {
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	defer cancel()
-	now := s.now().UnixMilli()
-	var first bool
-	// Idempotent (WHERE status = 'pending'): run again even when the
-	// connection was lost in COMMIT (found by ordercast chaos on PostgreSQL:
-	// pg_terminate_backend at the COMMIT left an acknowledged order pending).
-	err := s.db.InTxIdempotent(mctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(mctx, s.db.Rebind(`UPDATE checkout_requests
-			SET status = 'published', response_status = ?, response_body = ?, published_at = ?
-			WHERE idempotency_key = ? AND status = 'pending'`),
-			http.StatusAccepted, string(body), now, d.key)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		first = n == 1
-		return err
-	})
-	if err != nil {
+	m := &markJob{key: d.key, body: string(body), done: make(chan struct{})}
+	s.marks.submit(m)
+	<-m.done
+	if m.err != nil {
 		s.log.Error("checkout: orderCreated acknowledged but the request could not be marked published; a retry will re-publish it",
-			slog.String("idempotency_key", d.key), slog.String("order_id", d.orderID), slog.Any("error", err))
+			slog.String("idempotency_key", d.key), slog.String("order_id", d.orderID), slog.Any("error", m.err))
 		return
 	}
-	if first {
+	if m.first {
 		s.metrics.accepted.Inc()
 		s.log.Debug("checkout: order accepted", slog.String("order_id", d.orderID), slog.String("idempotency_key", d.key))
 	}
+}
+
+// markJob is one row to mark published (markBatch); first and err are set
+// by the runner before done is closed.
+type markJob struct {
+	key, body string
+	first     bool // this mark changed the row from pending
+	err       error
+	done      chan struct{}
+}
+
+// runMarks is the marks batcher's run.
+func (s *Service) runMarks(jobs []*markJob) {
+	runBatch(s, jobs, markTimeout, s.markBatch, func(m *markJob, err error) { m.err = err })
+	for _, m := range jobs {
+		close(m.done)
+	}
+}
+
+// markBatch marks the rows of jobs published in one UPDATE, each with its
+// own 202 body. Idempotent (WHERE status = 'pending'), so write runs it
+// again even when the connection was lost in its commit (found by ordercast
+// chaos on PostgreSQL: pg_terminate_backend at the COMMIT left an
+// acknowledged order pending); first is then false for a row the lost
+// attempt marked.
+func (s *Service) markBatch(ctx context.Context, q execer, jobs []*markJob) error {
+	var b strings.Builder
+	b.WriteString(`UPDATE checkout_requests SET status = 'published', response_status = ?, response_body = CASE idempotency_key`)
+	args := make([]any, 0, 3*len(jobs)+2)
+	args = append(args, http.StatusAccepted)
+	for _, m := range jobs {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, m.key, m.body)
+	}
+	b.WriteString(" END, published_at = ? WHERE status = 'pending' AND idempotency_key IN (?" + strings.Repeat(", ?", len(jobs)-1) + ") RETURNING idempotency_key")
+	args = append(args, s.now().UnixMilli())
+	for _, m := range jobs {
+		args = append(args, m.key)
+	}
+	rs, err := q.QueryContext(ctx, s.db.Rebind(b.String()), args...)
+	if err != nil {
+		return fmt.Errorf("mark checkout requests published: %w", err)
+	}
+	defer rs.Close()
+	first := make(map[string]bool, len(jobs))
+	for rs.Next() {
+		var k string
+		if err := rs.Scan(&k); err != nil {
+			return fmt.Errorf("mark checkout requests published: %w", err)
+		}
+		first[k] = true
+	}
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("mark checkout requests published: %w", err)
+	}
+	for _, m := range jobs {
+		m.first = first[m.key]
+	}
+	return nil
 }

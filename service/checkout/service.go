@@ -30,6 +30,8 @@ type Service struct {
 
 	catalog  atomic.Pointer[catalog]
 	keys     keyLocks
+	claims   batcher[*claimJob] // group commit of claims (batch.go)
+	marks    batcher[*markJob]  // and of published marks
 	dbHealth dbHealth
 	bodies   bodyReads
 	limits   *clientLimits
@@ -40,6 +42,12 @@ type Service struct {
 
 	// now is time.Now; tests may replace it before serving.
 	now func() time.Time
+	// afterWrite, when set (tests only), runs after each successful write
+	// of a batch (batch.go: write); an error it returns is that write's.
+	afterWrite func() error
+	// beforeInsert, when set (tests only), runs in a claim batch between
+	// its SELECT and its INSERT.
+	beforeInsert func()
 }
 
 // New returns a checkout Service: it checks cfg (ErrNoDB, ErrNoSerde,
@@ -69,6 +77,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		now:      time.Now,
 		limits:   newClientLimits(cfg.RateLimit, cfg.RateBurst),
 	}
+	runners := postgresRunners
+	if cfg.DB.Dialect != store.Postgres {
+		runners = sqliteRunners
+	}
+	s.claims = batcher[*claimJob]{max: cfg.MaxBatch, parallel: runners, run: s.runClaims}
+	s.marks = batcher[*markJob]{max: cfg.MaxBatch, parallel: runners, run: s.runMarks}
 	if err := s.ReloadCatalog(ctx); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# loadrun.sh: one measured load run of the order system on Kafka 4.4 (1 node) and PostgreSQL with their default
+# durability (fsync, synchronous_commit on; acks=all), as BENCHMARKS.md reports them.
+#
+# usage: scripts/loadrun.sh NAME BIN RATE [extra 'ordercast up' flags...]
+#   NAME  the run's name: its results go to $LOADRUN_OUT/NAME (default ./loadruns/NAME)
+#   BIN   the ordercast binary under test (go build -o BIN ./cmd/ordercast); `load` runs from LOADRUN_CLIENT (default BIN)
+#   RATE  orders per second of the measured 60 s (LOADRUN_DURATION), after a 10 s warm-up at 200/s
+#
+# Per run: a fresh Kafka (scripts/kafka.sh start --clean --brokers 1) and a fresh database on the PostgreSQL of
+# scripts/postgres.sh (started here, durable, if it is not running); `up` with its default flags plus the extra ones;
+# then the summary line (status, accepted/s, checkout and end-to-end latency, CPU seconds of `up` and of PostgreSQL,
+# CPU ms per order, load average) on stdout and in NAME/summary.json, and /metrics in NAME/run.metrics.
+# Ports: ORDERCAST_KAFKA_PORT (19992), ORDERCAST_PG_PORT (15482), LOADRUN_HTTP (18992; the registry on +1).
+# With LOADRUN_CPUPROFILE=1, up's CPU profile goes to NAME/up.pprof.
+set -u
+[[ $# -ge 3 ]] || { sed -n 2,16p "$0"; exit 2; }
+NAME=$1 BIN=$(realpath "$2") RATE=$3; shift 3
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+export ORDERCAST_KAFKA_PORT=${ORDERCAST_KAFKA_PORT:-19992} ORDERCAST_KAFKA_STATE=${ORDERCAST_KAFKA_STATE:-/tmp/kafka-${ORDERCAST_KAFKA_PORT:-19992}}
+export ORDERCAST_KAFKA_START_TIMEOUT=${ORDERCAST_KAFKA_START_TIMEOUT:-400}
+export ORDERCAST_PG_PORT=${ORDERCAST_PG_PORT:-15482} ORDERCAST_PG_STATE=${ORDERCAST_PG_STATE:-/tmp/pg-${ORDERCAST_PG_PORT:-15482}} ORDERCAST_PG_DURABLE=1
+HTTP=${LOADRUN_HTTP:-18992} REG=$(( ${LOADRUN_HTTP:-18992} + 1 )) DURATION=${LOADRUN_DURATION:-60s}
+LOADBIN=${LOADRUN_CLIENT:-$BIN}
+OUTROOT=${LOADRUN_OUT:-$ROOT/loadruns}
+OUT=$OUTROOT/$NAME DATA=$OUTROOT/$NAME.data
+rm -rf "$OUT" "$DATA"; mkdir -p "$OUT"
+PGSTATE=$ORDERCAST_PG_STATE
+[[ -f $PGSTATE/data/postmaster.pid ]] || scripts/postgres.sh start >/dev/null || { echo "loadrun: PostgreSQL did not start"; exit 1; }
+scripts/kafka.sh stop --clean >/dev/null 2>&1
+scripts/kafka.sh start --clean --brokers 1 > "$OUT/kafka.log" 2>&1 || { echo "loadrun: Kafka did not start (see $OUT/kafka.log)"; scripts/kafka.sh stop --clean >/dev/null 2>&1; exit 1; }
+BROKERS=127.0.0.1:$ORDERCAST_KAFKA_PORT
+DB=oc_$(echo "$NAME" | tr -c 'a-z0-9\n' '_')
+psql -h 127.0.0.1 -p "$ORDERCAST_PG_PORT" -U postgres -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
+DSN="postgres://postgres@127.0.0.1:$ORDERCAST_PG_PORT/$DB?sslmode=disable"
+pgcpu() { # the postmaster's and its live backends' utime+stime (+ reaped children's), in clock ticks
+  local pm t c
+  pm=$(head -1 "$PGSTATE/data/postmaster.pid")
+  t=$(awk '{print $14+$15+$16+$17}' "/proc/$pm/stat")
+  for c in $(pgrep -P "$pm"); do t=$((t + $(awk '{print $14+$15}' "/proc/$c/stat" 2>/dev/null || echo 0))); done
+  echo "$t"
+}
+PG0=$(pgcpu)
+PROF=()
+[[ ${LOADRUN_CPUPROFILE:-} == 1 ]] && PROF=(env ORDERCAST_CPUPROFILE="$OUT/up.pprof")
+UP=
+for try in 1 2 3; do
+  "${PROF[@]}" "$BIN" up --data-dir "$DATA" --brokers "$BROKERS" --db "$DSN" --broker-addr 127.0.0.1:0 \
+    --http "127.0.0.1:$HTTP" --registry-addr "127.0.0.1:$REG" "$@" > "$OUT/up.log" 2>&1 &
+  UP=$!
+  for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$HTTP/readyz" >/dev/null && break; kill -0 $UP 2>/dev/null || break; sleep 1; done
+  curl -sf "http://127.0.0.1:$HTTP/readyz" >/dev/null && break
+  echo "loadrun: up did not become ready (try $try, $OUT/up.try$try.log)"; kill -TERM $UP 2>/dev/null; wait $UP; cp "$OUT/up.log" "$OUT/up.try$try.log"; sleep 5
+done
+uptime > "$OUT/uptime.before"
+common=(--brokers "$BROKERS" --db "$DSN" --url "http://127.0.0.1:$HTTP" --registry "http://127.0.0.1:$REG" --data-dir "$DATA")
+"$LOADBIN" load --rate 200 --duration 10s "${common[@]}" --seed 7 --report "$OUT/warm.json" > "$OUT/warm.log" 2>&1
+"$LOADBIN" load --rate "$RATE" --duration "$DURATION" "${common[@]}" --seed 42 --report "$OUT/run.json" --csv "$OUT/run.csv" > "$OUT/run.log" 2>&1
+uptime > "$OUT/uptime.after"
+curl -s "http://127.0.0.1:$HTTP/metrics" > "$OUT/run.metrics"
+UPT=$(awk '{print $14+$15}' "/proc/$UP/stat")
+PG1=$(pgcpu)
+kill -TERM $UP; wait $UP
+scripts/kafka.sh stop --clean >/dev/null 2>&1
+python3 - "$OUT" "$UPT" "$((PG1-PG0))" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+out, upt, pgt, tck = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+r = json.load(open(out + '/run.json')); w = json.load(open(out + '/warm.json'))
+orders = r['ordersAccepted'] + w['ordersAccepted']
+c, e = r['checkoutLatencyMs'], r['endToEndLatencyMs']
+la = lambda f: open(out + f).read().split('load average:')[1].strip()
+line = dict(status=r['status'], accepted_s=round(r['acceptedPerSecond'], 1), sent=r['ordersSent'], accepted=r['ordersAccepted'],
+            errors=r['errorsByStatus'], ck=f"{c['p50']:.1f} / {c['p99']:.1f} / {c['p99_9']:.1f}", e2e=f"{e['p50']:.0f} / {e['p99']:.0f}",
+            up_cpu_s=round(upt / tck, 1), pg_cpu_s=round(pgt / tck, 1), cpu_ms_order=round((upt + pgt) / tck * 1000 / max(1, orders), 2),
+            max_send_lag_ms=round(r['maxSendLagMs']), load=la('/uptime.before') + ' -> ' + la('/uptime.after'),
+            invariants_hold=all(v['ok'] for v in (r.get('invariants') or {}).values()))
+print(json.dumps(line)); open(out + '/summary.json', 'w').write(json.dumps(line))
+PY
