@@ -20,6 +20,7 @@
 #   ORDERCAST_PG_PORT    port (default 15432)
 #   ORDERCAST_PG_STATE   data, socket and log (default ${TMPDIR:-/tmp}/ordercast-pg)
 #   ORDERCAST_PG_DURABLE 1: keep PostgreSQL's default durability (for benchmarks); default: off (tests)
+#   ORDERCAST_PG_OPTS    more server options, e.g. "-c shared_preload_libraries=pg_stat_statements" (profiling)
 #   ORDERCAST_PG_BIN     directory of initdb/pg_ctl (default: the newest /usr/lib/postgresql/*/bin,
 #                        else pg_config --bindir, else PATH)
 set -euo pipefail
@@ -71,7 +72,7 @@ cmd_start() {
   local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off" what="durability off (tests)"
   if [[ "${ORDERCAST_PG_DURABLE:-}" == 1 ]]; then durability="" what="default durability (fsync, synchronous_commit on)"; fi
   if ! as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start \
-      -o "-p $PORT -k $STATE -c listen_addresses=127.0.0.1 $durability -c max_connections=200 -c track_commit_timestamp=on" \
+      -o "-p $PORT -k $STATE -c listen_addresses=127.0.0.1 $durability -c max_connections=200 -c track_commit_timestamp=on ${ORDERCAST_PG_OPTS:-}" \
       >/dev/null; then
     tail -n 30 "$LOG" >&2 || true
     die "the server did not start (log $LOG)"
