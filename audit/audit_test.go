@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ordercast/ordercast/store"
 )
@@ -28,13 +29,18 @@ func TestReadProgressCountsAcceptedOrdersOnly(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	for i, c := range []struct{ id, status string }{{"o1", "published"}, {"o2", "published"}, {"o3", "pending"}} {
+	if p, err := ReadProgress(ctx, db); err != nil || p != (Progress{}) {
+		t.Fatalf("progress of an empty database %+v, %v: want zeros", p, err)
+	}
+	type row struct{ id, status, pay, method string }
+	for i, c := range []row{{"o1", "published", "PAID", "WALLET"}, {"o2", "published", "PAID", "WALLET"}, {"o3", "pending", "PAID", "WALLET"},
+		{"o4", "published", "PAID", "CARD"}, {"o5", "published", "REFUSED", "WALLET"}, {"o6", "pending", "REFUSED", "WALLET"}} {
 		exec(`INSERT INTO checkout_requests (idempotency_key, request_hash, order_id, event_id, status, created_at) VALUES (?, 'h', ?, ?, ?, 1)`,
 			"k"+c.id, c.id, "e"+c.id, c.status)
 		// Every order, o3 too, already went through every service: the
 		// broker acknowledged o3's record, checkout has not marked it yet.
 		exec(`INSERT INTO orders (order_id, total_milli, line_count, created_at, stored_at) VALUES (?, 1, 0, 1, 1)`, c.id)
-		exec(`INSERT INTO payments (order_id, status, method, amount_milli, processed_at) VALUES (?, 'PAID', 'WALLET', 1, 1)`, c.id)
+		exec(`INSERT INTO payments (order_id, status, method, amount_milli, processed_at) VALUES (?, ?, ?, 1, 1)`, c.id, c.pay, c.method)
 		exec(`INSERT INTO notifications (notification_id, order_id, kind, created_at) VALUES (?, ?, 'order_received', 1)`, "n"+c.id, c.id)
 		exec(`INSERT INTO order_status (order_id, kind, at) VALUES (?, 'shipment_requested', ?)`, c.id, i)
 	}
@@ -42,8 +48,22 @@ func TestReadProgressCountsAcceptedOrdersOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Progress{Accepted: 2, Stored: 2, Payments: 2, Paid: 2, Debited: 2, Notifications: 2, ShipmentsRecorded: 2}
+	want := Progress{Accepted: 4, Stored: 4, Payments: 4, Paid: 3, Debited: 2, PaidByCard: 1, Refused: 1, Notifications: 4, ShipmentsRecorded: 4}
 	if p != want {
 		t.Errorf("progress %+v, want %+v (only the published orders' rows)", p, want)
+	}
+}
+
+// TestPollIntervalBacksOffFromSlowReadings: a drain never polls a reading
+// that took longer than its interval back to back.
+func TestPollIntervalBacksOffFromSlowReadings(t *testing.T) {
+	for _, c := range []struct{ min, took, want time.Duration }{
+		{100 * time.Millisecond, 0, 100 * time.Millisecond},
+		{100 * time.Millisecond, 30 * time.Millisecond, 100 * time.Millisecond},
+		{100 * time.Millisecond, time.Second, 2 * time.Second},
+	} {
+		if got := PollInterval(c.min, c.took); got != c.want {
+			t.Errorf("PollInterval(%v, %v) = %v, want %v", c.min, c.took, got, c.want)
+		}
 	}
 }

@@ -315,7 +315,9 @@ func drainLoad(ctx context.Context, f *loadFlags, db *store.DB, w *load.Watcher,
 	defer cancel()
 	last := time.Now()
 	for {
+		t0 := time.Now()
 		prog, err := audit.ReadProgress(dctx, db)
+		took := time.Since(t0)
 		res.TakeShipments(w)
 		if err == nil && prog.Done() {
 			break
@@ -332,7 +334,7 @@ func drainLoad(ctx context.Context, f *loadFlags, db *store.DB, w *load.Watcher,
 		}
 		select {
 		case <-dctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(audit.PollInterval(100*time.Millisecond, took)):
 		}
 	}
 	if err := w.WaitCaughtUp(dctx); err != nil {

@@ -364,7 +364,9 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoic
 	deadline := time.Now().Add(f.timeout)
 	var prog audit.Progress
 	for {
+		t0 := time.Now()
 		prog, err = audit.ReadProgress(ctx, sys.DB)
+		took := time.Since(t0)
 		if ctx.Err() != nil {
 			return endEarly(f, sys, sum, start, StatusInterrupted, "interrupted"+signalNote(ctx)+" while waiting for every order to be processed")
 		}
@@ -379,7 +381,7 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoic
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(audit.PollInterval(200*time.Millisecond, took)):
 		}
 	}
 	res, err := audit.Check(ctx, sys.DB, sys.Producer, sys.Serde)
