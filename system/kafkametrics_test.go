@@ -25,7 +25,7 @@ func get(t *testing.T, url string) (int, string) {
 
 // TestServiceEndpoints: a service process serves /metrics with the Go
 // runtime's metrics, the runtime's consumer metrics, the franz-go client
-// metrics (kprom, per client) and the lag of its group as the broker sees
+// metrics (kprom, per client; requests by API) and the lag of its group as the broker sees
 // it; /healthz answers and /readyz turns ready once the member joined.
 func TestServiceEndpoints(t *testing.T) {
 	brokers := testkafka.Cluster(t, nil)
@@ -50,6 +50,10 @@ func TestServiceEndpoints(t *testing.T) {
 		`ordercast_kafka_buffered_fetch_records_total{client_id="orders-1-`,
 		`ordercast_kafka_buffered_produce_records_total{client_id="ordercast-producer"}`,
 		`ordercast_kafka_connects_total{client_id="orders-1-`,
+		// our own request counter, per client and API
+		`ordercast_kafka_requests_total{client_id="orders-1-`,
+		`,request="Heartbeat"}`,
+		`,request="JoinGroup"}`,
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
