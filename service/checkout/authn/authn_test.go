@@ -229,3 +229,107 @@ func BenchmarkVerifyDev(b *testing.B) {
 		}
 	}
 }
+
+// TestVerifyCache: a token verified once is accepted again without its
+// signature checked (the key set is not consulted), but only the very same
+// bytes, only until CacheTTL or its expiry, whichever comes first, and
+// never a refusal; with the cache off every call checks.
+func TestVerifyCache(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	t0 := time.Now().Truncate(time.Second)
+	now := t0
+	var mu sync.Mutex
+	lookups, keyGone := 0, false
+	keys := func(*jwt.Token) (any, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		lookups++
+		if keyGone {
+			return nil, errors.New("no such key (rotated out)")
+		}
+		return pub, nil
+	}
+	sign := func(sub string, exp time.Time) string {
+		s, err := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"iss": "i", "aud": "a", "sub": sub, "iat": t0.Unix(), "exp": exp.Unix()}).SignedString(priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	newV := func(size int) *authn.Verifier {
+		v, err := authn.New(authn.Config{Keys: keys, Issuer: "i", Audience: "a", Algorithms: []string{"EdDSA"},
+			Leeway: time.Second, CacheSize: size, CacheTTL: time.Minute, Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	verify := func(v *authn.Verifier, tok string) (string, int, error) {
+		mu.Lock()
+		before := lookups
+		mu.Unlock()
+		c, err := v.Verify(t.Context(), tok)
+		mu.Lock()
+		defer mu.Unlock()
+		return c, lookups - before, err
+	}
+
+	v := newV(0)
+	long := sign("c1", t0.Add(time.Hour))
+	if c, n, err := verify(v, long); err != nil || c != "c1" || n != 1 {
+		t.Fatalf("first Verify = %q, %v, %d key lookups; want c1, checked", c, err, n)
+	}
+	if c, n, err := verify(v, long); err != nil || c != "c1" || n != 0 {
+		t.Fatalf("second Verify = %q, %v, %d key lookups; want c1 from the cache", c, err, n)
+	}
+	// The same claims with a forged signature: other bytes, checked, refused.
+	forged := long[:strings.LastIndexByte(long, '.')+1] + base64.RawURLEncoding.EncodeToString(make([]byte, ed25519.SignatureSize))
+	if _, n, err := verify(v, forged); err == nil || n != 1 {
+		t.Fatalf("forged signature: %v, %d key lookups; want refused after a check", err, n)
+	}
+	// Past CacheTTL the token is checked again: a key rotated out refuses it.
+	mu.Lock()
+	keyGone = true
+	mu.Unlock()
+	now = t0.Add(59 * time.Second)
+	if _, n, err := verify(v, long); err != nil || n != 0 {
+		t.Fatalf("within CacheTTL: %v, %d lookups; want accepted from the cache", err, n)
+	}
+	now = t0.Add(61 * time.Second)
+	if _, n, err := verify(v, long); err == nil || n != 1 {
+		t.Fatalf("past CacheTTL with its key gone: %v, %d lookups; want refused after a check", err, n)
+	}
+	// A refusal is not cached: the key back, the token is accepted.
+	mu.Lock()
+	keyGone = false
+	mu.Unlock()
+	if _, n, err := verify(v, long); err != nil || n != 1 {
+		t.Fatalf("key back: %v, %d lookups; want accepted after a check", err, n)
+	}
+	// A token expiring within CacheTTL leaves the cache at exp + Leeway.
+	now = t0
+	short := sign("c2", t0.Add(10*time.Second))
+	if _, _, err := verify(v, short); err != nil {
+		t.Fatal(err)
+	}
+	now = t0.Add(10*time.Second + 500*time.Millisecond) // within the leeway
+	if c, n, err := verify(v, short); err != nil || c != "c2" || n != 0 {
+		t.Fatalf("within exp+leeway: %q, %v, %d lookups; want c2 from the cache", c, err, n)
+	}
+	now = t0.Add(12 * time.Second)
+	var te *authn.TokenError
+	if _, _, err := verify(v, short); !errors.As(err, &te) || te.Reason != authn.ReasonExpired {
+		t.Fatalf("past exp+leeway: %v; want %s", err, authn.ReasonExpired)
+	}
+	// CacheSize < 0: every call checks.
+	now = t0
+	off := newV(-1)
+	for i := 0; i < 2; i++ {
+		if _, n, err := verify(off, long); err != nil || n != 1 {
+			t.Fatalf("cache off, call %d: %v, %d lookups; want a check each time", i, err, n)
+		}
+	}
+	if _, err := authn.New(authn.Config{Keys: keys, Issuer: "i", Audience: "a", CacheTTL: 2 * time.Hour}); err == nil {
+		t.Error("CacheTTL 2h accepted, want an error")
+	}
+}
