@@ -9,7 +9,8 @@
 #
 # Per run: a fresh Kafka (scripts/kafka.sh start --clean --brokers 1) and a fresh database on the PostgreSQL of
 # scripts/postgres.sh (started here, durable, if it is not running); `up` with its default flags plus the extra ones;
-# then the summary line (status, accepted/s, checkout and end-to-end latency, CPU seconds of `up` and of PostgreSQL,
+# CPU is counted from the moment `up` is ready (its start, the broker's JVM start and JIT and the seeding are
+# start_cpu_s, apart) to the end of the drain; then the summary line (status, accepted/s, checkout and end-to-end latency, CPU seconds of `up` and of PostgreSQL,
 # CPU ms per order, Kafka's and the measured load client's CPU seconds, load average) on stdout and in NAME/summary.json, and /metrics in NAME/run.metrics.
 # Ports: ORDERCAST_KAFKA_PORT (19992), ORDERCAST_PG_PORT (15482), LOADRUN_HTTP (18992; the registry on +1).
 # With LOADRUN_CPUPROFILE=1, up's CPU profile goes to NAME/up.pprof.
@@ -55,6 +56,8 @@ for try in 1 2 3; do
   echo "loadrun: up did not become ready (try $try, $OUT/up.try$try.log)"; kill -TERM $UP 2>/dev/null; wait $UP; cp "$OUT/up.log" "$OUT/up.try$try.log"; sleep 5
 done
 uptime > "$OUT/uptime.before"
+# CPU so far (start, topic creation, seeding, the JVM's start and JIT): subtracted, so the figures are the load's
+UP0=$(awk '{print $14+$15}' "/proc/$UP/stat") KT0=$(awk '{print $14+$15}' "/proc/$KPID/stat") PGR=$(pgcpu)
 common=(--brokers "$BROKERS" --db "$DSN" --url "http://127.0.0.1:$HTTP" --registry "http://127.0.0.1:$REG" --data-dir "$DATA")
 "$LOADBIN" load --rate 200 --duration 10s "${common[@]}" --seed 7 --report "$OUT/warm.json" > "$OUT/warm.log" 2>&1
 /usr/bin/time -f '%U %S' -o "$OUT/load.cpu" "$LOADBIN" load --rate "$RATE" --duration "$DURATION" "${common[@]}" --seed 42 \
@@ -66,9 +69,10 @@ PG1=$(pgcpu)
 KT=$(awk '{print $14+$15}' "/proc/$KPID/stat")
 kill -TERM $UP; wait $UP
 scripts/kafka.sh stop --clean >/dev/null 2>&1
-python3 - "$OUT" "$UPT" "$((PG1-PG0))" "$(getconf CLK_TCK)" "$KT" <<'PY'
+python3 - "$OUT" "$((UPT-UP0))" "$((PG1-PGR))" "$(getconf CLK_TCK)" "$((KT-KT0))" "$UP0" "$((PGR-PG0))" "$KT0" <<'PY'
 import json, sys
 out, upt, pgt, tck, kt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+start = dict(up=int(sys.argv[6]), pg=int(sys.argv[7]), kafka=int(sys.argv[8]))
 lu, ls = open(out + '/load.cpu').read().split()[-2:]
 r = json.load(open(out + '/run.json')); w = json.load(open(out + '/warm.json'))
 orders = r['ordersAccepted'] + w['ordersAccepted']
@@ -78,6 +82,7 @@ line = dict(status=r['status'], accepted_s=round(r['acceptedPerSecond'], 1), sen
             errors=r['errorsByStatus'], ck=f"{c['p50']:.1f} / {c['p99']:.1f} / {c['p99_9']:.1f}", e2e=f"{e['p50']:.0f} / {e['p99']:.0f}",
             up_cpu_s=round(upt / tck, 1), pg_cpu_s=round(pgt / tck, 1), cpu_ms_order=round((upt + pgt) / tck * 1000 / max(1, orders), 2),
             kafka_cpu_s=round(kt / tck, 1), load_client_cpu_s=round(float(lu) + float(ls), 1),
+            start_cpu_s={k: round(v / tck, 1) for k, v in start.items()},
             max_send_lag_ms=round(r['maxSendLagMs']), load=la('/uptime.before') + ' -> ' + la('/uptime.after'),
             invariants_hold=all(v['ok'] for v in (r.get('invariants') or {}).values()))
 print(json.dumps(line)); open(out + '/summary.json', 'w').write(json.dumps(line))
