@@ -63,8 +63,10 @@ func (e *MissingTopicError) Unwrap() error { return ErrMissingTopic }
 // cluster that is briefly unreachable (a transient error: a broker
 // restarting, a dropped connection; see internal/brokererr) for up to 30 s,
 // asking again with a backoff of 250 ms doubling to 2 s, and calls a topic
-// missing only when 3 answers in a row lack it (a broker that has just
-// restarted can answer before it has caught up with the cluster's metadata).
+// missing only when the answers lack it for 5 s, 3 answers at least (a
+// broker that has just restarted can answer before it has caught up with
+// the cluster's metadata, and one that has just created the topic before
+// its metadata has it).
 func CreateTopics(create bool) Opt { return opt(func(c *cfg) { c.createTopics = create }) }
 
 // topicCheckTimeout bounds the start check of the runtime's topics.
@@ -85,22 +87,28 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, c *cfg, need []string) er
 		partitions int32
 		missing    []string
 		missed     int
+		firstMiss  time.Time
 	)
 	retriable := func(err error) bool { return errors.Is(err, errStillMissing) || brokererr.Transient(err) }
 	err := brokererr.Retry(ctx, topicCheckTimeout, retriable, func(attempt int, wait time.Duration, err error) {
 		c.logger.Info("checking the runtime's topics again", "attempt", attempt, "in", wait, "error", err)
 	}, func() error {
 		p, m, err := listNeeded(ctx, cl, c.topics, need, all)
-		if err != nil {
+		if err != nil || len(m) == 0 {
 			missed = 0
+			partitions, missing = p, m
 			return err
 		}
 		partitions, missing = p, m
 		// A broker that just restarted can answer Metadata before it has
-		// caught up with the cluster's metadata, without topics that
-		// exist: a topic is called missing only when topicCheckMisses
-		// answers in a row say so.
-		if missed++; len(m) > 0 && missed < topicCheckMisses {
+		// caught up with the cluster's metadata, and one that has just
+		// created a topic (ordercast up creates them right before)
+		// before its metadata has it: a topic is called missing only when
+		// topicCheckMisses answers in a row, over topicCheckSpan, say so.
+		if missed++; missed == 1 {
+			firstMiss = time.Now()
+		}
+		if missed < topicCheckMisses || time.Since(firstMiss) < topicCheckSpan {
 			return errStillMissing
 		}
 		return nil
@@ -119,8 +127,14 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, c *cfg, need []string) er
 var errStillMissing = errors.New("processor: topic missing in the latest answer")
 
 // topicCheckMisses is how many answers in a row must lack a topic before
-// ensureTopics calls it missing (asked with brokererr.Retry's backoff).
-const topicCheckMisses = 3
+// ensureTopics calls it missing (asked with brokererr.Retry's backoff), and
+// topicCheckSpan the least time from the first of them to the last: on a
+// loaded machine a fresh single-node Kafka 4.4 still answered without a
+// topic created a second earlier (three answers took 0.75 s).
+const (
+	topicCheckMisses = 3
+	topicCheckSpan   = 5 * time.Second
+)
 
 // listNeeded asks the cluster for the source topics and need, and returns
 // the largest source partition count, the topics of need that do not exist,
