@@ -109,6 +109,17 @@ func checkReport(t *testing.T, r Report) {
 	if r.OrdersStored != r.OrdersAccepted {
 		t.Errorf("stored %d of %d accepted orders", r.OrdersStored, r.OrdersAccepted)
 	}
+	var phases float64
+	for _, k := range []string{"start", "replay", "drain", "audit"} {
+		v, ok := r.PhaseSeconds[k]
+		if !ok || v < 0 {
+			t.Errorf("phaseSeconds %v: want %q, not negative", r.PhaseSeconds, k)
+		}
+		phases += v
+	}
+	if phases > r.ElapsedSeconds+0.5 || phases < r.ElapsedSeconds-2 {
+		t.Errorf("phaseSeconds %v add up to %.1f s, elapsedSeconds %.1f", r.PhaseSeconds, phases, r.ElapsedSeconds)
+	}
 	if got := r.PaymentsDebited + r.PaymentsByCard; got != r.ShipmentsRequested {
 		t.Errorf("%d paid orders but %d shipments", got, r.ShipmentsRequested)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -169,9 +170,15 @@ type Report struct {
 	// DLQRecords counts the records of each group's DLQ, read_committed;
 	// never null: an empty map when they could not be read (Reason says
 	// why).
-	DLQRecords     map[string]int             `json:"dlqRecords"`
-	ElapsedSeconds float64                    `json:"elapsedSeconds"`
-	Invariants     map[string]audit.Invariant `json:"invariants"`
+	DLQRecords     map[string]int `json:"dlqRecords"`
+	ElapsedSeconds float64        `json:"elapsedSeconds"`
+	// PhaseSeconds splits ElapsedSeconds of a run that got to its audit:
+	// "start" (the process's start until the replay begins: topics,
+	// groups, seeding), "replay" (sending every invoice and the answers),
+	// "drain" (until every accepted order went through every service) and
+	// "audit" (the invariants' check); omitted otherwise.
+	PhaseSeconds map[string]float64         `json:"phaseSeconds,omitempty"`
+	Invariants   map[string]audit.Invariant `json:"invariants"`
 }
 
 // Values of Report.Status.
@@ -327,6 +334,7 @@ func readInvoices(path string) ([]*replay.Invoice, error) {
 // waits until every accepted order is processed, writes the report and
 // returns an *exitError unless the run passed.
 func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoices []*replay.Invoice, start time.Time) error {
+	tReplay := time.Now()
 	if before, err := audit.ReadProgress(ctx, sys.DB); err == nil {
 		f.ordersBefore = before.Accepted
 		if before.Accepted > 0 && f.exitWhenDone {
@@ -361,6 +369,7 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoic
 		<-ctx.Done()
 		return nil
 	}
+	tDrain := time.Now()
 	deadline := time.Now().Add(f.timeout)
 	var prog audit.Progress
 	for {
@@ -384,6 +393,7 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoic
 		case <-time.After(audit.PollInterval(200*time.Millisecond, took)):
 		}
 	}
+	tAudit := time.Now()
 	res, err := audit.Check(ctx, sys.DB, sys.Producer, sys.Serde)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -392,6 +402,9 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoic
 		return endEarly(f, sys, sum, start, StatusFailed, "audit: "+err.Error())
 	}
 	rep := newReport(sum, prog, f.ordersBefore, start)
+	secs := func(a, b time.Time) float64 { return math.Round(b.Sub(a).Seconds()*10) / 10 }
+	rep.PhaseSeconds = map[string]float64{"start": secs(start, tReplay), "replay": secs(tReplay, tDrain),
+		"drain": secs(tDrain, tAudit), "audit": secs(tAudit, time.Now())}
 	rep.addAudit(res)
 	var why []string
 	if bad := violated(res); len(bad) > 0 {
@@ -410,8 +423,8 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoic
 	if err := writeReport(f.report, rep); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "ordercast up: %s in %.1fs: %d orders accepted, %d stored, %d debited, %d by card, %d refused, %d notifications, %d shipments\n",
-		rep.Status, rep.ElapsedSeconds, rep.OrdersAccepted, rep.OrdersStored, rep.PaymentsDebited, rep.PaymentsByCard, rep.PaymentsRefused, rep.NotificationsSent, rep.ShipmentsRequested)
+	fmt.Fprintf(os.Stderr, "ordercast up: %s in %.1fs (start %.1fs, replay %.1fs, drain %.1fs, audit %.1fs): %d orders accepted, %d stored, %d debited, %d by card, %d refused, %d notifications, %d shipments\n",
+		rep.Status, rep.ElapsedSeconds, rep.PhaseSeconds["start"], rep.PhaseSeconds["replay"], rep.PhaseSeconds["drain"], rep.PhaseSeconds["audit"], rep.OrdersAccepted, rep.OrdersStored, rep.PaymentsDebited, rep.PaymentsByCard, rep.PaymentsRefused, rep.NotificationsSent, rep.ShipmentsRequested)
 	if rep.Status != StatusPassed {
 		return &exitError{code: 1, msg: rep.Reason + " (see the report)"}
 	}
