@@ -372,6 +372,7 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoic
 	tDrain := time.Now()
 	deadline := time.Now().Add(f.timeout)
 	var prog audit.Progress
+	lastNote := time.Now()
 	for {
 		t0 := time.Now()
 		prog, err = audit.ReadProgress(ctx, sys.DB)
@@ -387,6 +388,10 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoic
 		}
 		if time.Now().After(deadline) {
 			return endEarly(f, sys, sum, start, StatusTimedOut, fmt.Sprintf("--timeout %v passed before every order was processed", f.timeout))
+		}
+		if time.Since(lastNote) >= 5*time.Second {
+			lastNote = time.Now()
+			fmt.Fprintf(os.Stderr, "ordercast up: waiting for the services (%.0fs): %s\n", time.Since(tDrain).Seconds(), prog.Missing())
 		}
 		select {
 		case <-ctx.Done():
