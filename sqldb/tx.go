@@ -3,6 +3,7 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -132,7 +133,7 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 		}
 		defer func() { <-db.writeSem }()
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.beginWrite(ctx)
 	if err != nil {
 		return &beginError{err: err}
 	}
@@ -150,7 +151,40 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 	if err := tx.Commit(); err != nil {
 		return &commitError{err: err}
 	}
+	db.noteWrite()
 	return nil
+}
+
+// beginWrite begins a read-write transaction: on PostgreSQL on any pool
+// connection; on SQLite (called holding writeSem) on the kept writeConn,
+// taken from the pool at the first write, so that the connection that
+// writes is always the same and its page cache stays valid from one write
+// transaction to the next (SQLite resets a connection's cache when the
+// database changed under it; with writes spread over the pool every write
+// began cold). A connection the driver reports bad is dropped and the next
+// call takes another. While the pool allows a single connection, nothing is
+// kept (readers would have none left).
+func (db *DB) beginWrite(ctx context.Context) (*sql.Tx, error) {
+	if db.writeSem == nil || db.DB.Stats().MaxOpenConnections == 1 {
+		if db.writeConn != nil {
+			_ = db.writeConn.Close()
+			db.writeConn = nil
+		}
+		return db.BeginTx(ctx, nil)
+	}
+	if db.writeConn == nil {
+		c, err := db.DB.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		db.writeConn = c
+	}
+	tx, err := db.writeConn.BeginTx(ctx, nil)
+	if err != nil && (errors.Is(err, sql.ErrConnDone) || errors.Is(err, driver.ErrBadConn)) {
+		_ = db.writeConn.Close()
+		db.writeConn = nil
+	}
+	return tx, err
 }
 
 // dbClosed reports database/sql's error for a DB used after Close (not
