@@ -40,7 +40,10 @@ import (
 // database has a single write lock): serializable by construction. Inside
 // one process InTx queues its transactions on the DB's one-slot semaphore
 // before BEGIN, so they hand the lock over in FIFO order without SQLite's
-// sleep-and-poll busy handler; other processes on the same file are kept out
+// sleep-and-poll busy handler, and run on one pool connection taken at the
+// first write and kept until [DB.Close] (so that its page cache stays valid
+// between them; none is kept while the pool allows a single connection);
+// other processes on the same file are kept out
 // by the lock itself and busy_timeout (with BEGIN IMMEDIATE, "_txlock=immediate"
 // in a modernc.org/sqlite DSN, a transaction takes the lock at BEGIN; see [New]).
 // PostgreSQL: the server default, READ COMMITTED. That is enough for the

@@ -40,8 +40,9 @@ const (
 	SQLiteBusyTimeout = 10 * time.Second
 	// SQLiteMaxOpenConns is the pool size for a file database. WAL mode lets
 	// these connections read concurrently with one writer; writers are
-	// serialised (see sqldb.DB.InTx), so more connections would only add memory
-	// (each has its own page cache).
+	// serialised (see sqldb.DB.InTx) and all run on one of them, kept for
+	// them, so more connections would only add memory (each has its own page
+	// cache).
 	SQLiteMaxOpenConns = 4
 	// PostgresMaxOpenConns is the default pool size for PostgreSQL. Change it
 	// with SetMaxOpenConns on the returned DB after [Open] if a deployment needs more.
