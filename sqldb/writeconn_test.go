@@ -141,3 +141,52 @@ func TestCheckpointInBackgroundRefusesBadInput(t *testing.T) {
 		t.Error("started with interval 0")
 	}
 }
+
+// A write transaction whose context ends half-way leaves the kept connection
+// usable: the next write transaction commits (it is not left inside the
+// abandoned one, nor waiting for its lock).
+func TestSQLiteKeptConnectionAfterCancelledWrite(t *testing.T) {
+	db, _ := openSQLiteFile(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.InTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE t (x INT)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	err := db.InTx(cctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(cctx, `INSERT INTO t VALUES (1)`); err != nil {
+			return err
+		}
+		ccancel()
+		_, err := tx.ExecContext(cctx, `INSERT INTO t VALUES (2)`)
+		return err
+	})
+	if err == nil {
+		t.Fatal("a transaction whose context ended committed")
+	}
+	if err := db.InTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO t VALUES (3)`)
+		return err
+	}); err != nil {
+		t.Fatalf("write after a cancelled one: %v", err)
+	}
+	var got []int
+	rows, err := db.QueryContext(ctx, `SELECT x FROM t ORDER BY x`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var x int
+		if err := rows.Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, x)
+	}
+	if len(got) != 1 || got[0] != 3 {
+		t.Errorf("rows %v, want [3] (nothing of the cancelled transaction)", got)
+	}
+}
