@@ -120,6 +120,18 @@ type DB struct {
 	// writeSem serialises this process's write transactions on SQLite (a
 	// one-slot semaphore); nil on PostgreSQL. See InTx.
 	writeSem chan struct{}
+	// writeConn is the pool connection SQLite write transactions run on,
+	// taken at the first one and kept (guarded by writeSem): SQLite drops a
+	// connection's whole page cache when another connection has written
+	// since its last transaction, so writes spread over the pool each began
+	// with a cold cache and read their B-tree pages back from the WAL and the
+	// file. Nil on PostgreSQL, before the first write, and while the pool
+	// allows a single connection (the readers would have none). See InTx.
+	writeConn *sql.Conn
+	// ckptStop stops the background checkpointer and waits for it; wrote
+	// tells it a write committed. Both nil unless CheckpointInBackground ran.
+	ckptStop func()
+	wrote    chan struct{}
 }
 
 // New wraps db, a database the caller opened with a driver of its choice, as
@@ -151,6 +163,26 @@ func New(db *sql.DB, d Dialect) (*DB, error) {
 		return nil, fmt.Errorf("sqldb: new: unknown %v: want sqldb.SQLite or sqldb.Postgres", d)
 	}
 	return out, nil
+}
+
+// Close stops the background checkpointer (see
+// [DB.CheckpointInBackground]), releases the connection SQLite write
+// transactions keep (see [DB.InTx]) and closes the pool ([sql.DB.Close]). It waits for a write
+// transaction in progress to end first. Close the DB with this method, not
+// the embedded *sql.DB's: that one would leave the kept connection open.
+func (db *DB) Close() error {
+	if db.ckptStop != nil {
+		db.ckptStop()
+	}
+	if db.writeSem != nil {
+		db.writeSem <- struct{}{}
+		if db.writeConn != nil {
+			_ = db.writeConn.Close()
+			db.writeConn = nil
+		}
+		<-db.writeSem
+	}
+	return db.DB.Close()
 }
 
 // Rebind is [Dialect.Rebind] for the database's dialect.

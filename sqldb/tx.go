@@ -3,6 +3,7 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -39,7 +40,10 @@ import (
 // database has a single write lock): serializable by construction. Inside
 // one process InTx queues its transactions on the DB's one-slot semaphore
 // before BEGIN, so they hand the lock over in FIFO order without SQLite's
-// sleep-and-poll busy handler; other processes on the same file are kept out
+// sleep-and-poll busy handler, and run on one pool connection taken at the
+// first write and kept until [DB.Close] (so that its page cache stays valid
+// between them; none is kept while the pool allows a single connection);
+// other processes on the same file are kept out
 // by the lock itself and busy_timeout (with BEGIN IMMEDIATE, "_txlock=immediate"
 // in a modernc.org/sqlite DSN, a transaction takes the lock at BEGIN; see [New]).
 // PostgreSQL: the server default, READ COMMITTED. That is enough for the
@@ -132,7 +136,7 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 		}
 		defer func() { <-db.writeSem }()
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.beginWrite(ctx)
 	if err != nil {
 		return &beginError{err: err}
 	}
@@ -150,7 +154,40 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 	if err := tx.Commit(); err != nil {
 		return &commitError{err: err}
 	}
+	db.noteWrite()
 	return nil
+}
+
+// beginWrite begins a read-write transaction: on PostgreSQL on any pool
+// connection; on SQLite (called holding writeSem) on the kept writeConn,
+// taken from the pool at the first write, so that the connection that
+// writes is always the same and its page cache stays valid from one write
+// transaction to the next (SQLite resets a connection's cache when the
+// database changed under it; with writes spread over the pool every write
+// began cold). A connection the driver reports bad is dropped and the next
+// call takes another. While the pool allows a single connection, nothing is
+// kept (readers would have none left).
+func (db *DB) beginWrite(ctx context.Context) (*sql.Tx, error) {
+	if db.writeSem == nil || db.DB.Stats().MaxOpenConnections == 1 {
+		if db.writeConn != nil {
+			_ = db.writeConn.Close()
+			db.writeConn = nil
+		}
+		return db.BeginTx(ctx, nil)
+	}
+	if db.writeConn == nil {
+		c, err := db.DB.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		db.writeConn = c
+	}
+	tx, err := db.writeConn.BeginTx(ctx, nil)
+	if err != nil && (errors.Is(err, sql.ErrConnDone) || errors.Is(err, driver.ErrBadConn)) {
+		_ = db.writeConn.Close()
+		db.writeConn = nil
+	}
+	return tx, err
 }
 
 // dbClosed reports database/sql's error for a DB used after Close (not

@@ -379,8 +379,9 @@ func TestUpInterruptedWithExitWhenDone(t *testing.T) {
 	}
 	// SalesNotSent includes requests that were in flight without an answer
 	// at the signal; checkout may have accepted those (at most
-	// --replay-concurrency, 16, of them), so they can count on both sides.
-	if r.InvoicesRead != 143 || r.OrdersAccepted == 0 || r.Outstanding.SalesNotSent+r.OrdersAccepted > 136+16 {
+	// --replay-concurrency, upReplayConcurrency, of them), so they can count
+	// on both sides.
+	if r.InvoicesRead != 143 || r.OrdersAccepted == 0 || r.Outstanding.SalesNotSent+r.OrdersAccepted > 136+upReplayConcurrency {
 		t.Errorf("report counts: %+v", r)
 	}
 	checkConsistent(t, r)

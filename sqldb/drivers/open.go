@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -39,8 +40,9 @@ const (
 	SQLiteBusyTimeout = 10 * time.Second
 	// SQLiteMaxOpenConns is the pool size for a file database. WAL mode lets
 	// these connections read concurrently with one writer; writers are
-	// serialised (see sqldb.DB.InTx), so more connections would only add memory
-	// (each has its own page cache).
+	// serialised (see sqldb.DB.InTx) and all run on one of them, kept for
+	// them, so more connections would only add memory (each has its own page
+	// cache).
 	SQLiteMaxOpenConns = 4
 	// PostgresMaxOpenConns is the default pool size for PostgreSQL. Change it
 	// with SetMaxOpenConns on the returned DB after [Open] if a deployment needs more.
@@ -63,7 +65,11 @@ const (
 // Every SQLite connection gets: journal_mode=WAL (readers do not block the
 // writer nor it them), synchronous=NORMAL (durable across a process crash; in
 // WAL mode a power loss can lose only the last transactions, never corrupt
-// the file), busy_timeout=10000 ms, foreign_keys=ON, and _txlock=immediate so
+// the file), busy_timeout=10000 ms, foreign_keys=ON, wal_autocheckpoint=0
+// for a file (checkpoints run in the background instead, every
+// SQLiteCheckpointInterval while there are writes: see
+// sqldb.DB.CheckpointInBackground; a DSN that sets wal_autocheckpoint keeps
+// SQLite's own and gets none), and _txlock=immediate so
 // that every read-write transaction takes the write lock at BEGIN. That last
 // one matters: a deferred transaction that reads and then writes must upgrade
 // its lock, and two such transactions deadlock, one of them failing at once
@@ -122,20 +128,31 @@ var sqliteDefaults = []struct {
 	{"journal_mode", "journal_mode(WAL)", []string{"_journal_mode", "_journal"}},
 	{"synchronous", "synchronous(NORMAL)", []string{"_synchronous", "_sync"}},
 	{"foreign_keys", "foreign_keys(1)", []string{"_foreign_keys", "_fk"}},
+	// Checkpoints run on a goroutine of their own instead (see
+	// SQLiteCheckpointInterval); not for an in-memory database.
+	{"wal_autocheckpoint", "wal_autocheckpoint(0)", nil},
 }
+
+// SQLiteCheckpointInterval is how often [Open]'s background checkpointer
+// runs `PRAGMA wal_checkpoint(PASSIVE)` on a SQLite file database while
+// transactions are being committed (see sqldb.DB.CheckpointInBackground):
+// SQLite's own automatic checkpoint (every 1,000 WAL pages) ran inside a
+// writer's COMMIT, holding the write lock every other writer waited for.
+const SQLiteCheckpointInterval = 200 * time.Millisecond
 
 // sqliteDSN returns the modernc.org/sqlite DSN for name (a path or a file:
 // URI, possibly with query parameters) with this package's defaults added, and
-// whether it names an in-memory database and whether the caller set the
-// journal mode.
-func sqliteDSN(name string) (dsn string, memory, ownJournal bool, err error) {
+// whether it names an in-memory database, whether the caller set the
+// journal mode, and whether checkpoints are to run in the background (a file
+// database whose DSN does not set wal_autocheckpoint).
+func sqliteDSN(name string) (dsn string, memory, ownJournal, bgCheckpoint bool, err error) {
 	path, rawQuery, _ := strings.Cut(name, "?")
 	if path == "" || path == "file:" {
-		return "", false, false, errors.New("empty SQLite path")
+		return "", false, false, false, errors.New("empty SQLite path")
 	}
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return "", false, false, fmt.Errorf("SQLite DSN query: %w", err)
+		return "", false, false, false, fmt.Errorf("SQLite DSN query: %w", err)
 	}
 	set := map[string]bool{}
 	for _, p := range q["_pragma"] {
@@ -155,7 +172,7 @@ func sqliteDSN(name string) (dsn string, memory, ownJournal bool, err error) {
 	memory = path == ":memory:" || path == "file::memory:" || q.Get("mode") == "memory"
 	ownJournal = set["journal_mode"]
 	for _, d := range sqliteDefaults {
-		if set[d.name] || (memory && d.name == "journal_mode") {
+		if set[d.name] || (memory && (d.name == "journal_mode" || d.name == "wal_autocheckpoint")) {
 			continue
 		}
 		q.Add("_pragma", d.pragma)
@@ -163,11 +180,12 @@ func sqliteDSN(name string) (dsn string, memory, ownJournal bool, err error) {
 	if !q.Has("_txlock") {
 		q.Set("_txlock", "immediate")
 	}
-	return path + "?" + q.Encode(), memory, ownJournal, nil
+	bgCheckpoint = !memory && !set["wal_autocheckpoint"]
+	return path + "?" + q.Encode(), memory, ownJournal, bgCheckpoint, nil
 }
 
 func openSQLite(ctx context.Context, name string) (*sqldb.DB, error) {
-	dsn, memory, ownJournal, err := sqliteDSN(name)
+	dsn, memory, ownJournal, bgCheckpoint, err := sqliteDSN(name)
 	if err != nil {
 		return nil, fmt.Errorf("sqldb: open sqlite: %w", err)
 	}
@@ -200,7 +218,19 @@ func openSQLite(ctx context.Context, name string) (*sqldb.DB, error) {
 			return nil, fmt.Errorf("sqldb: open sqlite %q: journal_mode is %q, want wal", name, mode)
 		}
 	}
-	return sqldb.New(sqlDB, sqldb.SQLite)
+	db, err := sqldb.New(sqlDB, sqldb.SQLite)
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	if bgCheckpoint {
+		onErr := func(err error) { slog.Warn("sqlite checkpoint failed; retrying", "db", name, "err", err) }
+		if err := db.CheckpointInBackground(SQLiteCheckpointInterval, onErr); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("sqldb: open sqlite %q: %w", name, err)
+		}
+	}
+	return db, nil
 }
 
 // pingSQLite opens the first connection, retrying while it fails with
