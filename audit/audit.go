@@ -83,7 +83,11 @@ func ReadProgress(ctx context.Context, db *store.DB) (Progress, error) {
 	}
 	opts := &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead}
 	if db.Dialect != sqldb.Postgres {
-		opts = nil // SQLite: a transaction is a snapshot already
+		// SQLite: a transaction is a snapshot already; read-only, it
+		// begins DEFERRED (modernc.org/sqlite), where the DSN's
+		// _txlock=immediate would take the write lock and hold up the
+		// services' writes for the whole reading.
+		opts = &sql.TxOptions{ReadOnly: true}
 	}
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
 	"time"
@@ -65,5 +66,46 @@ func TestPollIntervalBacksOffFromSlowReadings(t *testing.T) {
 		if got := PollInterval(c.min, c.took); got != c.want {
 			t.Errorf("PollInterval(%v, %v) = %v, want %v", c.min, c.took, got, c.want)
 		}
+	}
+}
+
+// TestReadProgressDoesNotTakeTheWriteLock: on SQLite the reading is a
+// snapshot that waits for no writer (its BEGIN is DEFERRED, not the DSN's
+// IMMEDIATE), so a drain polling it never holds up the services' writes.
+func TestReadProgressDoesNotTakeTheWriteLock(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := store.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	holding, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- db.InTx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO checkout_requests (idempotency_key, request_hash, order_id, event_id, status, created_at) VALUES ('k', 'h', 'o', 'e', 'published', 1)`); err != nil {
+				return err
+			}
+			close(holding)
+			<-release // the write lock is held until then
+			return nil
+		})
+	}()
+	<-holding
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	p, err := ReadProgress(rctx, db)
+	cancel()
+	close(release)
+	if err != nil {
+		t.Fatalf("ReadProgress while a writer holds the lock: %v; want a snapshot read", err)
+	}
+	if p.Accepted != 0 {
+		t.Errorf("read %d accepted orders of an uncommitted write", p.Accepted)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
