@@ -252,7 +252,7 @@ func (p *Processor) shareFullLocked(ps *partState) bool {
 			return false // the first record is always admitted
 		}
 	case OrderKey:
-		queued = ps.recs - ps.parked - len(ps.lanes)
+		queued = ps.recs - ps.parked - ps.lanes.len()
 		if queued <= 0 {
 			return false
 		}
@@ -558,10 +558,10 @@ func (p *Processor) laneFor(ps *partState, r *kgo.Record) *lane {
 			}
 		}
 	}
-	l := ps.lanes[k]
+	l := ps.lanes.get(k)
 	if l == nil {
 		l = p.newLane(ps, k)
-		ps.lanes[k] = l
+		ps.lanes.put(k, l)
 		if p.cfg.ordering == OrderPartition {
 			ps.partLane = l
 		}
@@ -600,9 +600,7 @@ func (p *Processor) freeLaneLocked(l *lane) {
 
 // deleteLane forgets lane l of ps.
 func deleteLane(ps *partState, l *lane) {
-	if ps.lanes[l.key] == l {
-		delete(ps.lanes, l.key)
-	}
+	ps.lanes.del(l.key, l)
 	if ps.partLane == l {
 		ps.partLane = nil
 	}
