@@ -625,8 +625,12 @@ func (p *Processor) freeLaneLocked(l *lane) {
 	if len(p.freeLanes) >= p.cfg.maxRecords || cap(l.queue) > 4 {
 		return // a long queue's array is left to the GC
 	}
-	clear(l.queue[:cap(l.queue)])
-	*l = lane{queue: l.queue[:0]}
+	// complete left it empty, not active, running, waiting or failing,
+	// and cleared each slot of its queue as its record completed; newLane
+	// resets the rest. Only the partition is dropped here, so that a free
+	// lane does not keep it.
+	l.part = nil
+	l.queue = l.queue[:0]
 	p.freeLanes = append(p.freeLanes, l)
 }
 
