@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,10 +17,18 @@ import (
 type attemptCtx struct {
 	context.Context // the partition's context
 	deadline        time.Time
+	released        atomic.Bool                 // release was called
+	wait            atomic.Pointer[attemptWait] // created by the first Done
+}
 
+// attemptWait is what an attemptCtx needs once Done was asked for: the
+// channel, the error it was closed with, and the timer and parent hook that
+// close it. Kept out of attemptCtx, which is allocated for every record
+// (most handlers never call Done), so that it stays small.
+type attemptWait struct {
 	mu         sync.Mutex
-	done       chan struct{} // created by Done
-	err        error
+	done       chan struct{}
+	err        error // set when done is closed
 	timer      *time.Timer
 	stopParent func() bool
 }
@@ -43,35 +52,51 @@ func (c *attemptCtx) Deadline() (time.Time, bool) {
 	return c.deadline, true
 }
 
-// Done returns a channel closed at the deadline or when the parent ends.
+// Done returns a channel closed at the deadline, when the parent ends or at
+// release, whichever comes first.
 func (c *attemptCtx) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done != nil {
-		return c.done
+	if w := c.wait.Load(); w != nil {
+		return w.done
 	}
-	c.done = make(chan struct{})
-	if c.err = c.errLocked(); c.err != nil {
-		close(c.done)
-		return c.done
+	w := &attemptWait{done: make(chan struct{})}
+	if !c.wait.CompareAndSwap(nil, w) {
+		return c.wait.Load().done // another goroutine's Done won
 	}
-	c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.cancel(context.DeadlineExceeded) })
-	c.stopParent = context.AfterFunc(c.Context, func() { c.cancel(c.Context.Err()) })
-	return c.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.err != nil:
+		// release saw w first and closed it.
+	case c.released.Load():
+		// release ran before w was published (it stores released
+		// before it looks for w).
+		w.closeLocked(context.Canceled)
+	default:
+		if err := c.errNow(); err != nil {
+			w.closeLocked(err)
+			break
+		}
+		w.timer = time.AfterFunc(time.Until(c.deadline), func() { c.cancel(w, context.DeadlineExceeded) })
+		w.stopParent = context.AfterFunc(c.Context, func() { c.cancel(w, c.Context.Err()) })
+	}
+	return w.done
 }
 
 // Err returns context.DeadlineExceeded after the deadline, the parent's
-// error once it ended, and nil before.
+// error once it ended, context.Canceled after release, and nil before.
 func (c *attemptCtx) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil || c.done != nil {
-		return c.err
+	if w := c.wait.Load(); w != nil {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.err
 	}
-	return c.errLocked()
+	if c.released.Load() {
+		return context.Canceled
+	}
+	return c.errNow()
 }
 
-func (c *attemptCtx) errLocked() error {
+func (c *attemptCtx) errNow() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
@@ -81,28 +106,36 @@ func (c *attemptCtx) errLocked() error {
 	return nil
 }
 
-func (c *attemptCtx) cancel(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = err
-		close(c.done)
+func (c *attemptCtx) cancel(w *attemptWait, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.closeLocked(err)
 	}
 }
 
+// closeLocked closes w.done with err. w.mu held, w.err nil.
+func (w *attemptWait) closeLocked(err error) {
+	w.err = err
+	close(w.done)
+}
+
 // release ends the attempt: its timers stop and the context is cancelled,
-// as context.WithTimeout's cancel function does.
+// as context.WithTimeout's cancel function does. Without Done asked for, it
+// is one atomic store: no lock.
 func (c *attemptCtx) release() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.timer != nil {
-		c.timer.Stop()
-		c.stopParent()
+	c.released.Store(true)
+	w := c.wait.Load()
+	if w == nil {
+		return // a later Done sees released
 	}
-	if c.err == nil {
-		c.err = context.Canceled
-		if c.done != nil {
-			close(c.done)
-		}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timer != nil {
+		w.timer.Stop()
+		w.stopParent()
+	}
+	if w.err == nil {
+		w.closeLocked(context.Canceled)
 	}
 }

@@ -77,4 +77,54 @@ func TestAttemptCtx(t *testing.T) {
 			t.Fatalf("Err %v", c.Err())
 		}
 	})
+	t.Run("release before Done", func(t *testing.T) {
+		// The common case: the handler never asked for Done and kept the
+		// context past its return.
+		c := newAttemptCtx(context.Background(), time.Hour)
+		if c.Err() != nil {
+			t.Fatalf("Err %v before release", c.Err())
+		}
+		c.release()
+		if !errors.Is(c.Err(), context.Canceled) {
+			t.Fatalf("Err %v after release", c.Err())
+		}
+		select {
+		case <-c.Done():
+		default:
+			t.Fatal("Done asked for after release is not closed")
+		}
+		if !errors.Is(c.Err(), context.Canceled) {
+			t.Fatalf("Err %v after release and Done", c.Err())
+		}
+	})
+	t.Run("Done racing release", func(t *testing.T) {
+		// Done from several goroutines while release runs: every caller
+		// gets the one channel, closed, and Err says Canceled (run with
+		// -race).
+		for range 200 {
+			c := newAttemptCtx(context.Background(), time.Hour)
+			chans := make(chan (<-chan struct{}), 3)
+			for range 3 {
+				go func() { chans <- c.Done() }()
+			}
+			c.release()
+			var first <-chan struct{}
+			for range 3 {
+				ch := <-chans
+				if first == nil {
+					first = ch
+				} else if ch != first {
+					t.Fatal("Done returned two channels")
+				}
+				select {
+				case <-ch:
+				case <-time.After(5 * time.Second):
+					t.Fatal("Done not closed after release")
+				}
+			}
+			if !errors.Is(c.Err(), context.Canceled) {
+				t.Fatalf("Err %v", c.Err())
+			}
+		}
+	})
 }

@@ -236,9 +236,9 @@ func (p *Processor) authzFailedLocked(l *lane, it *item, err error) bool {
 	if it.stage != stageForward {
 		return p.authzFailed(err, "handler", "", "")
 	}
-	if !p.authzFailed(err, "retry/DLQ write", it.target, "WRITE") {
+	if !p.authzFailed(err, "retry/DLQ write", it.fail.target, "WRITE") {
 		return false
 	}
-	l.part.blocked = fmt.Errorf("writing offset %d to %s: %w", it.rec.Offset, it.target, err)
+	l.part.blocked = fmt.Errorf("writing offset %d to %s: %w", it.rec.Offset, it.fail.target, err)
 	return true
 }

@@ -121,7 +121,7 @@ func (c *cfg) adoptBatch() error {
 // batchable reports whether it, the head (or a later record) of lane l, may
 // go into a batch. p.mu held.
 func (p *Processor) batchable(l *lane, it *item) bool {
-	return it.stage == stageHandle && !it.solo && it.due.IsZero() && it.attempts == 0 && it.hopTries == 0 &&
+	return it.stage == stageHandle && !it.solo && it.due().IsZero() && !it.tried() &&
 		!l.failing && !l.part.retry
 }
 

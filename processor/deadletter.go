@@ -47,10 +47,10 @@ type deadLetter struct {
 // deadLettered calls OnDeadLetter after a forward of it that returned err,
 // if it went to the DLQ. Called by the worker without p.mu.
 func (p *Processor) deadLettered(it *item, err error) {
-	if err != nil || p.cfg.onDeadLetter == nil || !p.isDLQ(it.target) {
+	if err != nil || p.cfg.onDeadLetter == nil || !p.isDLQ(it.fail.target) {
 		return
 	}
-	callDeadLetter(&p.cfg, it.view, it.lastErr)
+	callDeadLetter(&p.cfg, it.view, it.fail.lastErr)
 }
 
 // notifyDead calls OnDeadLetter for each record of a committed transaction

@@ -51,7 +51,7 @@ type lane struct {
 	failing bool // the lane's records are parked (see above)
 }
 
-type stage int
+type stage uint8
 
 const (
 	stageHandle  stage = iota // run the handler
@@ -67,18 +67,50 @@ type item struct {
 	// The first handler attempt's context (with a HandlerTimeout), taken
 	// from a slab of its own: unlike the item it is never reused, since a
 	// handler may keep its context past its return.
-	actx *attemptCtx
-	due  time.Time // retry-topic records: not before
+	actx  *attemptCtx
+	stage stage
+	solo  bool // its batch failed: handled one at a time (batch.go)
+	// fail is the record's failure and retry state, nil until the record
+	// first fails or comes from a retry topic (failState): most records
+	// never fail, and an item without it is half the size, for the slab
+	// to clear and the GC to scan. Allocated per item, never shared or
+	// reused: a slab's clear drops it with the item.
+	fail *itemFail
+}
 
-	stage    stage
-	attempts int // handler attempts, including earlier hops
-	hopTries int // handler attempts in this hop
+// itemFail is the failure and retry state of an item (item.fail).
+type itemFail struct {
+	due      time.Time // retry-topic records: not before
+	attempts int       // handler attempts, including earlier hops
+	hopTries int       // handler attempts in this hop
 	fwdTries int
 	target   string // retry topic or DLQ when stage == stageForward
 	first    time.Time
 	last     time.Time
 	lastErr  error
-	solo     bool // its batch failed: handled one at a time (batch.go)
+}
+
+// failState returns the failure state of it, allocating it on first use.
+// The worker holding its lane (or the poll loop admitting it) only.
+func (it *item) failState() *itemFail {
+	if it.fail == nil {
+		it.fail = new(itemFail)
+	}
+	return it.fail
+}
+
+// due is when a retry-topic record may be handled (zero: now).
+func (it *item) due() time.Time {
+	if it.fail == nil {
+		return time.Time{}
+	}
+	return it.fail.due
+}
+
+// tried reports whether it has had a handler attempt (in this hop or an
+// earlier one).
+func (it *item) tried() bool {
+	return it.fail != nil && (it.fail.attempts > 0 || it.fail.hopTries > 0)
 }
 
 // enqueue takes a poll's records: the whole fetch the client buffered, every
@@ -252,7 +284,7 @@ func (p *Processor) shareFullLocked(ps *partState) bool {
 			return false // the first record is always admitted
 		}
 	case OrderKey:
-		queued = ps.recs - ps.parked - len(ps.lanes)
+		queued = ps.recs - ps.parked - ps.lanes.len()
 		if queued <= 0 {
 			return false
 		}
@@ -448,7 +480,7 @@ const slabItems = 64
 // itemSlab is a block of items, allocated at once and reused once every
 // one of them has been passed by its partition's commit point: one
 // allocation per 64 records at most, and with a steady flow none, instead
-// of 232 bytes per record for the GC to allocate, zero and scan.
+// of 104 bytes per record for the GC to allocate, zero and scan.
 type itemSlab struct {
 	items [slabItems]item
 	// live counts the items not yet passed by the commit point, taken or
@@ -493,7 +525,7 @@ func (p *Processor) newItemLocked(ps *partState) *item {
 	ps.slab = ps.slab[1:]
 	// The item is zero: setting the fields needed, rather than assigning
 	// a whole item, spares copying (and, during a GC, write-barriering)
-	// its 232 bytes.
+	// its 104 bytes.
 	it.entry.slab = ps.slabRef
 	if p.cfg.handlerTimeout > 0 {
 		if len(p.ctxSlab) == 0 {
@@ -558,10 +590,10 @@ func (p *Processor) laneFor(ps *partState, r *kgo.Record) *lane {
 			}
 		}
 	}
-	l := ps.lanes[k]
+	l := ps.lanes.get(k)
 	if l == nil {
 		l = p.newLane(ps, k)
-		ps.lanes[k] = l
+		ps.lanes.put(k, l)
 		if p.cfg.ordering == OrderPartition {
 			ps.partLane = l
 		}
@@ -593,16 +625,18 @@ func (p *Processor) freeLaneLocked(l *lane) {
 	if len(p.freeLanes) >= p.cfg.maxRecords || cap(l.queue) > 4 {
 		return // a long queue's array is left to the GC
 	}
-	clear(l.queue[:cap(l.queue)])
-	*l = lane{queue: l.queue[:0]}
+	// complete left it empty, not active, running, waiting or failing,
+	// and cleared each slot of its queue as its record completed; newLane
+	// resets the rest. Only the partition is dropped here, so that a free
+	// lane does not keep it.
+	l.part = nil
+	l.queue = l.queue[:0]
 	p.freeLanes = append(p.freeLanes, l)
 }
 
 // deleteLane forgets lane l of ps.
 func deleteLane(ps *partState, l *lane) {
-	if ps.lanes[l.key] == l {
-		delete(ps.lanes, l.key)
-	}
+	ps.lanes.del(l.key, l)
 	if ps.partLane == l {
 		ps.partLane = nil
 	}
@@ -805,8 +839,8 @@ func (p *Processor) worker() {
 			continue
 		}
 		it := l.queue[0]
-		if it.stage == stageHandle && !it.due.IsZero() {
-			if wait := time.Until(it.due); wait > 0 {
+		if it.stage == stageHandle && it.fail != nil && !it.fail.due.IsZero() {
+			if wait := time.Until(it.fail.due); wait > 0 {
 				// A retry-topic record that is not due yet: wait without
 				// holding a slot, parked.
 				p.setFailingLocked(l, true)
@@ -895,7 +929,7 @@ func (p *Processor) handle(ps *partState, it *item) (err error) {
 		// allocation less per record); a retry gets a fresh one, since a
 		// handler may still hold the context of an earlier attempt.
 		actx := it.actx
-		if actx == nil || it.hopTries > 0 || it.attempts > 0 {
+		if actx == nil || it.tried() {
 			actx = new(attemptCtx)
 		}
 		actx.init(ctx, p.clock.Now(), p.cfg.handlerTimeout)
@@ -935,7 +969,7 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 	}
 	if err == nil {
 		if it.stage == stageForward {
-			p.cfg.metrics.forwarded(p.cfg.group, it.target, p.isDLQ(it.target))
+			p.cfg.metrics.forwarded(p.cfg.group, it.fail.target, p.isDLQ(it.fail.target))
 			ps.blocked = nil
 		}
 		return p.complete(l, it)
@@ -948,27 +982,28 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 	}
 	now := time.Now()
 	p.setFailingLocked(l, true)
+	f := it.failState()
 	if it.stage == stageForward {
-		it.fwdTries++
-		ps.blocked = fmt.Errorf("writing offset %d to %s: %w", it.rec.Offset, it.target, err)
-		p.cfg.metrics.forwardFailed(p.cfg.group, it.target)
-		p.cfg.logger.Error("retry/DLQ write failed; partition paused, offset held", "topic", ps.tp.topic, "partition", ps.tp.partition, "offset", it.rec.Offset, "target", it.target, "error", err)
-		p.waitLocked(l, backoff(it.fwdTries, p.cfg.backoffMin, p.cfg.backoffMax))
+		f.fwdTries++
+		ps.blocked = fmt.Errorf("writing offset %d to %s: %w", it.rec.Offset, f.target, err)
+		p.cfg.metrics.forwardFailed(p.cfg.group, f.target)
+		p.cfg.logger.Error("retry/DLQ write failed; partition paused, offset held", "topic", ps.tp.topic, "partition", ps.tp.partition, "offset", it.rec.Offset, "target", f.target, "error", err)
+		p.waitLocked(l, backoff(f.fwdTries, p.cfg.backoffMin, p.cfg.backoffMax))
 		return false
 	}
-	it.attempts++
-	it.hopTries++
-	it.lastErr = err
-	if it.first.IsZero() {
-		it.first = now
+	f.attempts++
+	f.hopTries++
+	f.lastErr = err
+	if f.first.IsZero() {
+		f.first = now
 	}
-	it.last = now
+	f.last = now
 	permanent := IsPermanent(err)
 	p.cfg.logger.Warn("handler failed", "topic", it.view.Topic, "partition", it.view.Partition, "offset", it.view.Offset,
-		"attempt", it.hopTries, "permanent", permanent, "error", err)
-	if !permanent && it.hopTries < p.cfg.maxAttempts {
+		"attempt", f.hopTries, "permanent", permanent, "error", err)
+	if !permanent && f.hopTries < p.cfg.maxAttempts {
 		p.cfg.metrics.retried(p.cfg.group, it.view.Topic)
-		p.waitLocked(l, backoff(it.hopTries, p.cfg.backoffMin, p.cfg.backoffMax))
+		p.waitLocked(l, backoff(f.hopTries, p.cfg.backoffMin, p.cfg.backoffMax))
 		return false
 	}
 	target := p.nextTarget(it, permanent)
@@ -977,7 +1012,7 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 		p.waitLocked(l, p.cfg.backoffMax)
 		return false
 	}
-	it.stage, it.target = stageForward, target
+	it.stage, f.target = stageForward, target
 	return true // write it next
 }
 
@@ -990,7 +1025,7 @@ func (p *Processor) complete(l *lane, it *item) (more bool) {
 	if h := p.cfg.hooks.completed; h != nil {
 		target := ""
 		if it.stage == stageForward {
-			target = it.target
+			target = it.fail.target
 		}
 		h(it.rec, it.view, target)
 	}
@@ -1033,7 +1068,7 @@ func (p *Processor) complete(l *lane, it *item) (more bool) {
 
 // mustWait reports whether the head of l is a retry-topic record not due yet.
 func (p *Processor) mustWait(l *lane) bool {
-	return len(l.queue) > 0 && l.queue[0].stage == stageHandle && !l.queue[0].due.IsZero() && time.Now().Before(l.queue[0].due)
+	return len(l.queue) > 0 && l.queue[0].stage == stageHandle && !l.queue[0].due().IsZero() && time.Now().Before(l.queue[0].due())
 }
 
 // oldestInFlight returns the age of the oldest record this member holds

@@ -40,7 +40,7 @@ func benchDispatch(b *testing.B, o Ordering, conc int) {
 	for i := range int32(parts) {
 		k := tp{"t", i}
 		ctx, cancel := context.WithCancel(p.baseCtx)
-		p.parts[k] = &partState{tp: k, tracker: newOffsetTracker(), lanes: make(map[laneKey]*lane), committed: -1, ctx: ctx, cancel: cancel}
+		p.parts[k] = &partState{tp: k, tracker: newOffsetTracker(), committed: -1, ctx: ctx, cancel: cancel}
 		p.activeParts++
 	}
 	var wg sync.WaitGroup

@@ -68,7 +68,7 @@ func HeaderPrefix(prefix string) Opt { return opt(func(c *cfg) { c.headerPrefix 
 // source works (SCENARIOS S11).
 func (p *Processor) forward(ctx context.Context, it *item) error {
 	rec := &kgo.Record{
-		Topic:   it.target,
+		Topic:   it.fail.target,
 		Key:     it.rec.Key,
 		Value:   it.rec.Value,
 		Headers: p.forwardHeaders(it),
@@ -94,12 +94,13 @@ func (p *Processor) forwardHeaders(it *item) []kgo.RecordHeader {
 	add(hn.originalOffset, strconv.FormatInt(v.Offset, 10))
 	add(hn.originalTS, ms(v.Timestamp))
 	add(hn.group, p.cfg.group)
-	add(hn.errorClass, ErrorClass(it.lastErr))
-	add(hn.errorMessage, trimMessage(it.lastErr.Error(), p.cfg.errorMsgMax))
-	add(hn.attempts, strconv.Itoa(it.attempts))
-	add(hn.firstFailure, ms(it.first))
-	add(hn.lastFailure, ms(it.last))
-	if i, ok := p.retryIndexOf(it.target); ok {
+	f := it.fail // set: only a failed record is forwarded
+	add(hn.errorClass, ErrorClass(f.lastErr))
+	add(hn.errorMessage, trimMessage(f.lastErr.Error(), p.cfg.errorMsgMax))
+	add(hn.attempts, strconv.Itoa(f.attempts))
+	add(hn.firstFailure, ms(f.first))
+	add(hn.lastFailure, ms(f.last))
+	if i, ok := p.retryIndexOf(f.target); ok {
 		add(hn.retryDue, ms(time.Now().Add(p.cfg.retryDelays[i])))
 	}
 	return hs

@@ -12,7 +12,7 @@ package processor
 // Not safe for concurrent use: the processor guards it with its mutex.
 type offsetTracker struct {
 	entries []*offsetEntry // fetched, not yet passed by the commit point, in offset order
-	head    int            // entries[:head] are passed and nil
+	head    int            // entries[:head] are passed (not cleared until the next compaction: see complete)
 	shift   int64          // entries removed from the front of entries (offsetEntry.idx - shift is the position)
 	mark    int64          // commit point: the next offset to consume; -1 until the first record is passed
 	// last is the offset of entries[len(entries)-1] while len(entries) >
@@ -159,7 +159,11 @@ func (t *offsetTracker) complete(e *offsetEntry) bool {
 			t.passed(p)
 		}
 	}
-	clear(t.entries[t.head:end])
+	// The passed slots are not cleared one run at a time (a write barrier
+	// per slot during a GC, for every record): the compaction below
+	// overwrites or clears them all, so what they still point to (items
+	// of slabs, pooled or not) is held at most until then, while the
+	// passed slots are at most half of the array.
 	t.head = end
 	if t.head > 64 && t.head*2 >= len(t.entries) {
 		n := copy(t.entries, t.entries[t.head:])

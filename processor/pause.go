@@ -70,7 +70,7 @@ func (p *Processor) Pause(topic string, partitions ...int32) error {
 		// Admitted records wait: out of the MaxInFlight room, so that the
 		// other partitions go on. A lane is parked until its next record
 		// is handled after Resume, as a failing lane is.
-		for _, l := range ps.lanes {
+		for _, l := range ps.lanes.lanes() {
 			if len(l.queue) > 0 {
 				p.setFailingLocked(l, true)
 			}
@@ -104,7 +104,7 @@ func (p *Processor) Resume(topic string, partitions ...int32) error {
 		}
 		ps.pause.on = false
 		for _, l := range ps.pause.lanes {
-			if l.waiting && ps.lanes[l.key] == l && len(l.queue) > 0 {
+			if l.waiting && ps.lanes.get(l.key) == l && len(l.queue) > 0 {
 				l.waiting = false
 				p.pushReady(l)
 			}

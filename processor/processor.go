@@ -214,7 +214,7 @@ type partState struct {
 	lost        bool // released without a commit: no commit may be sent for it any more
 	retry       bool // one of the group's retry topics
 	tracker     *offsetTracker
-	lanes       map[laneKey]*lane
+	lanes       laneTable
 	partLane    *lane         // OrderPartition: the one lane, if it exists
 	pending     []*kgo.Record // fetched, not admitted into a lane yet
 	pendingB    int64         // their key+value bytes

@@ -27,7 +27,7 @@ func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, assigned map[s
 			// rebalance) is replaced: its final commit is then refused,
 			// because it no longer is p.parts[k] (see commitSync).
 			ctx, cancel := context.WithCancel(p.baseCtx)
-			p.parts[k] = &partState{tp: k, retry: retry, tracker: newOffsetTracker(), lanes: make(map[laneKey]*lane),
+			p.parts[k] = &partState{tp: k, retry: retry, tracker: newOffsetTracker(),
 				committed: -1, ctx: ctx, cancel: cancel}
 			p.parts[k].m = p.cfg.metrics.partition(p.cfg.group, topic)
 			p.parts[k].tracker.earlier = maps[k]
@@ -237,7 +237,7 @@ func (p *Processor) overranLocked() int {
 
 // dropQueuedLocked drops every record of s that no worker is processing.
 func (p *Processor) dropQueuedLocked(s *partState) {
-	for _, l := range s.lanes {
+	for _, l := range s.lanes.lanes() {
 		keep := l.inFlight() // batch.go
 		for _, it := range l.queue[keep:] {
 			p.inRecs--

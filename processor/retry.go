@@ -61,12 +61,12 @@ func (p *Processor) restoreFromRetry(it *item) {
 		switch h.Key {
 		case hn.retryDue:
 			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
-				it.due = time.UnixMilli(ms)
+				it.failState().due = time.UnixMilli(ms)
 			}
 		case hn.attempts:
-			it.attempts, _ = strconv.Atoi(v)
+			it.failState().attempts, _ = strconv.Atoi(v)
 		case hn.firstFailure:
-			it.first = parseMillis(v)
+			it.failState().first = parseMillis(v)
 		case hn.originalTopic:
 			view.Topic = v
 		case hn.originalPartition:

@@ -65,7 +65,7 @@ func TestItemSlabsReusedOnlyWhenPassed(t *testing.T) {
 	for i := range int32(parts) {
 		k := tp{"t", i}
 		ctx, cancel := context.WithCancel(p.baseCtx)
-		p.parts[k] = &partState{tp: k, tracker: newOffsetTracker(), lanes: make(map[laneKey]*lane), committed: -1, ctx: ctx, cancel: cancel}
+		p.parts[k] = &partState{tp: k, tracker: newOffsetTracker(), committed: -1, ctx: ctx, cancel: cancel}
 		p.activeParts++
 	}
 	p.startWorkersLocked(&wg)
@@ -190,5 +190,65 @@ func TestItemSlabsReusedOnlyWhenPassed(t *testing.T) {
 	}
 	if d, _ := keptCtx.Deadline(); !d.Equal(keptDead) {
 		t.Errorf("a kept context's deadline changed from %v to %v: its memory was reused", keptDead, d)
+	}
+}
+
+// TestRecycledItemHasNoFailState: an item's failure state (item.fail, set
+// on a failure or by a retry topic's headers) belongs to its record only. A
+// pooled slab whose items failed goes back to the pool once the commit point
+// passed them all, and the records that take its items next start with no
+// failure state, stage or batch fallback of their own predecessors (one
+// carried over would count another record's attempts against this one's
+// MaxAttempts, delay it by another's retry due time, or keep it out of
+// batches).
+func TestRecycledItemHasNoFailState(t *testing.T) {
+	p, err := New(Brokers("127.0.0.1:1"), Group("g"), Topics("t"), WithOrdering(OrderKey),
+		WithHandler(func(context.Context, *kgo.Record) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.cl.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps := &partState{tp: tp{"t", 0}, tracker: newOffsetTracker(), committed: -1}
+	// A poll's worth pending, so that items come from pooled slabs.
+	ps.pending = make([]*kgo.Record, 4*slabItems)
+	take := func() []*item {
+		items := make([]*item, slabItems)
+		for i := range items {
+			items[i] = p.newItemLocked(ps)
+		}
+		return items
+	}
+	first := take()
+	if first[0].entry.slab == nil {
+		t.Fatal("items not from a pooled slab")
+	}
+	for i, it := range first {
+		f := it.failState()
+		f.attempts, f.hopTries, f.fwdTries = 3, 2, 1
+		f.due, f.first, f.last = time.Now().Add(time.Hour), time.Now(), time.Now()
+		f.target, f.lastErr = "t.retry.1", fmt.Errorf("failed %d", i)
+		it.stage, it.solo = stageForward, true
+	}
+	old := make([]*itemFail, len(first))
+	for i, it := range first {
+		old[i] = it.fail
+		p.itemPassed(&it.entry) // the commit point passed them all
+	}
+	if len(p.freeSlabs) != 1 {
+		t.Fatalf("%d free slabs after passing a whole slab, want 1", len(p.freeSlabs))
+	}
+	second := take()
+	if second[0].entry.slab != first[0].entry.slab {
+		t.Fatal("the passed slab was not reused")
+	}
+	for i, it := range second {
+		if it.fail != nil || it.stage != stageHandle || it.solo || it.tried() || !it.due().IsZero() {
+			t.Fatalf("reused item %d: fail %+v, stage %d, solo %v", i, it.fail, it.stage, it.solo)
+		}
+		if it.failState() == old[i] {
+			t.Fatalf("reused item %d shares its predecessor's failure state", i)
+		}
 	}
 }

@@ -907,20 +907,21 @@ func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) (outs []*kg
 			return nil, nil, ctx.Err()
 		}
 		now := time.Now()
-		it.attempts++
-		it.lastErr = err
-		if it.first.IsZero() {
-			it.first = now
+		f := it.failState()
+		f.attempts++
+		f.lastErr = err
+		if f.first.IsZero() {
+			f.first = now
 		}
-		it.last = now
-		if IsPermanent(err) || it.attempts >= t.cfg.maxAttempts {
+		f.last = now
+		if IsPermanent(err) || f.attempts >= t.cfg.maxAttempts {
 			t.cfg.logger.Warn("record dead-lettered inside the transaction", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
 			p := &Processor{cfg: t.cfg}
 			t.cfg.metrics.forwarded(t.cfg.group, t.cfg.dlqTopic, true)
 			return []*kgo.Record{{Topic: t.cfg.dlqTopic, Key: r.Key, Value: r.Value, Headers: p.forwardHeaders(it)}}, err, nil
 		}
 		t.cfg.metrics.retried(t.cfg.group, r.Topic)
-		sleepCtx(ctx, backoff(it.attempts, t.cfg.backoffMin, t.cfg.backoffMax))
+		sleepCtx(ctx, backoff(f.attempts, t.cfg.backoffMin, t.cfg.backoffMax))
 	}
 }
 
