@@ -342,8 +342,8 @@ func Concurrency(n int) Opt { return opt(func(c *cfg) { c.concurrency = n }) }
 
 // MaxInFlight bounds the records (count) and key+value bytes that this
 // member has admitted for processing and not yet completed. When either bound
-// is reached the processor stops polling, and goes on once three quarters of
-// the room is free again: the backpressure that keeps a slow handler from
+// is reached the processor stops polling, and goes on once an eighth of the
+// room is free again (both below 7/8 of their bound): the backpressure that keeps a slow handler from
 // growing memory. Defaults 1000 records and 64 MiB. The closest Kafka
 // settings are max.poll.records and fetch.max.bytes, which bound one poll,
 // not the backlog.
