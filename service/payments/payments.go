@@ -183,9 +183,18 @@ func (s *Service) chargeAll(ctx context.Context, tx *sql.Tx, evs []*order.OrderC
 		// Which of the batch's orders conflicts is not known here: the
 		// runtime handles the records one at a time next, where Handle
 		// names it.
-		return service.OrderConflict(err, order.GroupPayments, "among "+strings.Join(orderIDs, ", "), "among "+strings.Join(eventIDs, ", "))
+		return service.OrderConflict(err, order.GroupPayments, "among "+some(orderIDs), "among "+some(eventIDs))
 	}
 	return outbox.EnqueueAll(ctx, tx, s.DB, msgs)
+}
+
+// some lists ids for an error message: all of them up to 5, else the first
+// 5 and how many there are.
+func some(ids []string) string {
+	if len(ids) <= 5 {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s, ... (%d in all)", strings.Join(ids[:5], ", "), len(ids))
 }
 
 // lockWallets returns the balances of the wallets of customers (sorted,
