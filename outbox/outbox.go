@@ -89,6 +89,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ordercast/ordercast/sqldb"
@@ -186,6 +187,54 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, m Message) error {
 		m.Topic, m.Key, m.Value, headers, time.Now().UnixMilli())
 	if err != nil {
 		return fmt.Errorf("outbox: enqueue to %s: %w", m.Topic, err)
+	}
+	return nil
+}
+
+// EnqueueAll is [Outbox.EnqueueAll] on the table named DefaultTable of db
+// (db gives the dialect; it is not used for the write).
+func EnqueueAll(ctx context.Context, tx *sql.Tx, db *sqldb.DB, msgs []Message) error {
+	return newOutbox(db, DefaultTable).EnqueueAll(ctx, tx, msgs)
+}
+
+// rowsPerEnqueue bounds the rows of one EnqueueAll statement (5 parameters
+// each), below SQLite's 32,766 and PostgreSQL's 65,535 parameters.
+const rowsPerEnqueue = 6000
+
+// EnqueueAll writes msgs to the outbox inside the caller's transaction tx,
+// as [Outbox.Enqueue] does for each of them, in multi-row INSERTs (one
+// statement per up to 6,000 messages instead of one per message). The rows'
+// ids, hence the relay's order, follow the slice order. Nothing is written
+// for an empty slice. It returns an error, before writing anything, if a
+// message has an empty topic or headers that cannot be encoded (naming its
+// index), and the wrapped error of a failed insert (a retryable database
+// error stays recognisable to sqldb.DB.InTx). Safe for concurrent use on
+// different transactions.
+func (o *Outbox) EnqueueAll(ctx context.Context, tx *sql.Tx, msgs []Message) error {
+	now := time.Now().UnixMilli()
+	args := make([]any, 0, 5*min(len(msgs), rowsPerEnqueue))
+	for from := 0; from < len(msgs); from += rowsPerEnqueue {
+		chunk := msgs[from:min(from+rowsPerEnqueue, len(msgs))]
+		args = args[:0]
+		for i, m := range chunk {
+			if m.Topic == "" {
+				return fmt.Errorf("outbox: enqueue message %d: empty topic", from+i)
+			}
+			var headers any // NULL when there are none
+			if len(m.Headers) > 0 {
+				b, err := json.Marshal(m.Headers)
+				if err != nil {
+					return fmt.Errorf("outbox: enqueue message %d: encode headers: %w", from+i, err)
+				}
+				headers = string(b)
+			}
+			args = append(args, m.Topic, m.Key, m.Value, headers, now)
+		}
+		q := `INSERT INTO ` + o.table + ` (topic, record_key, value, headers, created_at) VALUES (?, ?, ?, ?, ?)` +
+			strings.Repeat(`, (?, ?, ?, ?, ?)`, len(chunk)-1)
+		if _, err := tx.ExecContext(ctx, o.db.Rebind(q), args...); err != nil {
+			return fmt.Errorf("outbox: enqueue %d messages (the first to %s): %w", len(chunk), chunk[0].Topic, err)
+		}
 	}
 	return nil
 }

@@ -400,3 +400,63 @@ func TestRelayRetriesWithoutSkipping(t *testing.T) {
 		t.Fatalf("late got seq %d", seqOf(t, r[0]))
 	}
 }
+
+// EnqueueAll writes the rows Enqueue writes, one per message, in slice order
+// (ids increasing), with NULL for no key, value or headers; a message
+// without a topic fails the call before anything is written.
+func TestEnqueueAll(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		ctx := ctxT(t)
+		hdr := []outbox.Header{{Key: "h", Value: []byte{1, 2}}}
+		msgs := []outbox.Message{
+			{Topic: "t", Key: []byte("k1"), Value: []byte("v1"), Headers: hdr},
+			{Topic: "u"},
+			{Topic: "t", Key: []byte("k3"), Value: []byte("v3")},
+		}
+		if err := db.InTx(ctx, func(tx *sql.Tx) error { return outbox.EnqueueAll(ctx, tx, db, msgs) }); err != nil {
+			t.Fatal(err)
+		}
+		one := func(m outbox.Message) error {
+			return db.InTx(ctx, func(tx *sql.Tx) error { return outbox.Enqueue(ctx, tx, db, m) })
+		}
+		for _, m := range msgs { // the same rows one at a time, to compare
+			if err := one(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows, err := db.QueryContext(ctx, `SELECT topic, COALESCE(record_key, ''), COALESCE(value, ''), COALESCE(headers, 'NULL') FROM outbox ORDER BY id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for rows.Next() {
+			var topic, key, value, headers string
+			if err := rows.Scan(&topic, &key, &value, &headers); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, topic+"|"+key+"|"+value+"|"+headers)
+		}
+		if err := rows.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 6 {
+			t.Fatalf("%d rows, want 6: %q", len(got), got)
+		}
+		for i := range 3 {
+			if got[i] != got[i+3] {
+				t.Errorf("row %d: EnqueueAll wrote %q, Enqueue %q", i, got[i], got[i+3])
+			}
+		}
+		if got[0] == got[2] || got[1] != "u|||NULL" {
+			t.Errorf("rows not in slice order: %q", got)
+		}
+		bad := []outbox.Message{{Topic: "t", Value: []byte("x")}, {Value: []byte("no topic")}}
+		err = db.InTx(ctx, func(tx *sql.Tx) error { return outbox.EnqueueAll(ctx, tx, db, bad) })
+		if err == nil || pending(t, db) != 6 {
+			t.Fatalf("err %v, pending %d: a message without a topic must fail the call and write nothing", err, pending(t, db))
+		}
+		if err := db.InTx(ctx, func(tx *sql.Tx) error { return outbox.EnqueueAll(ctx, tx, db, nil) }); err != nil || pending(t, db) != 6 {
+			t.Fatalf("no messages: err %v, pending %d", err, pending(t, db))
+		}
+	})
+}
