@@ -731,7 +731,7 @@ func (p *Processor) checkBackpressureLocked() {
 	case !p.paused && (activeR >= maxR || activeB >= maxB):
 		p.paused = true
 		p.mm.setPaused(true)
-	case p.paused && activeR <= maxR-maxR/8 && activeB <= maxB-maxB/8:
+	case p.paused && activeR <= maxR-max(1, maxR/8) && activeB <= maxB-max(1, maxB/8):
 		p.paused = false
 		p.mm.setPaused(false)
 		p.cond.Broadcast() // the poll loop waits for this
