@@ -188,7 +188,17 @@ func TestOldestInFlightGauge(t *testing.T) {
 // in partition order every partition is handled at the same time although
 // one fetch carries far more than 50 records of one partition (admission is
 // round-robin across the fetch's partitions).
+//
+// It runs with MaxInFlight 5 too: a bound so small that a resume point
+// computed as a fraction of it rounds to the bound itself (polling resumed at
+// once and the member held more than the bound).
 func TestBackpressureAndFairAdmission(t *testing.T) {
+	for _, limit := range []int{50, 5} {
+		t.Run(strconv.Itoa(limit), func(t *testing.T) { testBackpressureAndFairAdmission(t, limit) })
+	}
+}
+
+func testBackpressureAndFairAdmission(t *testing.T, limit int) {
 	addrs := testCluster(t, map[string]int32{"in": 3})
 	const perPart = 100
 	var recs []*kgo.Record
@@ -200,7 +210,7 @@ func TestBackpressureAndFairAdmission(t *testing.T) {
 	var mp atomic.Pointer[Processor]
 	var maxHeld atomic.Int64
 	var pausedSeen atomic.Bool
-	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), MaxInFlight(50, 1<<20), CommitInterval(10*time.Millisecond),
+	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), MaxInFlight(limit, 1<<20), CommitInterval(10*time.Millisecond),
 		WithHandler(func(ctx context.Context, r *kgo.Record) error {
 			if c := running.Add(1); c > maxRunning.Load() {
 				maxRunning.Store(c)
@@ -224,8 +234,8 @@ func TestBackpressureAndFairAdmission(t *testing.T) {
 		return committedEquals(t, addrs, "g", map[tp]int64{{"in", 0}: perPart, {"in", 1}: perPart, {"in", 2}: perPart})
 	})
 	m.stop()
-	if maxHeld.Load() > 50 {
-		t.Fatalf("held %d records, MaxInFlight is 50", maxHeld.Load())
+	if maxHeld.Load() > int64(limit) {
+		t.Fatalf("held %d records, MaxInFlight is %d", maxHeld.Load(), limit)
 	}
 	if !pausedSeen.Load() {
 		t.Fatal("polling never paused for backpressure")
