@@ -70,8 +70,11 @@ func TestRunGivesUpWhenUnreachable(t *testing.T) {
 		}
 		total += n
 	}
-	if total != ue.Attempts || !strings.Contains(sum.String(), "attempt errors:") {
-		t.Errorf("attempt errors %v (total %d), want %d attempts counted; String():\n%s", sum.AttemptErrors, total, ue.Attempts, sum)
+	// The error counts the attempts made when the first sale gave up; the
+	// summary also those the other worker (Concurrency 2) had in flight
+	// then and finished after: at most one more.
+	if total < ue.Attempts || total > ue.Attempts+1 || !strings.Contains(sum.String(), "attempt errors:") {
+		t.Errorf("attempt errors %v (total %d), want %d or %d attempts counted; String():\n%s", sum.AttemptErrors, total, ue.Attempts, ue.Attempts+1, sum)
 	}
 }
 
