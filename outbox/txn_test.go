@@ -261,7 +261,10 @@ func TestTxnRelayZombieIsFenced(t *testing.T) {
 	}
 
 	enqueue(t, db, "t", 3, 11, 12)
-	waitFor(t, "A takes over and publishes", func() bool { return pending(t, db) == 0 })
+	// Published counts rows once their mark committed (the marking runs on
+	// a goroutine of its own after the transaction): wait for it too, not
+	// only for the rows to read as marked.
+	waitFor(t, "A takes over and publishes", func() bool { return pending(t, db) == 0 && a.Stats().Published == 2 })
 	if st := a.Stats(); st.Takeovers < 1 || st.Published != 2 {
 		t.Fatalf("A stats %+v, want a takeover and 2 rows published", st)
 	}
@@ -312,7 +315,7 @@ func TestTxnRelayMarkerOfAnotherDatabase(t *testing.T) {
 	enqueue(t, db2, "t", 1, 101, 102, 103) // ids 1..3, other contents
 	second := txnRelay(t, db2, addrs, "pay")
 	run(t, second)
-	waitFor(t, "db2's rows published", func() bool { return pending(t, db2) == 0 })
+	waitFor(t, "db2's rows published", func() bool { return pending(t, db2) == 0 && second.Stats().Published == 3 })
 	if st := second.Stats(); st.MarkerMismatches != 1 || st.Recovered != 0 || st.Published != 3 {
 		t.Fatalf("stats %+v, want 1 mismatch, 0 recovered, 3 published", st)
 	}
