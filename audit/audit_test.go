@@ -3,11 +3,10 @@ package audit
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/store/storetest"
 )
 
 // TestReadProgressCountsAcceptedOrdersOnly: a payment (or notification,
@@ -16,14 +15,7 @@ import (
 // accepted in it (issue 13: 9,107 payments decided of 9,093 accepted).
 func TestReadProgressCountsAcceptedOrdersOnly(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := store.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.SQLite(t)
 	exec := func(q string, args ...any) {
 		t.Helper()
 		if _, err := db.ExecContext(ctx, db.Rebind(q), args...); err != nil {
@@ -74,14 +66,7 @@ func TestPollIntervalBacksOffFromSlowReadings(t *testing.T) {
 // IMMEDIATE), so a drain polling it never holds up the services' writes.
 func TestReadProgressDoesNotTakeTheWriteLock(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := store.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.SQLite(t)
 	holding, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
