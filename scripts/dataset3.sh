@@ -16,7 +16,7 @@ export ORDERCAST_PG_PORT=${ORDERCAST_PG_PORT:-15482} ORDERCAST_PG_STATE=${ORDERC
 HTTP=${DATASET_HTTP:-18992} REG=$(( ${DATASET_HTTP:-18992} + 1 ))
 OUT=${DATASET_OUT:-$ROOT/loadruns}/$NAME DATA=${DATASET_OUT:-$ROOT/loadruns}/$NAME.data
 rm -rf "$OUT" "$DATA"; mkdir -p "$OUT"
-[[ -f $ORDERCAST_PG_STATE/data/postmaster.pid ]] || scripts/postgres.sh start >/dev/null || { echo "dataset3: PostgreSQL did not start"; exit 1; }
+scripts/postgres.sh status >/dev/null || scripts/postgres.sh start >/dev/null || { echo "dataset3: PostgreSQL did not start"; exit 1; }
 scripts/kafka.sh stop --clean >/dev/null 2>&1
 scripts/kafka.sh start --clean --brokers 3 > "$OUT/kafka.log" 2>&1 || { echo "dataset3: Kafka did not start ($OUT/kafka.log)"; scripts/kafka.sh stop --clean >/dev/null 2>&1; exit 1; }
 DB=oc_$(echo "$NAME" | tr -c 'a-z0-9\n' '_')

@@ -28,7 +28,7 @@ OUTROOT=${LOADRUN_OUT:-$ROOT/loadruns}
 OUT=$OUTROOT/$NAME DATA=$OUTROOT/$NAME.data
 rm -rf "$OUT" "$DATA"; mkdir -p "$OUT"
 PGSTATE=$ORDERCAST_PG_STATE
-[[ -f $PGSTATE/data/postmaster.pid ]] || scripts/postgres.sh start >/dev/null || { echo "loadrun: PostgreSQL did not start"; exit 1; }
+scripts/postgres.sh status >/dev/null || scripts/postgres.sh start >/dev/null || { echo "loadrun: PostgreSQL did not start"; exit 1; }
 scripts/kafka.sh stop --clean >/dev/null 2>&1
 scripts/kafka.sh start --clean --brokers 1 > "$OUT/kafka.log" 2>&1 || { echo "loadrun: Kafka did not start (see $OUT/kafka.log)"; scripts/kafka.sh stop --clean >/dev/null 2>&1; exit 1; }
 BROKERS=127.0.0.1:$ORDERCAST_KAFKA_PORT
