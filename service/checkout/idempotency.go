@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // Statuses of a checkout_requests row.
@@ -447,21 +448,42 @@ func (s *Service) follow(ctx context.Context, q execer, j *claimJob, key string,
 // order) in one statement and returns the keys it inserted; a key another
 // writer holds is skipped (ON CONFLICT DO NOTHING).
 func (s *Service) insertRequests(ctx context.Context, q execer, jobs []*claimJob, idx []int) (map[string]bool, error) {
-	var b strings.Builder
-	b.WriteString(`INSERT INTO checkout_requests
-		(idempotency_key, request_hash, order_id, event_id, status, payload, created_at) VALUES `)
-	args := make([]any, 0, 6*len(idx))
 	now := s.now().UnixMilli()
-	for n, i := range idx {
-		if n > 0 {
-			b.WriteString(", ")
+	var query string
+	var args []any
+	if s.db.Dialect == sqldb.Postgres {
+		// One statement of fixed text whatever the batch size (prepared and
+		// planned once per connection): the rows as arrays, in idx order.
+		keys, hashes, orderIDs, eventIDs := make([]string, len(idx)), make([]string, len(idx)), make([]string, len(idx)), make([]string, len(idx))
+		payloads := make([][]byte, len(idx))
+		for n, i := range idx {
+			j := jobs[i]
+			keys[n], hashes[n], orderIDs[n], eventIDs[n], payloads[n] = j.key, j.hash, j.fresh.OrderID, j.fresh.EventID, j.freshPayload
 		}
-		b.WriteString("(?, ?, ?, ?, 'pending', ?, ?)")
-		j := jobs[i]
-		args = append(args, j.key, j.hash, j.fresh.OrderID, j.fresh.EventID, j.freshPayload, now)
+		query = `INSERT INTO checkout_requests
+			(idempotency_key, request_hash, order_id, event_id, status, payload, created_at)
+			SELECT u.k, u.h, u.o, u.e, 'pending', u.p, $6
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[]) WITH ORDINALITY AS u(k, h, o, e, p, n)
+			ORDER BY u.n
+			ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key`
+		args = []any{keys, hashes, orderIDs, eventIDs, payloads, now}
+	} else {
+		var b strings.Builder
+		b.WriteString(`INSERT INTO checkout_requests
+		(idempotency_key, request_hash, order_id, event_id, status, payload, created_at) VALUES `)
+		args = make([]any, 0, 6*len(idx))
+		for n, i := range idx {
+			if n > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, 'pending', ?, ?)")
+			j := jobs[i]
+			args = append(args, j.key, j.hash, j.fresh.OrderID, j.fresh.EventID, j.freshPayload, now)
+		}
+		b.WriteString(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key")
+		query = b.String()
 	}
-	b.WriteString(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key")
-	rs, err := q.QueryContext(ctx, s.db.Rebind(b.String()), args...)
+	rs, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("insert checkout requests: %w", err)
 	}
@@ -499,13 +521,21 @@ func storedAnswer(row requestRow) *outcome {
 // allowed) in one query, by key; a key without a row is absent.
 func (s *Service) getRequests(ctx context.Context, q querier, keys []string) (map[string]requestRow, error) {
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
-	query := `SELECT idempotency_key, request_hash, order_id, event_id, status, payload, response_status, response_body
-		FROM checkout_requests WHERE idempotency_key IN (?` + strings.Repeat(", ?", len(keys)-1) + `)`
-	args := make([]any, len(keys))
-	for i, k := range keys {
-		args[i] = k
+	const cols = `SELECT idempotency_key, request_hash, order_id, event_id, status, payload, response_status, response_body
+		FROM checkout_requests WHERE idempotency_key `
+	var query string
+	var args []any
+	if s.db.Dialect == sqldb.Postgres {
+		// Fixed text whatever the number of keys (one prepared statement).
+		query, args = cols+`= ANY($1::text[])`, []any{keys}
+	} else {
+		query = s.db.Rebind(cols + `IN (?` + strings.Repeat(", ?", len(keys)-1) + `)`)
+		args = make([]any, len(keys))
+		for i, k := range keys {
+			args[i] = k
+		}
 	}
-	rs, err := q.QueryContext(ctx, s.db.Rebind(query), args...)
+	rs, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read checkout requests: %w", err)
 	}
