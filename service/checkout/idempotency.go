@@ -301,11 +301,13 @@ func (s *Service) runClaims(jobs []*claimJob) {
 }
 
 // claimBatch decides and writes the claims of jobs (distinct keys: keyLocks
-// holds each key in one claim at a time per process): one SELECT of every
-// key (and legacy key), then, for the keys without a row, one multi-row
-// INSERT ... ON CONFLICT DO NOTHING RETURNING, in key order (two processes'
-// batches then take the keys' index locks in one order and cannot
-// deadlock), then one SELECT of the keys another writer inserted first,
+// holds each key in one claim at a time per process): one SELECT of the
+// keys (and legacy keys) of the claims that are not plain (see below; none
+// in the common case), then, for the plain claims and the keys without a
+// row, one multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING, in key
+// order (two processes' batches then take the keys' index locks in one
+// order and cannot deadlock), then one SELECT of the keys the INSERT
+// skipped (a row existed: a retry's, or another writer's inserted first),
 // whose rows are followed as existing ones. A claim's refusal (422 reused
 // key, 400 unissued key, a request this instance cannot write) is decided
 // before anything is written for it and fails that claim alone; an SQL
@@ -319,19 +321,36 @@ func (s *Service) claimBatch(ctx context.Context, q execer, jobs []*claimJob) er
 		aerr *apiError
 	}
 	res := make([]result, len(jobs))
+	// A plain claim (a new order can be built, no legacy key, not an issued
+	// key) is inserted without reading its key first: if a row exists, the
+	// INSERT skips it and the row is read and followed below, as one
+	// another writer inserted first is. Only the others are read first.
+	plain := func(j *claimJob) bool {
+		return !j.issuedOnly && j.legacyKey == "" && j.freshErr == nil && j.fresh != nil
+	}
 	keys := make([]string, 0, 2*len(jobs))
 	for _, j := range jobs {
+		if plain(j) {
+			continue
+		}
 		keys = append(keys, j.key)
 		if j.legacyKey != "" {
 			keys = append(keys, j.legacyKey)
 		}
 	}
-	rows, err := s.getRequests(ctx, q, keys)
-	if err != nil {
-		return err
+	var rows map[string]requestRow
+	if len(keys) > 0 {
+		var err error
+		if rows, err = s.getRequests(ctx, q, keys); err != nil {
+			return err
+		}
 	}
 	var inserts []int // jobs whose new row is inserted
 	for i, j := range jobs {
+		if plain(j) {
+			inserts = append(inserts, i)
+			continue
+		}
 		key := j.key
 		row, found := rows[key]
 		if !found && j.legacyKey != "" {
