@@ -64,10 +64,8 @@ type Claim struct {
 const claimsPerInsert = 500
 
 // ClaimTx inserts the inbox rows of several events through tx, in
-// multi-row INSERTs (where [ProcessTx] takes one round trip per event; on
-// SQLite one INSERT ... VALUES per 500 events; on PostgreSQL one INSERT
-// ... SELECT FROM unnest of arrays for all of them, a statement of fixed
-// text prepared and planned once per connection), and reports which were claimed: claimed[i] is true when
+// multi-row INSERTs (one round trip per 500 events, where [ProcessTx] takes
+// one per event), and reports which were claimed: claimed[i] is true when
 // the group had not applied claims[i].EventID before (neither committed nor
 // earlier in this transaction, nor earlier in claims: of two claims of one
 // event id only the first is claimed). The caller then applies the effects
@@ -94,43 +92,6 @@ func (in *Inbox) ClaimTx(ctx context.Context, tx *sql.Tx, group string, claims [
 		}
 	}
 	now := time.Now().UnixMilli()
-	var inserted map[string]bool
-	if in.db.Dialect == sqldb.Postgres {
-		inserted, err = in.insertClaimsArrays(ctx, tx, group, claims, now)
-	} else {
-		inserted, err = in.insertClaimsValues(ctx, tx, group, claims, now)
-	}
-	if err != nil {
-		return nil, err
-	}
-	claimed = make([]bool, len(claims))
-	for i, c := range claims {
-		if inserted[c.EventID] {
-			claimed[i] = true
-			delete(inserted, c.EventID) // a later claim of the same id is a duplicate
-			continue
-		}
-		if c.Meta.Digest == "" {
-			continue
-		}
-		var first Meta
-		var firstDigest sql.NullString
-		if err := tx.QueryRowContext(ctx, in.firstSQL, group, c.EventID).Scan(&first.Topic, &first.Partition, &first.Offset, &firstDigest); err != nil {
-			return nil, fmt.Errorf("inbox: read %s/%s: %w", group, c.EventID, err)
-		}
-		if firstDigest.Valid && firstDigest.String != c.Meta.Digest {
-			first.Digest = firstDigest.String
-			return nil, &ConflictError{Group: group, EventID: c.EventID, First: first}
-		}
-	}
-	return claimed, nil
-}
-
-// insertClaimsValues inserts the inbox rows of claims in multi-row INSERT
-// ... VALUES statements of up to claimsPerInsert rows (SQLite: a statement's
-// text, and so its prepared form, varies with the number of rows) and
-// returns the event ids it inserted.
-func (in *Inbox) insertClaimsValues(ctx context.Context, tx *sql.Tx, group string, claims []Claim, now int64) (map[string]bool, error) {
 	inserted := make(map[string]bool, len(claims))
 	for from := 0; from < len(claims); from += claimsPerInsert {
 		chunk := claims[from:min(from+claimsPerInsert, len(claims))]
@@ -165,49 +126,25 @@ func (in *Inbox) insertClaimsValues(ctx context.Context, tx *sql.Tx, group strin
 			return nil, fmt.Errorf("inbox: insert rows of %s: %w", group, err)
 		}
 	}
-	return inserted, nil
-}
-
-// claimArraysSQL is the inbox claim on PostgreSQL: one statement of fixed
-// text whatever the number of rows (the event ids, topics, partitions,
-// offsets and digests as five arrays, unnest'ed in array order), so the
-// driver prepares it once per connection and PostgreSQL plans it once,
-// where a multi-row VALUES list is a new statement for each batch size. An
-// empty digest is stored as NULL, as insertClaimsValues stores it. Rows of
-// one event id that occur twice in the arrays insert once (ON CONFLICT DO
-// NOTHING also skips a row inserted earlier in the same statement).
-const claimArraysSQL = ` (consumer_group, event_id, topic, "partition", "offset", processed_at, digest)
-	SELECT $1, u.event_id, u.topic, u.part, u.off, $2, NULLIF(u.digest, '')
-	FROM unnest($3::text[], $4::text[], $5::integer[], $6::bigint[], $7::text[]) WITH ORDINALITY AS u(event_id, topic, part, off, digest, n)
-	ORDER BY u.n
-	ON CONFLICT (consumer_group, event_id) DO NOTHING RETURNING event_id`
-
-// insertClaimsArrays inserts the inbox rows of claims in one statement
-// (claimArraysSQL) and returns the event ids it inserted. PostgreSQL only.
-func (in *Inbox) insertClaimsArrays(ctx context.Context, tx *sql.Tx, group string, claims []Claim, now int64) (map[string]bool, error) {
-	ids := make([]string, len(claims))
-	topics := make([]string, len(claims))
-	parts := make([]int32, len(claims))
-	offs := make([]int64, len(claims))
-	digests := make([]string, len(claims))
+	claimed = make([]bool, len(claims))
 	for i, c := range claims {
-		ids[i], topics[i], parts[i], offs[i], digests[i] = c.EventID, c.Meta.Topic, c.Meta.Partition, c.Meta.Offset, c.Meta.Digest
-	}
-	rows, err := tx.QueryContext(ctx, `INSERT INTO `+in.table+claimArraysSQL, group, now, ids, topics, parts, offs, digests)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: insert %d rows of %s: %w", len(claims), group, err)
-	}
-	defer rows.Close()
-	inserted := make(map[string]bool, len(claims))
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("inbox: insert rows of %s: %w", group, err)
+		if inserted[c.EventID] {
+			claimed[i] = true
+			delete(inserted, c.EventID) // a later claim of the same id is a duplicate
+			continue
 		}
-		inserted[id] = true
+		if c.Meta.Digest == "" {
+			continue
+		}
+		var first Meta
+		var firstDigest sql.NullString
+		if err := tx.QueryRowContext(ctx, in.firstSQL, group, c.EventID).Scan(&first.Topic, &first.Partition, &first.Offset, &firstDigest); err != nil {
+			return nil, fmt.Errorf("inbox: read %s/%s: %w", group, c.EventID, err)
+		}
+		if firstDigest.Valid && firstDigest.String != c.Meta.Digest {
+			first.Digest = firstDigest.String
+			return nil, &ConflictError{Group: group, EventID: c.EventID, First: first}
+		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("inbox: insert rows of %s: %w", group, err)
-	}
-	return inserted, nil
+	return claimed, nil
 }

@@ -202,10 +202,8 @@ func EnqueueAll(ctx context.Context, tx *sql.Tx, db *sqldb.DB, msgs []Message) e
 const rowsPerEnqueue = 6000
 
 // EnqueueAll writes msgs to the outbox inside the caller's transaction tx,
-// as [Outbox.Enqueue] does for each of them, in multi-row INSERTs (instead
-// of one statement per message: on SQLite one per up to 6,000 messages, on
-// PostgreSQL one INSERT ... SELECT FROM unnest of arrays for all of them, a
-// statement of fixed text). The rows'
+// as [Outbox.Enqueue] does for each of them, in multi-row INSERTs (one
+// statement per up to 6,000 messages instead of one per message). The rows'
 // ids, hence the relay's order, follow the slice order. Nothing is written
 // for an empty slice. It returns an error, before writing anything, if a
 // message has an empty topic or headers that cannot be encoded (naming its
@@ -214,9 +212,6 @@ const rowsPerEnqueue = 6000
 // different transactions.
 func (o *Outbox) EnqueueAll(ctx context.Context, tx *sql.Tx, msgs []Message) error {
 	now := time.Now().UnixMilli()
-	if o.db.Dialect == sqldb.Postgres {
-		return o.enqueueArrays(ctx, tx, msgs, now)
-	}
 	args := make([]any, 0, 5*min(len(msgs), rowsPerEnqueue))
 	for from := 0; from < len(msgs); from += rowsPerEnqueue {
 		chunk := msgs[from:min(from+rowsPerEnqueue, len(msgs))]
@@ -240,39 +235,6 @@ func (o *Outbox) EnqueueAll(ctx context.Context, tx *sql.Tx, msgs []Message) err
 		if _, err := tx.ExecContext(ctx, o.db.Rebind(q), args...); err != nil {
 			return fmt.Errorf("outbox: enqueue %d messages (the first to %s): %w", len(chunk), chunk[0].Topic, err)
 		}
-	}
-	return nil
-}
-
-// enqueueArraysSQL is EnqueueAll's INSERT on PostgreSQL: one statement of
-// fixed text whatever the number of messages (prepared and planned once per
-// connection, where a multi-row VALUES list is a statement per size), the
-// columns as arrays unnest'ed in array order, so the ids follow the slice
-// order. A NULL key or value stays NULL; headers "" (none) is NULL.
-const enqueueArraysSQL = ` (topic, record_key, value, headers, created_at)
-	SELECT u.topic, u.k, u.v, NULLIF(u.h, ''), $5
-	FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[]) WITH ORDINALITY AS u(topic, k, v, h, n)
-	ORDER BY u.n`
-
-// enqueueArrays is EnqueueAll on PostgreSQL (enqueueArraysSQL).
-func (o *Outbox) enqueueArrays(ctx context.Context, tx *sql.Tx, msgs []Message, now int64) error {
-	topics, headers := make([]string, len(msgs)), make([]string, len(msgs))
-	keys, values := make([][]byte, len(msgs)), make([][]byte, len(msgs))
-	for i, m := range msgs {
-		if m.Topic == "" {
-			return fmt.Errorf("outbox: enqueue message %d: empty topic", i)
-		}
-		if len(m.Headers) > 0 {
-			b, err := json.Marshal(m.Headers)
-			if err != nil {
-				return fmt.Errorf("outbox: enqueue message %d: encode headers: %w", i, err)
-			}
-			headers[i] = string(b)
-		}
-		topics[i], keys[i], values[i] = m.Topic, m.Key, m.Value
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO `+o.table+enqueueArraysSQL, topics, keys, values, headers, now); err != nil {
-		return fmt.Errorf("outbox: enqueue %d messages (the first to %s): %w", len(msgs), msgs[0].Topic, err)
 	}
 	return nil
 }

@@ -371,25 +371,15 @@ type querier interface {
 // ids in except (rows committed to Kafka whose marking is in flight).
 func (r *Relay) load(ctx context.Context, q querier, limit int, except []int64) ([]row, error) {
 	sel := `SELECT id, topic, record_key, value, headers FROM ` + r.ob.table + ` WHERE sent_at IS NULL`
-	var args []any
-	if r.db.Dialect == sqldb.Postgres {
-		// Fixed text whatever len(except) (one prepared statement).
-		if except == nil {
-			except = []int64{}
+	args := make([]any, 0, len(except)+1)
+	if len(except) > 0 {
+		sel += ` AND id NOT IN (?` + strings.Repeat(", ?", len(except)-1) + `)`
+		for _, id := range except {
+			args = append(args, id)
 		}
-		sel, args = sel+` AND id <> ALL($1::bigint[]) ORDER BY id LIMIT $2`, []any{except, limit}
-	} else {
-		args = make([]any, 0, len(except)+1)
-		if len(except) > 0 {
-			sel += ` AND id NOT IN (?` + strings.Repeat(", ?", len(except)-1) + `)`
-			for _, id := range except {
-				args = append(args, id)
-			}
-		}
-		args = append(args, limit)
-		sel = r.db.Rebind(sel + ` ORDER BY id LIMIT ?`)
 	}
-	rs, err := q.QueryContext(ctx, sel, args...)
+	args = append(args, limit)
+	rs, err := q.QueryContext(ctx, r.db.Rebind(sel+` ORDER BY id LIMIT ?`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read unsent rows: %w", err)
 	}
@@ -431,25 +421,18 @@ func (r *Relay) load(ctx context.Context, q querier, limit int, except []int64) 
 // On conn (PostgreSQL only; nil: a transaction of the pool, InTx) the UPDATE
 // runs as one statement, atomic by itself.
 func (r *Relay) markSent(ctx context.Context, conn *sql.Conn, ids []int64) error {
-	var q string
-	var args []any
-	if r.db.Dialect == sqldb.Postgres {
-		// Fixed text whatever len(ids) (one prepared statement).
-		q, args = `UPDATE `+r.ob.table+` SET sent_at = $1 WHERE id = ANY($2::bigint[])`, []any{time.Now().UnixMilli(), ids}
-	} else {
-		q = r.db.Rebind(`UPDATE ` + r.ob.table + ` SET sent_at = ? WHERE id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`)
-		args = make([]any, 0, len(ids)+1)
-		args = append(args, time.Now().UnixMilli())
-		for _, id := range ids {
-			args = append(args, id)
-		}
+	q := `UPDATE ` + r.ob.table + ` SET sent_at = ? WHERE id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, time.Now().UnixMilli())
+	for _, id := range ids {
+		args = append(args, id)
 	}
 	var err error
 	if conn != nil {
-		_, err = conn.ExecContext(ctx, q, args...)
+		_, err = conn.ExecContext(ctx, r.db.Rebind(q), args...)
 	} else {
 		err = r.db.InTx(ctx, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, q, args...)
+			_, err := tx.ExecContext(ctx, r.db.Rebind(q), args...)
 			return err
 		})
 	}

@@ -12,7 +12,6 @@ import (
 	"sync"
 
 	"github.com/ordercast/ordercast/order"
-	"github.com/ordercast/ordercast/sqldb"
 )
 
 // Statuses of a checkout_requests row.
@@ -301,13 +300,11 @@ func (s *Service) runClaims(jobs []*claimJob) {
 }
 
 // claimBatch decides and writes the claims of jobs (distinct keys: keyLocks
-// holds each key in one claim at a time per process): one SELECT of the
-// keys (and legacy keys) of the claims that are not plain (see below; none
-// in the common case), then, for the plain claims and the keys without a
-// row, one multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING, in key
-// order (two processes' batches then take the keys' index locks in one
-// order and cannot deadlock), then one SELECT of the keys the INSERT
-// skipped (a row existed: a retry's, or another writer's inserted first),
+// holds each key in one claim at a time per process): one SELECT of every
+// key (and legacy key), then, for the keys without a row, one multi-row
+// INSERT ... ON CONFLICT DO NOTHING RETURNING, in key order (two processes'
+// batches then take the keys' index locks in one order and cannot
+// deadlock), then one SELECT of the keys another writer inserted first,
 // whose rows are followed as existing ones. A claim's refusal (422 reused
 // key, 400 unissued key, a request this instance cannot write) is decided
 // before anything is written for it and fails that claim alone; an SQL
@@ -321,36 +318,19 @@ func (s *Service) claimBatch(ctx context.Context, q execer, jobs []*claimJob) er
 		aerr *apiError
 	}
 	res := make([]result, len(jobs))
-	// A plain claim (a new order can be built, no legacy key, not an issued
-	// key) is inserted without reading its key first: if a row exists, the
-	// INSERT skips it and the row is read and followed below, as one
-	// another writer inserted first is. Only the others are read first.
-	plain := func(j *claimJob) bool {
-		return !j.issuedOnly && j.legacyKey == "" && j.freshErr == nil && j.fresh != nil
-	}
 	keys := make([]string, 0, 2*len(jobs))
 	for _, j := range jobs {
-		if plain(j) {
-			continue
-		}
 		keys = append(keys, j.key)
 		if j.legacyKey != "" {
 			keys = append(keys, j.legacyKey)
 		}
 	}
-	var rows map[string]requestRow
-	if len(keys) > 0 {
-		var err error
-		if rows, err = s.getRequests(ctx, q, keys); err != nil {
-			return err
-		}
+	rows, err := s.getRequests(ctx, q, keys)
+	if err != nil {
+		return err
 	}
 	var inserts []int // jobs whose new row is inserted
 	for i, j := range jobs {
-		if plain(j) {
-			inserts = append(inserts, i)
-			continue
-		}
 		key := j.key
 		row, found := rows[key]
 		if !found && j.legacyKey != "" {
@@ -467,42 +447,21 @@ func (s *Service) follow(ctx context.Context, q execer, j *claimJob, key string,
 // order) in one statement and returns the keys it inserted; a key another
 // writer holds is skipped (ON CONFLICT DO NOTHING).
 func (s *Service) insertRequests(ctx context.Context, q execer, jobs []*claimJob, idx []int) (map[string]bool, error) {
-	now := s.now().UnixMilli()
-	var query string
-	var args []any
-	if s.db.Dialect == sqldb.Postgres {
-		// One statement of fixed text whatever the batch size (prepared and
-		// planned once per connection): the rows as arrays, in idx order.
-		keys, hashes, orderIDs, eventIDs := make([]string, len(idx)), make([]string, len(idx)), make([]string, len(idx)), make([]string, len(idx))
-		payloads := make([][]byte, len(idx))
-		for n, i := range idx {
-			j := jobs[i]
-			keys[n], hashes[n], orderIDs[n], eventIDs[n], payloads[n] = j.key, j.hash, j.fresh.OrderID, j.fresh.EventID, j.freshPayload
-		}
-		query = `INSERT INTO checkout_requests
-			(idempotency_key, request_hash, order_id, event_id, status, payload, created_at)
-			SELECT u.k, u.h, u.o, u.e, 'pending', u.p, $6
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[]) WITH ORDINALITY AS u(k, h, o, e, p, n)
-			ORDER BY u.n
-			ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key`
-		args = []any{keys, hashes, orderIDs, eventIDs, payloads, now}
-	} else {
-		var b strings.Builder
-		b.WriteString(`INSERT INTO checkout_requests
+	var b strings.Builder
+	b.WriteString(`INSERT INTO checkout_requests
 		(idempotency_key, request_hash, order_id, event_id, status, payload, created_at) VALUES `)
-		args = make([]any, 0, 6*len(idx))
-		for n, i := range idx {
-			if n > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString("(?, ?, ?, ?, 'pending', ?, ?)")
-			j := jobs[i]
-			args = append(args, j.key, j.hash, j.fresh.OrderID, j.fresh.EventID, j.freshPayload, now)
+	args := make([]any, 0, 6*len(idx))
+	now := s.now().UnixMilli()
+	for n, i := range idx {
+		if n > 0 {
+			b.WriteString(", ")
 		}
-		b.WriteString(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key")
-		query = b.String()
+		b.WriteString("(?, ?, ?, ?, 'pending', ?, ?)")
+		j := jobs[i]
+		args = append(args, j.key, j.hash, j.fresh.OrderID, j.fresh.EventID, j.freshPayload, now)
 	}
-	rs, err := q.QueryContext(ctx, query, args...)
+	b.WriteString(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key")
+	rs, err := q.QueryContext(ctx, s.db.Rebind(b.String()), args...)
 	if err != nil {
 		return nil, fmt.Errorf("insert checkout requests: %w", err)
 	}
@@ -540,21 +499,13 @@ func storedAnswer(row requestRow) *outcome {
 // allowed) in one query, by key; a key without a row is absent.
 func (s *Service) getRequests(ctx context.Context, q querier, keys []string) (map[string]requestRow, error) {
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
-	const cols = `SELECT idempotency_key, request_hash, order_id, event_id, status, payload, response_status, response_body
-		FROM checkout_requests WHERE idempotency_key `
-	var query string
-	var args []any
-	if s.db.Dialect == sqldb.Postgres {
-		// Fixed text whatever the number of keys (one prepared statement).
-		query, args = cols+`= ANY($1::text[])`, []any{keys}
-	} else {
-		query = s.db.Rebind(cols + `IN (?` + strings.Repeat(", ?", len(keys)-1) + `)`)
-		args = make([]any, len(keys))
-		for i, k := range keys {
-			args[i] = k
-		}
+	query := `SELECT idempotency_key, request_hash, order_id, event_id, status, payload, response_status, response_body
+		FROM checkout_requests WHERE idempotency_key IN (?` + strings.Repeat(", ?", len(keys)-1) + `)`
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
 	}
-	rs, err := q.QueryContext(ctx, query, args...)
+	rs, err := q.QueryContext(ctx, s.db.Rebind(query), args...)
 	if err != nil {
 		return nil, fmt.Errorf("read checkout requests: %w", err)
 	}

@@ -2,7 +2,6 @@ package checkout
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/order"
-	"github.com/ordercast/ordercast/sqldb"
 )
 
 // markTimeout bounds the UPDATE that marks a row published after the
@@ -143,35 +141,20 @@ func (s *Service) runMarks(jobs []*markJob) {
 // acknowledged order pending); first is then false for a row the lost
 // attempt marked.
 func (s *Service) markBatch(ctx context.Context, q execer, jobs []*markJob) error {
-	var rs *sql.Rows
-	var err error
-	if s.db.Dialect == sqldb.Postgres {
-		// One statement of fixed text whatever the batch size (prepared and
-		// planned once per connection): the keys and bodies as arrays.
-		keys, bodies := make([]string, len(jobs)), make([]string, len(jobs))
-		for i, m := range jobs {
-			keys[i], bodies[i] = m.key, m.body
-		}
-		rs, err = q.QueryContext(ctx, `UPDATE checkout_requests AS c SET status = 'published', response_status = $1, response_body = u.body, published_at = $2
-			FROM unnest($3::text[], $4::text[]) AS u(k, body)
-			WHERE c.idempotency_key = u.k AND c.status = 'pending' RETURNING c.idempotency_key`,
-			http.StatusAccepted, s.now().UnixMilli(), keys, bodies)
-	} else {
-		var b strings.Builder
-		b.WriteString(`UPDATE checkout_requests SET status = 'published', response_status = ?, response_body = CASE idempotency_key`)
-		args := make([]any, 0, 3*len(jobs)+2)
-		args = append(args, http.StatusAccepted)
-		for _, m := range jobs {
-			b.WriteString(" WHEN ? THEN ?")
-			args = append(args, m.key, m.body)
-		}
-		b.WriteString(" END, published_at = ? WHERE status = 'pending' AND idempotency_key IN (?" + strings.Repeat(", ?", len(jobs)-1) + ") RETURNING idempotency_key")
-		args = append(args, s.now().UnixMilli())
-		for _, m := range jobs {
-			args = append(args, m.key)
-		}
-		rs, err = q.QueryContext(ctx, s.db.Rebind(b.String()), args...)
+	var b strings.Builder
+	b.WriteString(`UPDATE checkout_requests SET status = 'published', response_status = ?, response_body = CASE idempotency_key`)
+	args := make([]any, 0, 3*len(jobs)+2)
+	args = append(args, http.StatusAccepted)
+	for _, m := range jobs {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, m.key, m.body)
 	}
+	b.WriteString(" END, published_at = ? WHERE status = 'pending' AND idempotency_key IN (?" + strings.Repeat(", ?", len(jobs)-1) + ") RETURNING idempotency_key")
+	args = append(args, s.now().UnixMilli())
+	for _, m := range jobs {
+		args = append(args, m.key)
+	}
+	rs, err := q.QueryContext(ctx, s.db.Rebind(b.String()), args...)
 	if err != nil {
 		return fmt.Errorf("mark checkout requests published: %w", err)
 	}

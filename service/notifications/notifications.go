@@ -85,7 +85,7 @@ func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {
 					ins = append(ins, rows[i])
 				}
 			}
-			if err := s.insertAll(ctx, tx, ins); err != nil {
+			if err := service.InsertRows(ctx, tx, s.DB, insertHead, insertTail, ins); err != nil {
 				return fmt.Errorf("notifications: %w", err)
 			}
 			return nil
@@ -99,39 +99,6 @@ const (
 	insertHead = `INSERT INTO notifications (notification_id, order_id, kind, customer_id, body, created_at) VALUES`
 	insertTail = ` ON CONFLICT (notification_id) DO NOTHING`
 )
-
-// pgInsertAll is HandleBatch's INSERT on PostgreSQL: one statement of fixed
-// text whatever the number of rows (prepared and planned once per
-// connection), the columns as arrays unnest'ed in array order; an empty
-// customer id is NULL, as the single-row insert writes a guest's.
-const pgInsertAll = `INSERT INTO notifications (notification_id, order_id, kind, customer_id, body, created_at)
-	SELECT u.id, u.o, u.k, NULLIF(u.c, ''), u.b, u.t
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[]) WITH ORDINALITY AS u(id, o, k, c, b, t, n)
-	ORDER BY u.n` + insertTail
-
-// insertAll writes rows (notify's) through tx: on SQLite in multi-row
-// INSERTs (service.InsertRows), on PostgreSQL in one (pgInsertAll). A row
-// whose notification_id exists is skipped. Nothing is written for no rows.
-func (s *Service) insertAll(ctx context.Context, tx *sql.Tx, rows [][]any) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	if s.DB.Dialect != store.Postgres {
-		return service.InsertRows(ctx, tx, s.DB, insertHead, insertTail, rows)
-	}
-	ids, orders, kinds, custs, bodies := make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
-	ats := make([]int64, len(rows))
-	for i, r := range rows {
-		ids[i], orders[i], kinds[i], bodies[i], ats[i] = r[0].(string), r[1].(string), r[2].(string), r[4].(string), r[5].(int64)
-		if c, ok := r[3].(string); ok {
-			custs[i] = c
-		}
-	}
-	if _, err := tx.ExecContext(ctx, pgInsertAll, ids, orders, kinds, custs, bodies, ats); err != nil {
-		return fmt.Errorf("%s (%d rows): %w", insertHead, len(rows), err)
-	}
-	return nil
-}
 
 // event decodes r into the notification to record.
 func (s *Service) event(ctx context.Context, r *kgo.Record) (service.Event, error) {

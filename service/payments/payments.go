@@ -172,10 +172,10 @@ func (s *Service) chargeAll(ctx context.Context, tx *sql.Tx, evs []*order.OrderC
 	if err := s.debitAll(ctx, tx, customers, debit); err != nil {
 		return err
 	}
-	if err := s.insertRows(ctx, tx, insertLedger, pgInsertLedger, ledgerRows); err != nil {
+	if err := service.InsertRows(ctx, tx, s.DB, insertLedger, "", ledgerRows); err != nil {
 		return fmt.Errorf("payments: ledger: %w", err)
 	}
-	if err := s.insertRows(ctx, tx, insertPayments, pgInsertPayments, paymentRows); err != nil {
+	if err := service.InsertRows(ctx, tx, s.DB, insertPayments, "", paymentRows); err != nil {
 		err = fmt.Errorf("payments: record %d payments: %w", len(paymentRows), err)
 		if len(orderIDs) == 1 {
 			return service.OrderConflict(err, order.GroupPayments, orderIDs[0], eventIDs[0])
@@ -211,19 +211,12 @@ func (s *Service) lockWallets(ctx context.Context, tx *sql.Tx, customers []strin
 	}
 	for from := 0; from < len(customers); from += walletsPerStatement {
 		chunk := customers[from:min(from+walletsPerStatement, len(customers))]
-		var rows *sql.Rows
-		var err error
-		if s.DB.Dialect == store.Postgres {
-			// Fixed text whatever the number of customers (one prepared statement).
-			rows, err = tx.QueryContext(ctx, `SELECT customer_id, balance_milli FROM wallets WHERE customer_id = ANY($1::text[])`+lock, chunk)
-		} else {
-			args := make([]any, len(chunk))
-			for i, c := range chunk {
-				args[i] = c
-			}
-			q := `SELECT customer_id, balance_milli FROM wallets WHERE customer_id IN (?` + strings.Repeat(`, ?`, len(chunk)-1) + `)`
-			rows, err = tx.QueryContext(ctx, s.DB.Rebind(q), args...)
+		args := make([]any, len(chunk))
+		for i, c := range chunk {
+			args[i] = c
 		}
+		q := `SELECT customer_id, balance_milli FROM wallets WHERE customer_id IN (?` + strings.Repeat(`, ?`, len(chunk)-1) + `)` + lock
+		rows, err := tx.QueryContext(ctx, s.DB.Rebind(q), args...)
 		if err != nil {
 			return nil, fmt.Errorf("payments: read %d wallets: %w", len(chunk), err)
 		}
@@ -261,28 +254,16 @@ func (s *Service) debitAll(ctx context.Context, tx *sql.Tx, customers []string, 
 	}
 	for from := 0; from < len(ids); from += walletsPerStatement {
 		chunk := ids[from:min(from+walletsPerStatement, len(ids))]
-		var res sql.Result
-		var err error
-		if s.DB.Dialect == store.Postgres {
-			// Fixed text whatever the number of wallets: the debits as arrays.
-			amts := make([]int64, len(chunk))
-			for i, c := range chunk {
-				amts[i] = debit[c]
-			}
-			res, err = tx.ExecContext(ctx, `UPDATE wallets SET balance_milli = wallets.balance_milli - v.amt
-				FROM unnest($1::text[], $2::bigint[]) AS v (customer_id, amt)
-				WHERE wallets.customer_id = v.customer_id AND wallets.balance_milli >= v.amt`, chunk, amts)
-		} else {
-			args := make([]any, 0, 2*len(chunk))
-			for _, c := range chunk {
-				args = append(args, c, debit[c])
-			}
-			// UPDATE FROM since SQLite 3.33.
-			q := `WITH v (customer_id, amt) AS (VALUES (?, CAST(? AS BIGINT))` + strings.Repeat(`, (?, CAST(? AS BIGINT))`, len(chunk)-1) + `)
+		args := make([]any, 0, 2*len(chunk))
+		for _, c := range chunk {
+			args = append(args, c, debit[c])
+		}
+		// The CTE and CAST run on both dialects (SQLite: UPDATE FROM since
+		// 3.33); CAST types the amount for PostgreSQL.
+		q := `WITH v (customer_id, amt) AS (VALUES (?, CAST(? AS BIGINT))` + strings.Repeat(`, (?, CAST(? AS BIGINT))`, len(chunk)-1) + `)
 			UPDATE wallets SET balance_milli = wallets.balance_milli - v.amt FROM v
 			WHERE wallets.customer_id = v.customer_id AND wallets.balance_milli >= v.amt`
-			res, err = tx.ExecContext(ctx, s.DB.Rebind(q), args...)
-		}
+		res, err := tx.ExecContext(ctx, s.DB.Rebind(q), args...)
 		if err != nil {
 			return fmt.Errorf("payments: debit %d wallets: %w", len(chunk), err)
 		}
@@ -298,76 +279,6 @@ const (
 	insertLedger   = `INSERT INTO wallet_ledger (customer_id, order_id, amount_milli, created_at) VALUES`
 	insertPayments = `INSERT INTO payments (order_id, customer_id, status, method, amount_milli, reason, processed_at) VALUES`
 )
-
-// The same inserts on PostgreSQL (insertRows): one statement of fixed text
-// whatever the number of rows, the columns as arrays (pgColumns), unnest'ed
-// in array order (payments.seq and the ledger's ids follow the batch's
-// order); a guest's empty customer id is NULL, as insertPayments writes it.
-const (
-	pgInsertLedger = `INSERT INTO wallet_ledger (customer_id, order_id, amount_milli, created_at)
-		SELECT c, o, a, t FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS u(c, o, a, t, n) ORDER BY n`
-	pgInsertPayments = `INSERT INTO payments (order_id, customer_id, status, method, amount_milli, reason, processed_at)
-		SELECT o, NULLIF(c, ''), st, m, a, r, t
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bigint[]) WITH ORDINALITY AS u(o, c, st, m, a, r, t, n)
-		ORDER BY n`
-)
-
-// insertRows writes rows (each the values of head's columns, strings, int64
-// or nil) through tx: on SQLite in multi-row INSERTs (service.InsertRows,
-// head ending in VALUES), on PostgreSQL in one statement pg over the rows'
-// columns as arrays (pgColumns; nil is written as "": pg must turn it into
-// NULL where the column takes one). Nothing is written for no rows.
-func (s *Service) insertRows(ctx context.Context, tx *sql.Tx, head, pg string, rows [][]any) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	if s.DB.Dialect != store.Postgres {
-		return service.InsertRows(ctx, tx, s.DB, head, "", rows)
-	}
-	cols, err := pgColumns(rows)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, pg, cols...); err != nil {
-		return fmt.Errorf("%s (%d rows): %w", head, len(rows), err)
-	}
-	return nil
-}
-
-// pgColumns transposes rows into one array per column, for PostgreSQL's
-// unnest: []string for a column of strings (nil as ""), []int64 for one of
-// int64. Another type is an error.
-func pgColumns(rows [][]any) ([]any, error) {
-	cols := make([]any, len(rows[0]))
-	for j := range cols {
-		var strs []string
-		var ints []int64
-		for i, r := range rows {
-			switch v := r[j].(type) {
-			case nil:
-				if ints != nil {
-					return nil, fmt.Errorf("payments: row %d column %d: NULL in an integer column", i, j)
-				}
-				strs = append(strs, "")
-			case string:
-				strs = append(strs, v)
-			case int64:
-				ints = append(ints, v)
-			default:
-				return nil, fmt.Errorf("payments: row %d column %d: %T has no array form", i, j, v)
-			}
-		}
-		if strs != nil && ints != nil {
-			return nil, fmt.Errorf("payments: column %d mixes strings and integers", j)
-		}
-		if ints != nil {
-			cols[j] = ints
-		} else {
-			cols[j] = strs
-		}
-	}
-	return cols, nil
-}
 
 // newPayment is the paymentProcessed of ev before the decision: PAID by
 // card for a guest (no customer id), by wallet otherwise.
