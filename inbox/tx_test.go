@@ -151,6 +151,40 @@ func TestClaimTx(t *testing.T) {
 		if seen(t, db, "orders", "ev-new") {
 			t.Fatal("the rolled-back claim of ev-new was kept")
 		}
+		// A claim without a digest stores none (NULL, not ''): a later claim of
+		// that id with a digest is a duplicate, not a conflict. Of two claims
+		// of one id in one call the first's row is kept.
+		err = db.InTx(ctx, func(tx *sql.Tx) error {
+			got, err := inbox.ClaimTx(ctx, tx, db, "orders", []inbox.Claim{
+				{EventID: "ev-nodig", Meta: inbox.Meta{Topic: "t", Partition: 3, Offset: 30}},
+				{EventID: "ev-twice", Meta: inbox.Meta{Topic: "t", Partition: 4, Offset: 40, Digest: dig}},
+				{EventID: "ev-twice", Meta: inbox.Meta{Topic: "t", Partition: 5, Offset: 50, Digest: dig}},
+			})
+			if err == nil && (!got[0] || !got[1] || got[2]) {
+				err = fmt.Errorf("claimed %v, want [true true false]", got)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = db.InTx(ctx, func(tx *sql.Tx) error {
+			got, err := inbox.ClaimTx(ctx, tx, db, "orders", []inbox.Claim{{EventID: "ev-nodig", Meta: inbox.Meta{Topic: "t", Digest: dig}}})
+			if err == nil && got[0] {
+				err = errors.New("ev-nodig claimed twice")
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("a digest after none: %v, want a duplicate", err)
+		}
+		err = db.InTx(ctx, func(tx *sql.Tx) error {
+			_, err := inbox.ClaimTx(ctx, tx, db, "orders", []inbox.Claim{{EventID: "ev-twice", Meta: inbox.Meta{Topic: "t", Digest: inbox.Digest([]byte(`{"other":1}`))}}})
+			return err
+		})
+		if !errors.As(err, &ce) || ce.First.Partition != 4 || ce.First.Offset != 40 || ce.First.Digest != dig {
+			t.Fatalf("ev-twice with other content: %v (first %+v), want a *ConflictError naming partition 4 offset 40", err, ce)
+		}
 		err = db.InTx(ctx, func(tx *sql.Tx) error {
 			_, err := inbox.ClaimTx(ctx, tx, db, "orders", []inbox.Claim{{EventID: ""}})
 			return err
