@@ -70,6 +70,7 @@ type txnConfig struct {
 	txnID, markerTopic string
 	txnIDSet, topicSet bool
 	clientOpts         []kgo.Opt
+	perClient          func(role string) []kgo.Opt // WithClientOpts; nil: none
 	rf                 int16
 	minISR             int
 	txnTimeout         time.Duration
@@ -143,6 +144,46 @@ func WithMarkerTopicName(topic string) Opt {
 			r.txn.markerTopic, r.txn.topicSet = topic, true
 		}
 	}
+}
+
+// Roles of the Kafka clients an exactly-once relay creates, as passed to
+// the WithClientOpts function.
+const (
+	// ClientProducer is each session's transactional producer (one per
+	// session: a failed step starts a new one).
+	ClientProducer = "producer"
+	// ClientConfirm is each session's read_committed reader of its own
+	// progress markers (the read-back after each commit).
+	ClientConfirm = "confirm"
+	// ClientMarkers is the short-lived read_committed reader of the marker
+	// topic that a session's recovery opens.
+	ClientMarkers = "markers"
+)
+
+// WithClientOpts sets a function called each time the exactly-once relay
+// creates a Kafka client, with the client's role (ClientProducer,
+// ClientConfirm, ClientMarkers); the options it returns are appended to
+// NewTransactionalRelay's clientOpts for that client only. Use it for what
+// must be one per client: a kgo.ClientID per role, metrics hooks that keep
+// per-client state (kprom). The function must not return transactional
+// id, acks, consume or isolation options; it is called from the relay's
+// goroutine (Run) only. Ignored by a relay made with NewRelay.
+func WithClientOpts(fn func(role string) []kgo.Opt) Opt {
+	return func(r *Relay) {
+		if r.txn != nil {
+			r.txn.perClient = fn
+		}
+	}
+}
+
+// clientOptsFor returns the options of a new client of the given role:
+// clientOpts, then those of WithClientOpts.
+func (tc *txnConfig) clientOptsFor(role string) []kgo.Opt {
+	opts := append([]kgo.Opt{}, tc.clientOpts...)
+	if tc.perClient != nil {
+		opts = append(opts, tc.perClient(role)...)
+	}
+	return opts
 }
 
 // WithTransactionalIDSuffix appends suffix to the relay's transactional id
@@ -457,7 +498,7 @@ func (r *Relay) awaitTakeover(ctx context.Context) bool {
 // row only (after a failure).
 func (r *Relay) session(ctx context.Context, probe bool) error {
 	tc := r.txn
-	opts := append(append([]kgo.Opt{}, tc.clientOpts...),
+	opts := append(tc.clientOptsFor(ClientProducer),
 		kgo.TransactionalID(tc.txnID+tc.idSuffix),
 		kgo.TransactionTimeout(tc.txnTimeout),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -767,7 +808,7 @@ const confirmTimeout = 30 * time.Second
 // read too.
 func (r *Relay) confirm(ctx context.Context, tail **txncheck.Tail, m *kgo.Record) error {
 	if *tail == nil {
-		t, err := txncheck.NewTail(r.txn.clientOpts, m.Topic, m.Partition, m.Offset)
+		t, err := txncheck.NewTail(r.txn.clientOptsFor(ClientConfirm), m.Topic, m.Partition, m.Offset)
 		if err != nil {
 			return err
 		}
@@ -965,7 +1006,7 @@ func (r *Relay) readMarker(ctx context.Context, cl *kgo.Client) (*marker, error)
 // read_committed reader and returns the last marker with this relay's key.
 func (r *Relay) scanMarkers(ctx context.Context, from, end int64) (*marker, error) {
 	topic := r.txn.markerTopic
-	rd, err := kgo.NewClient(append(append([]kgo.Opt{}, r.txn.clientOpts...),
+	rd, err := kgo.NewClient(append(r.txn.clientOptsFor(ClientMarkers),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), // the last offset below the LSO is usually a commit marker

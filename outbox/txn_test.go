@@ -547,3 +547,53 @@ func TestTxnRelayHoldsItsConnections(t *testing.T) {
 		t.Fatalf("read_committed got %v", got)
 	}
 }
+
+// roleCounter is a franz-go hook counting one relay client's requests by
+// key, for TestTxnRelayClientOpts.
+type roleCounter struct {
+	mu     *sync.Mutex
+	counts map[string]int // role + " " + request key name
+	role   string
+}
+
+func (c roleCounter) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if e2e.WriteErr == nil {
+		c.mu.Lock()
+		c.counts[fmt.Sprintf("%s %d", c.role, key)]++
+		c.mu.Unlock()
+	}
+}
+
+// TestTxnRelayClientOpts: WithClientOpts's options reach each client the
+// relay creates, per role: the session's transactional producer sends the
+// transactions (Produce, EndTxn) and the read-back reader the fetches, each
+// with its own hook instance.
+func TestTxnRelayClientOpts(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		addrs := cluster(t)
+		enqueue(t, db, "t", 2, upTo(5)...)
+		var mu sync.Mutex
+		counts := map[string]int{}
+		relay := txnRelay(t, db, addrs, "roles", outbox.WithClientOpts(func(role string) []kgo.Opt {
+			return []kgo.Opt{kgo.ClientID("relay-" + role), kgo.WithHooks(roleCounter{mu: &mu, counts: counts, role: role})}
+		}))
+		stop := run(t, relay)
+		waitFor(t, "all rows marked sent", func() bool { return pending(t, db) == 0 })
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, want := range []struct {
+			role string
+			key  int16
+		}{{outbox.ClientProducer, 0 /* Produce */}, {outbox.ClientProducer, 26 /* EndTxn */}, {outbox.ClientConfirm, 1 /* Fetch */}} {
+			if counts[fmt.Sprintf("%s %d", want.role, want.key)] == 0 {
+				t.Errorf("no request of key %d from the %s client; counts %v", want.key, want.role, counts)
+			}
+		}
+		if n := counts[fmt.Sprintf("%s %d", outbox.ClientConfirm, 26)]; n != 0 {
+			t.Errorf("the confirm client sent %d EndTxn: options of one role reached another", n)
+		}
+	})
+}

@@ -29,6 +29,22 @@ func kafkaHooks(reg prometheus.Registerer) kgo.Opt {
 		newRequestCounter(reg))
 }
 
+// RelayClientIDPrefix begins the Kafka client ids of the outbox relay's
+// clients: "ordercast-relay-" + the client's role (outbox.ClientProducer,
+// outbox.ClientConfirm, outbox.ClientMarkers), as they appear in the
+// client_id label of ordercast_kafka_*.
+const RelayClientIDPrefix = "ordercast-relay-"
+
+// relayClientOpts returns the outbox.WithClientOpts function of the
+// payments outbox relay: a client id per role and, per client the relay
+// creates, its own kafkaHooks on reg (a new session's client replaces the
+// series of the one before; the request counts go on adding up).
+func relayClientOpts(reg prometheus.Registerer) func(role string) []kgo.Opt {
+	return func(role string) []kgo.Opt {
+		return []kgo.Opt{kgo.ClientID(RelayClientIDPrefix + role), kafkaHooks(reg)}
+	}
+}
+
 // requestCounter is a franz-go hook counting one client's requests written
 // to the brokers, by request key (kmsg.NameForKey: "Produce", "Fetch",
 // "EndTxn", ...): ordercast_kafka_requests_total{client_id,request}. The

@@ -83,3 +83,35 @@ func TestServiceEndpoints(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestRelayClientMetrics: the outbox relay's clients, which it creates
+// itself (a transactional producer per session), are counted like the
+// others: ordercast_kafka_* and the requests by API under the client id
+// ordercast-relay-<role>. Without the relay's per-client options they were
+// missing from /metrics, and with them the broker's transactional load.
+func TestRelayClientMetrics(t *testing.T) {
+	brokers := testkafka.Cluster(t, nil)
+	sys, err := startOn(t, brokers, system.Config{Services: []string{system.ServicePayments}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sys.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	base := "http://" + sys.HTTPAddr()
+	want := []string{
+		`ordercast_kafka_requests_total{client_id="` + system.RelayClientIDPrefix + `producer",request="InitProducerID"}`,
+		`ordercast_kafka_connects_total{client_id="` + system.RelayClientIDPrefix + `producer"`,
+	}
+	testkafka.WaitFor(t, 15*time.Second, "the relay's clients on /metrics", func() bool {
+		_, body := get(t, base+"/metrics")
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return false
+			}
+		}
+		return true
+	})
+}

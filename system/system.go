@@ -451,7 +451,8 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		// transactional id, one publishes and the others stand by.
 		s.Relay, err = outbox.NewTransactionalRelay(s.DB, ServicePayments, append(append([]kgo.Opt{}, kopts...), flt.relayHooks()...),
 			outbox.WithLogger(log), outbox.WithMarkerTopic(cfg.Layout.ReplicationFactor, cfg.Layout.MinInsyncReplicas),
-			outbox.WithTransactionalIDSuffix(cfg.TransactionalIDSuffix))
+			outbox.WithTransactionalIDSuffix(cfg.TransactionalIDSuffix),
+			outbox.WithClientOpts(relayClientOpts(cfg.Registry)))
 		if err != nil {
 			s.close()
 			return nil, err
