@@ -142,3 +142,77 @@ func TestMigratePaymentsSeq(t *testing.T) {
 		}
 	})
 }
+
+// Migration 6 rebuilds a version-5 SQLite database's order_lines and
+// order_status as WITHOUT ROWID tables keeping every row, their primary
+// keys and order_lines' foreign key; an older build's inserts keep working.
+// On PostgreSQL the tables stay as they were, rows included.
+func TestMigrateOrderTablesWithoutRowid(t *testing.T) {
+	storetest.EachEmpty(t, func(t *testing.T, db *store.DB) {
+		ctx := ctxT(t)
+		if err := store.MigrateAs(ctx, db, 5); err != nil {
+			t.Fatal(err)
+		}
+		insertOrder := db.Rebind(`INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at)
+			VALUES (?, NULL, 'France', 100, 2, NULL, 1, 2)`)
+		insertLine := db.Rebind(`INSERT INTO order_lines (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli)
+			VALUES (?, ?, '85123A', 'WHITE HANGING HEART', 2, 25, 50)`)
+		insertStatus := db.Rebind(`INSERT INTO order_status (order_id, kind, detail, at) VALUES (?, ?, 'ref', 3)`)
+		for _, id := range []string{"ord_b", "ord_a"} {
+			if _, err := db.ExecContext(ctx, insertOrder, id); err != nil {
+				t.Fatal(err)
+			}
+			for n := 1; n <= 2; n++ {
+				if _, err := db.ExecContext(ctx, insertLine, id, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, kind := range []string{"created", "paid"} {
+				if _, err := db.ExecContext(ctx, insertStatus, id, kind); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := store.Migrate(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		if db.Dialect == store.SQLite {
+			for _, table := range []string{"order_lines", "order_status"} {
+				if _, err := db.ExecContext(ctx, `SELECT rowid FROM `+table); err == nil {
+					t.Errorf("%s has a rowid after migration 6", table)
+				}
+			}
+		}
+		lines, err := db.QueryStrings(ctx, `SELECT order_id || '/' || line_no || '/' || stock_code || '/' || description || '/' || quantity || '/' || unit_price_milli || '/' || line_total_milli FROM order_lines ORDER BY order_id, line_no`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := strings.Join(lines, ","), "ord_a/1/85123A/WHITE HANGING HEART/2/25/50,ord_a/2/85123A/WHITE HANGING HEART/2/25/50,ord_b/1/85123A/WHITE HANGING HEART/2/25/50,ord_b/2/85123A/WHITE HANGING HEART/2/25/50"; got != want {
+			t.Fatalf("order lines after migration 6:\n got %s\nwant %s", got, want)
+		}
+		statuses, err := db.QueryStrings(ctx, `SELECT order_id || '/' || kind || '/' || detail || '/' || at FROM order_status ORDER BY order_id, kind`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := strings.Join(statuses, ","), "ord_a/created/ref/3,ord_a/paid/ref/3,ord_b/created/ref/3,ord_b/paid/ref/3"; got != want {
+			t.Fatalf("order statuses after migration 6:\n got %s\nwant %s", got, want)
+		}
+		// the keys and the foreign key hold as before
+		if _, err := db.ExecContext(ctx, insertLine, "ord_a", 1); err == nil {
+			t.Error("a second order line (ord_a, 1) was accepted")
+		}
+		if _, err := db.ExecContext(ctx, insertStatus, "ord_a", "paid"); err == nil {
+			t.Error("a second status (ord_a, paid) was accepted")
+		}
+		if _, err := db.ExecContext(ctx, insertLine, "ord_missing", 1); err == nil {
+			t.Error("an order line of an order that does not exist was accepted")
+		}
+		// an older build's inserts, and the older build's Migrate
+		if _, err := db.ExecContext(ctx, insertLine, "ord_a", 3); err != nil {
+			t.Fatalf("insert of a line after migration 6: %v", err)
+		}
+		if err := store.MigrateAs(ctx, db, 5); err != nil {
+			t.Fatalf("build 5 against version 6: %v", err)
+		}
+	})
+}
