@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the highest migration version [Migrate] applies: the
 // version of the schema this build of Ordercast expects.
-const SchemaVersion = 6
+const SchemaVersion = 5
 
 // migration is one versioned schema change. Its statements are written once
 // for both dialects with two placeholders: {{ID}} for an auto-increment
@@ -194,44 +194,6 @@ var migrations = []migration{
 			BEGIN
 				UPDATE payments SET seq = (SELECT COALESCE(MAX(seq), 0) + 1 FROM payments) WHERE rowid = NEW.rowid;
 			END`,
-		},
-	}},
-	// On SQLite, order_lines and order_status become WITHOUT ROWID tables:
-	// each row is stored once, in its primary key's B-tree, instead of in a
-	// rowid table plus a separate index of the primary key (two B-trees,
-	// the key written twice, per order line and per status). The columns,
-	// keys, constraints and foreign key are the same, so are the rows,
-	// copied in key order; nothing in Ordercast reads their rowid, so older
-	// builds keep working with the new tables (expand-only). The copy runs
-	// in the migration's one transaction (a crash leaves the old tables).
-	// PostgreSQL has no rowid: nothing changes there.
-	{version: 6, name: "order_lines and order_status without rowid (SQLite)", expandOnly: true, dialectStmts: map[Dialect][]string{
-		SQLite: {
-			`CREATE TABLE order_lines_v6 (
-			order_id         TEXT NOT NULL REFERENCES orders (order_id) DEFERRABLE INITIALLY DEFERRED,
-			line_no          INTEGER NOT NULL,
-			stock_code       TEXT NOT NULL,
-			description      TEXT,
-			quantity         BIGINT NOT NULL,
-			unit_price_milli BIGINT NOT NULL,
-			line_total_milli BIGINT NOT NULL,
-			PRIMARY KEY (order_id, line_no)
-		) WITHOUT ROWID`,
-			`INSERT INTO order_lines_v6 (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli)
-			SELECT order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli FROM order_lines ORDER BY order_id, line_no`,
-			`DROP TABLE order_lines`,
-			`ALTER TABLE order_lines_v6 RENAME TO order_lines`,
-			`CREATE TABLE order_status_v6 (
-			order_id TEXT NOT NULL,
-			kind     TEXT NOT NULL,
-			detail   TEXT,
-			at       BIGINT NOT NULL,
-			PRIMARY KEY (order_id, kind)
-		) WITHOUT ROWID`,
-			`INSERT INTO order_status_v6 (order_id, kind, detail, at)
-			SELECT order_id, kind, detail, at FROM order_status ORDER BY order_id, kind`,
-			`DROP TABLE order_status`,
-			`ALTER TABLE order_status_v6 RENAME TO order_status`,
 		},
 	}},
 }
