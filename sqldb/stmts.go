@@ -22,9 +22,10 @@ const maxParamsPerInsert = 30000
 
 // stmtCache is the DB's statements kept prepared, by query text (rebound).
 type stmtCache struct {
-	mu     sync.Mutex
-	stmts  map[string]*sql.Stmt
-	closed bool
+	mu      sync.Mutex
+	stmts   map[string]*sql.Stmt
+	pending map[string]bool // being prepared in the background
+	closed  bool
 }
 
 // TxStmt returns query (written with `?` placeholders, rebound here)
@@ -33,31 +34,52 @@ type stmtCache struct {
 // prepares it again on each pool connection it runs on, once), so that a
 // statement run in many transactions is parsed and planned once: on SQLite
 // the parse of a multi-row INSERT costs about as much as its execution.
-// Past maxCachedStmts distinct texts, a query is prepared for tx alone. The
-// returned statement belongs to tx: it is closed when tx ends; do not close
-// it. Errors are the prepare's (a syntax error, a closed DB). Safe for
-// concurrent use.
+// The first use of a text prepares it for tx alone and, on another
+// goroutine, for the DB: that needs a pool connection of its own, which
+// tx's must not wait for (a pool of one connection, or one whose
+// connections all wait on tx's locks, would never give one). Past
+// maxCachedStmts distinct texts, a query is prepared for its transaction
+// only. The returned statement belongs to tx: it is closed when tx ends; do
+// not close it. Errors are the prepare's (a syntax error, a closed DB).
+// Safe for concurrent use.
 func (db *DB) TxStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
 	query = db.Rebind(query)
 	c := &db.stmts
 	c.mu.Lock()
 	st, ok := c.stmts[query]
-	if !ok && !c.closed && len(c.stmts) < maxCachedStmts {
-		var err error
-		if st, err = db.DB.PrepareContext(ctx, query); err != nil {
-			c.mu.Unlock()
-			return nil, err
+	if !ok && !c.closed && !c.pending[query] && len(c.stmts)+len(c.pending) < maxCachedStmts {
+		if c.pending == nil {
+			c.pending = map[string]bool{}
 		}
-		if c.stmts == nil {
-			c.stmts = map[string]*sql.Stmt{}
-		}
-		c.stmts[query], ok = st, true
+		c.pending[query] = true
+		go db.keepStmt(query)
 	}
 	c.mu.Unlock()
 	if !ok {
 		return tx.PrepareContext(ctx, query)
 	}
 	return tx.StmtContext(ctx, st), nil
+}
+
+// keepStmt prepares query for the DB and keeps it, unless the DB closed
+// meanwhile; a failed prepare keeps nothing (the next use tries again).
+func (db *DB) keepStmt(query string) {
+	st, err := db.DB.PrepareContext(context.Background(), query)
+	c := &db.stmts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pending, query)
+	if err != nil {
+		return
+	}
+	if c.closed {
+		_ = st.Close()
+		return
+	}
+	if c.stmts == nil {
+		c.stmts = map[string]*sql.Stmt{}
+	}
+	c.stmts[query] = st
 }
 
 // closeStmts closes the kept statements; TxStmt keeps none after it.

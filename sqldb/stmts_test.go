@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordercast/ordercast/internal/testkafka"
 	"github.com/ordercast/ordercast/sqldb"
+	"github.com/ordercast/ordercast/sqldb/drivers"
 )
 
 // InsertRows writes every row of a batch of any size, in order and with its
@@ -42,7 +44,8 @@ func TestInsertRowsFixedShapes(t *testing.T) {
 			t.Errorf("batch of %d: %d rows stored, %d with another value", size, count, bad)
 		}
 	}
-	// 256, 128, ..., 1: nine shapes for every size
+	// 256, 128, ..., 1: nine shapes for every size (kept in the background)
+	testkafka.WaitFor(t, 10*time.Second, "9 statements kept", func() bool { return sqldb.CachedStmts(db) >= 9 })
 	if got := sqldb.CachedStmts(db); got != 9 {
 		t.Errorf("%d statements kept after %d batch sizes; want 9 (256 and each power of two below)", got, len(sizes))
 	}
@@ -69,5 +72,46 @@ func TestInsertRowsFixedShapes(t *testing.T) {
 	}
 	if err := db.InTx(ctx, func(tx *sql.Tx) error { return db.InsertRows(ctx, tx, head, "", 3, []any{1, 2}) }); err == nil {
 		t.Error("2 values for rows of 3 columns were accepted")
+	}
+}
+
+// TxStmt never waits for a second pool connection inside a transaction: on
+// a pool of one connection (an in-memory SQLite database), where the
+// transaction holds the only one, InsertRows completes, and the statements
+// are kept once the transaction has ended and reused by the next ones.
+func TestTxStmtSingleConnectionPool(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	db, err := drivers.Open(ctx, "sqlite::memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if got := db.Stats().MaxOpenConnections; got != 1 {
+		t.Fatalf("in-memory pool of %d connections; the test needs 1", got)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE r (n INTEGER PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	const head = `INSERT INTO r (n) VALUES`
+	insert := func(from, n int) error {
+		args := make([]any, n)
+		for i := range args {
+			args[i] = from + i
+		}
+		txCtx, txCancel := context.WithTimeout(ctx, 5*time.Second)
+		defer txCancel()
+		return db.InTx(txCtx, func(tx *sql.Tx) error { return db.InsertRows(txCtx, tx, head, "", 1, args) })
+	}
+	if err := insert(0, 3); err != nil { // shapes 2 and 1, prepared for the transaction
+		t.Fatalf("insert on a one-connection pool: %v", err)
+	}
+	testkafka.WaitFor(t, 10*time.Second, "2 statements kept", func() bool { return sqldb.CachedStmts(db) == 2 })
+	if err := insert(3, 3); err != nil { // the kept ones
+		t.Fatalf("insert with kept statements: %v", err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM r`).Scan(&n); err != nil || n != 6 {
+		t.Fatalf("%d rows (%v), want 6", n, err)
 	}
 }
