@@ -132,6 +132,8 @@ type DB struct {
 	// tells it a write committed. Both nil unless CheckpointInBackground ran.
 	ckptStop func()
 	wrote    chan struct{}
+	// stmts are the statements TxStmt keeps prepared.
+	stmts stmtCache
 }
 
 // New wraps db, a database the caller opened with a driver of its choice, as
@@ -166,7 +168,7 @@ func New(db *sql.DB, d Dialect) (*DB, error) {
 }
 
 // Close stops the background checkpointer (see
-// [DB.CheckpointInBackground]), releases the connection SQLite write
+// [DB.CheckpointInBackground]), closes the statements [DB.TxStmt] kept, releases the connection SQLite write
 // transactions keep (see [DB.InTx]) and closes the pool ([sql.DB.Close]). It waits for a write
 // transaction in progress to end first. Close the DB with this method, not
 // the embedded *sql.DB's: that one would leave the kept connection open.
@@ -182,6 +184,7 @@ func (db *DB) Close() error {
 		}
 		<-db.writeSem
 	}
+	db.closeStmts()
 	return db.DB.Close()
 }
 

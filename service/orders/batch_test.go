@@ -60,6 +60,12 @@ func TestHandleBatch(t *testing.T) {
 		if n := count(`SELECT COUNT(*) FROM order_lines WHERE order_id = ? AND stock_code = 'S' || CAST(line_no - 1 AS TEXT)`, "ord_2"); n != many {
 			t.Fatalf("%d of ord_2's lines have the stock code of their line number, want %d", n, many)
 		}
+		if n := count(`SELECT COUNT(*) FROM orders WHERE order_id = ? AND line_count = ? AND total_milli = ? AND customer_id = '17850' AND channel IS NULL`, "ord_2", many, many*1000); n != 1 {
+			t.Fatalf("ord_2's row does not hold its line count %d, total and customer", many)
+		}
+		if n := count(`SELECT COUNT(*) FROM order_lines WHERE quantity = 1 AND unit_price_milli = 1000 AND line_total_milli = 1000`); n != many+2 {
+			t.Fatalf("%d lines hold their quantity, price and total, want %d", n, many+2)
+		}
 		if n := count(`SELECT COUNT(*) FROM order_status WHERE order_id = ?`, "ord_1"); n != 2 {
 			t.Fatalf("ord_1 has %d statuses, want 2 (created, paid)", n)
 		}

@@ -85,37 +85,62 @@ type effect struct {
 }
 
 // storeAll writes the effects of the claimed events: every order, then
-// every line, then every status, each kind in multi-row INSERTs.
+// every line, then every status, each kind in multi-row INSERTs of a few
+// fixed shapes kept prepared (sqldb.DB.InsertRows), the rows' values in one
+// flat slice per table.
 func (s *Service) storeAll(ctx context.Context, tx *sql.Tx, effs []effect, claimed []bool) error {
 	now := time.Now().UnixMilli()
-	var orderRows, lineRows, statusRows [][]any
+	var nOrders, nLines, nStatus int
+	for i, e := range effs {
+		if !claimed[i] {
+			continue
+		}
+		if e.created != nil {
+			nOrders++
+			nLines += len(e.created.Lines)
+		}
+		nStatus++
+	}
+	orderArgs := make([]any, 0, orderCols*nOrders)
+	lineArgs := make([]any, 0, lineCols*nLines)
+	statusArgs := make([]any, 0, statusCols*nStatus)
 	for i, e := range effs {
 		if !claimed[i] {
 			continue
 		}
 		ev := e.created
 		if ev == nil {
-			statusRows = append(statusRows, e.status)
+			statusArgs = append(statusArgs, e.status...)
 			continue
 		}
-		orderRows = append(orderRows, []any{ev.OrderID, nullIfEmpty(ev.CustomerID), ev.Country, int64(ev.Total), len(ev.Lines), ev.Reference,
-			ev.CreatedAt.UnixMilli(), now, nullIfEmpty(ev.Channel)})
+		orderArgs = append(orderArgs, ev.OrderID, nullIfEmpty(ev.CustomerID), ev.Country, int64(ev.Total), int64(len(ev.Lines)), ev.Reference,
+			ev.CreatedAt.UnixMilli(), now, nullIfEmpty(ev.Channel))
 		for n, l := range ev.Lines {
-			lineRows = append(lineRows, []any{ev.OrderID, n + 1, l.StockCode, l.Description, l.Quantity, int64(l.UnitPrice), int64(l.LineTotal)})
+			lineArgs = append(lineArgs, ev.OrderID, int64(n+1), l.StockCode, l.Description, l.Quantity, int64(l.UnitPrice), int64(l.LineTotal))
 		}
-		statusRows = append(statusRows, []any{ev.OrderID, StatusCreated, ev.Reference, now})
+		statusArgs = append(statusArgs, ev.OrderID, StatusCreated, ev.Reference, now)
 	}
-	if err := service.InsertRows(ctx, tx, s.DB, `INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at, channel) VALUES`, "", orderRows); err != nil {
+	if err := s.DB.InsertRows(ctx, tx, insertOrders, "", orderCols, orderArgs); err != nil {
 		return fmt.Errorf("orders: %w", err)
 	}
-	if err := service.InsertRows(ctx, tx, s.DB, `INSERT INTO order_lines (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli) VALUES`, "", lineRows); err != nil {
+	if err := s.DB.InsertRows(ctx, tx, insertLines, "", lineCols, lineArgs); err != nil {
 		return fmt.Errorf("orders: %w", err)
 	}
-	if err := service.InsertRows(ctx, tx, s.DB, `INSERT INTO order_status (order_id, kind, detail, at) VALUES`, ` ON CONFLICT (order_id, kind) DO NOTHING`, statusRows); err != nil {
+	if err := s.DB.InsertRows(ctx, tx, insertStatuses, ` ON CONFLICT (order_id, kind) DO NOTHING`, statusCols, statusArgs); err != nil {
 		return fmt.Errorf("orders: %w", err)
 	}
 	return nil
 }
+
+// The heads of storeAll's INSERTs and their column counts.
+const (
+	insertOrders   = `INSERT INTO orders (order_id, customer_id, country, total_milli, line_count, reference, created_at, stored_at, channel) VALUES`
+	orderCols      = 9
+	insertLines    = `INSERT INTO order_lines (order_id, line_no, stock_code, description, quantity, unit_price_milli, line_total_milli) VALUES`
+	lineCols       = 7
+	insertStatuses = `INSERT INTO order_status (order_id, kind, detail, at) VALUES`
+	statusCols     = 4
+)
 
 // event decodes r into the event to apply.
 func (s *Service) event(ctx context.Context, r *kgo.Record) (service.Event, error) {

@@ -1,0 +1,148 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// maxCachedStmts bounds how many query texts [DB.TxStmt] keeps prepared;
+// past it a query is prepared for its transaction only.
+const maxCachedStmts = 256
+
+// MaxRowsPerInsert is the most rows one statement of [DB.InsertRows] writes.
+const MaxRowsPerInsert = 256
+
+// maxParamsPerInsert bounds the parameters of one InsertRows statement,
+// below SQLite's 32,766 (SQLITE_MAX_VARIABLE_NUMBER since 3.32) and
+// PostgreSQL's 65,535.
+const maxParamsPerInsert = 30000
+
+// stmtCache is the DB's statements kept prepared, by query text (rebound).
+type stmtCache struct {
+	mu      sync.Mutex
+	stmts   map[string]*sql.Stmt
+	pending map[string]bool // being prepared in the background
+	closed  bool
+}
+
+// TxStmt returns query (written with `?` placeholders, rebound here)
+// prepared for use in tx, a transaction of db. The statement is prepared
+// once per DB and query text and kept until [DB.Close] (database/sql
+// prepares it again on each pool connection it runs on, once), so that a
+// statement run in many transactions is parsed and planned once: on SQLite
+// the parse of a multi-row INSERT costs about as much as its execution.
+// The first use of a text prepares it for tx alone and, on another
+// goroutine, for the DB: that needs a pool connection of its own, which
+// tx's must not wait for (a pool of one connection, or one whose
+// connections all wait on tx's locks, would never give one). Past
+// maxCachedStmts distinct texts, a query is prepared for its transaction
+// only. The returned statement belongs to tx: it is closed when tx ends; do
+// not close it. Errors are the prepare's (a syntax error, a closed DB).
+// Safe for concurrent use.
+func (db *DB) TxStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	query = db.Rebind(query)
+	c := &db.stmts
+	c.mu.Lock()
+	st, ok := c.stmts[query]
+	if !ok && !c.closed && !c.pending[query] && len(c.stmts)+len(c.pending) < maxCachedStmts {
+		if c.pending == nil {
+			c.pending = map[string]bool{}
+		}
+		c.pending[query] = true
+		go db.keepStmt(query)
+	}
+	c.mu.Unlock()
+	if !ok {
+		return tx.PrepareContext(ctx, query)
+	}
+	return tx.StmtContext(ctx, st), nil
+}
+
+// keepStmt prepares query for the DB and keeps it, unless the DB closed
+// meanwhile; a failed prepare keeps nothing (the next use tries again).
+func (db *DB) keepStmt(query string) {
+	st, err := db.DB.PrepareContext(context.Background(), query)
+	c := &db.stmts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pending, query)
+	if err != nil {
+		return
+	}
+	if c.closed {
+		_ = st.Close()
+		return
+	}
+	if c.stmts == nil {
+		c.stmts = map[string]*sql.Stmt{}
+	}
+	c.stmts[query] = st
+}
+
+// closeStmts closes the kept statements; TxStmt keeps none after it.
+func (db *DB) closeStmts() {
+	c := &db.stmts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.stmts {
+		_ = st.Close()
+	}
+	c.stmts, c.closed = nil, true
+}
+
+// InsertRows writes rows into tx with multi-row INSERT statements
+// `head (?, ..., ?), (?, ..., ?) tail`, where head is `INSERT INTO t (c1,
+// ..., cN) VALUES` and tail is "" or a clause such as ` ON CONFLICT (k) DO
+// NOTHING`. args holds the rows one after another, cols values each
+// (len(args) a multiple of cols). The statements have a few fixed shapes,
+// kept prepared ([DB.TxStmt]): chunks of MaxRowsPerInsert rows (fewer when
+// cols x MaxRowsPerInsert would pass 30,000 parameters), then of the powers
+// of two that make up the rest, so a batch of n rows runs at most
+// n/MaxRowsPerInsert + 8 statements and no new text is parsed for a new n.
+// The rows are inserted in the order given. It returns the first failing
+// statement's error with head and its row count; an error for cols < 1 or a
+// ragged args. Nothing is written for no rows.
+func (db *DB) InsertRows(ctx context.Context, tx *sql.Tx, head, tail string, cols int, args []any) error {
+	if cols < 1 || len(args)%cols != 0 {
+		return fmt.Errorf("sqldb: insert rows: %d values for rows of %d columns", len(args), cols)
+	}
+	most := MaxRowsPerInsert
+	for most > 1 && most*cols > maxParamsPerInsert {
+		most /= 2
+	}
+	for rows := len(args) / cols; rows > 0; {
+		n := most
+		for n > rows {
+			n /= 2
+		}
+		st, err := db.TxStmt(ctx, tx, insertText(head, tail, cols, n))
+		if err != nil {
+			return fmt.Errorf("%s (%d rows): prepare: %w", head, n, err)
+		}
+		if _, err := st.ExecContext(ctx, args[:n*cols]...); err != nil {
+			return fmt.Errorf("%s (%d rows): %w", head, n, err)
+		}
+		args, rows = args[n*cols:], rows-n
+	}
+	return nil
+}
+
+// insertText is the INSERT of n rows of cols columns.
+func insertText(head, tail string, cols, n int) string {
+	row := "(?" + strings.Repeat(", ?", cols-1) + ")"
+	var q strings.Builder
+	q.Grow(len(head) + 1 + n*(len(row)+2) + len(tail))
+	q.WriteString(head)
+	q.WriteByte(' ')
+	for i := range n {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString(row)
+	}
+	q.WriteString(tail)
+	return q.String()
+}
