@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Line is one priced line of an order. Repeated lines of the same stock code
@@ -76,11 +78,36 @@ func KeyFor(customerID, orderID string) string {
 func (o *Order) Guest() bool { return o.CustomerID == "" }
 
 // NewID returns a new random identifier with the given prefix, such as
-// "ord_5f1c0b6a9e3d4c2b8a7f6e5d4c3b2a19". It is 128 bits of crypto/rand.
+// "ord_5f1c0b6a9e3d4c2b8a7f6e5d4c3b2a19". It is 128 bits of crypto/rand:
+// for what must not be guessable or must differ in every digit (a client
+// id suffix). Keys of database rows use [NewTimeOrderedID].
 func NewID(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go 1.24+ documents it)
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// NewTimeOrderedID returns a new identifier with the given prefix whose 32
+// hex digits are a UUID version 7 (RFC 9562, section 5.7; google/uuid):
+// 48 bits of Unix time in milliseconds first, then the version, a 12-bit
+// sub-millisecond sequence and 62 random bits, such as
+// "ord_019ade2b7c4f7a3e9b1d0c2e4f6a8b0d". Within one process each id sorts
+// after the one before (google/uuid keeps time and sequence strictly
+// increasing); across processes, to the clocks' agreement. So the database indexes keyed by them (orders, order lines,
+// inbox rows, payments...) take their inserts at the right edge of the
+// B-tree instead of at random leaves: on the embedded SQLite stack half the
+// bytes written and about 40 % less CPU for the whole data set
+// (BENCHMARKS.md). The id tells when it was made, to the millisecond (the
+// order's created time is in its event anyway). Two processes make the
+// same id only with the same millisecond, sequence and 62 random bits. The
+// same shape as NewID's,
+// so either parses where the other does. Safe for concurrent use.
+func NewTimeOrderedID(prefix string) string {
+	u, err := uuid.NewV7()
+	if err != nil { // only when crypto/rand fails, which it does not on Linux
+		return NewID(prefix)
+	}
+	return prefix + hex.EncodeToString(u[:])
 }
 
 // NormalizeStockCode returns the canonical form of a stock code: trimmed and

@@ -106,7 +106,7 @@ func (s *Service) place(ctx context.Context, p principal, req *order.PlaceOrderR
 		if aerr := s.unwritable(req); aerr != nil {
 			return nil, aerr
 		}
-		ev, aerr := s.newEvent(req, order.NewID("ord_"), order.NewID("evt_"))
+		ev, aerr := s.newEvent(req, order.NewTimeOrderedID("ord_"), order.NewTimeOrderedID("evt_"))
 		if aerr != nil {
 			return nil, aerr
 		}
@@ -262,7 +262,7 @@ func (j *claimJob) prebuild(s *Service) {
 		return
 	}
 	if j.fresh == nil {
-		ev, aerr := s.newEvent(j.req, order.NewID("ord_"), order.NewID("evt_"))
+		ev, aerr := s.newEvent(j.req, order.NewTimeOrderedID("ord_"), order.NewTimeOrderedID("evt_"))
 		if aerr != nil {
 			j.freshErr = aerr
 			return

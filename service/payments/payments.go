@@ -284,7 +284,7 @@ const (
 // card for a guest (no customer id), by wallet otherwise.
 func newPayment(ev *order.OrderCreated, now time.Time) order.PaymentProcessed {
 	pay := order.PaymentProcessed{
-		EventID:     order.NewID("evt_"),
+		EventID:     order.NewTimeOrderedID("evt_"),
 		OrderID:     ev.OrderID,
 		CustomerID:  ev.CustomerID,
 		Amount:      ev.Total,
