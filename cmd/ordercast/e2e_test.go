@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -422,4 +423,48 @@ func TestUpReportOnTimeout(t *testing.T) {
 // processed reads ordercast_consumer_records_processed_total for a group.
 func processed(t *testing.T, base, group string) int {
 	return int(metricSum(base, "ordercast_consumer_records_processed_total", `group="`+group+`"`))
+}
+
+// TestUpReplayGuestsAreNotRateLimited: the replay's guest orders carry no
+// token, so checkout's per-client limit sees them as one client (the
+// loopback address); `up --replay` without --rate-limit turns the limit off
+// for its run, so 450 guest invoices (more than the default burst of 200)
+// go through without a 429 or a retry. With --rate-limit given the limit
+// applies: the same file meets 429s (what the replay of the whole data
+// set met, 2,119 guest orders at 100/s).
+func TestUpReplayGuestsAreNotRateLimited(t *testing.T) {
+	if testkafka.Real() {
+		t.Skip("the embedded stack is enough: the limit is checkout's")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "guests.csv")
+	var b strings.Builder
+	b.WriteString("InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country\n")
+	const guests = 450
+	for i := range guests {
+		fmt.Fprintf(&b, "%d,85123A,WHITE HANGING HEART T-LIGHT HOLDER,1,2010-12-01 08:26:00,2.55,,United Kingdom\n", 900000+i)
+	}
+	if err := os.WriteFile(csv, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, extra ...string) Report {
+		report := filepath.Join(dir, name+".json")
+		args := append([]string{"--replay", csv, "--exit-when-done", "--report", report, "--timeout", "3m"}, extra...)
+		out, err := upCommand(bin, upArgs(filepath.Join(dir, name), args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ordercast up %v: %v\n%s", args, err, out)
+		}
+		return readReport(t, report)
+	}
+	r := run("default")
+	if r.ReplayAccepted != guests || r.ReplayRetries != 0 || len(r.ReplayAttemptErrors) != 0 {
+		t.Fatalf("without --rate-limit: %d of %d accepted, %d retries, attempt errors %v; want all at the first attempt",
+			r.ReplayAccepted, guests, r.ReplayRetries, r.ReplayAttemptErrors)
+	}
+	r = run("limited", "--rate-limit", "100")
+	if r.ReplayAccepted != guests || r.ReplayAttemptErrors["http 429 rate_limited"] == 0 {
+		t.Fatalf("with --rate-limit 100: %d of %d accepted, attempt errors %v; want every one accepted after some 429s",
+			r.ReplayAccepted, guests, r.ReplayAttemptErrors)
+	}
 }

@@ -36,6 +36,9 @@ type upFlags struct {
 	timeout      time.Duration
 	maxRowErrors float64
 	ordersBefore int // accepted orders in the database before the replay (Report.OrdersBeforeRun)
+	// replayUnlimited: --replay without --rate-limit, so checkout runs
+	// without its per-client limit (set by check).
+	replayUnlimited bool
 }
 
 func newUp() *cobra.Command {
@@ -73,7 +76,7 @@ far it got; running up again on the same --data-dir resumes it.`,
 	fl.StringVar(&f.dataDir, "data-dir", ".ordercast", "directory of the embedded broker's log, the registry's schemas and the SQLite database")
 	fl.StringVar(&f.brokerAddr, "broker-addr", "127.0.0.1:9092", "listen address (host:port) of the embedded broker")
 	fl.StringVar(&f.registryAddr, "registry-addr", "127.0.0.1:8081", "listen address (host:port) of the embedded schema registry")
-	fl.StringVar(&f.replayFile, "replay", "", "replay this Online Retail CSV (plain or .gz) into checkout once the system is up")
+	fl.StringVar(&f.replayFile, "replay", "", "replay this Online Retail CSV (plain or .gz) into checkout once the system is up (checkout's per-client --rate-limit is off for the run unless given: the replay's guest orders are all one client)")
 	fl.Float64Var(&f.rate, "rate", 0, "with --replay: rate limit in orders per second (0: unlimited)")
 	fl.IntVar(&f.replayConc, "replay-concurrency", upReplayConcurrency, "with --replay: requests in flight")
 	fl.BoolVar(&f.exitWhenDone, "exit-when-done", false, "with --replay: wait until every accepted order went through every service, write --report and exit (0 only if every invariant held)")
@@ -100,6 +103,12 @@ func (f *upFlags) check(fs *pflag.FlagSet) error {
 			return fmt.Errorf("--%s needs --%s: %s", d.flag, d.needs, d.why)
 		}
 	}
+	// The replay's guest orders carry no token, so they are all one client
+	// (the loopback address) to checkout's per-client limit: 2,119 of them
+	// in the whole data set held every replay to 100/s past the burst
+	// (19 s at least). The replay is paced by --rate and
+	// --replay-concurrency; an explicit --rate-limit still applies.
+	f.replayUnlimited = f.replayFile != "" && !fs.Changed("rate-limit")
 	if f.replayFile != "" && f.auth.mode == authJWT {
 		return fmt.Errorf("--replay with --auth jwt: the replay signs its customers' tokens with the development key; use --auth dev (the default) and replay, or replay from outside with tokens of your identity provider")
 	}
@@ -152,6 +161,13 @@ type Report struct {
 	RejectedByReason  map[string]int `json:"rejectedByReason"`  // sales checkout refused in this run, by code
 	NotOrdersByReason map[string]int `json:"notOrdersByReason"` // invoices not sent, by kind
 	ReplayFailed      int            `json:"replayFailed"`      // sales given up after every attempt
+	// ReplayRetries is the replay's attempts beyond the first, over all
+	// sales, and ReplayAttemptErrors the attempts without a usable answer
+	// by cause ("http 429 rate_limited", "http 503 database_unavailable",
+	// a network error, a timeout): why a replay was slower than its
+	// --rate and --replay-concurrency allow.
+	ReplayRetries       int            `json:"replayRetries"`
+	ReplayAttemptErrors map[string]int `json:"replayAttemptErrors,omitempty"`
 	// OrdersBeforeRun is the number of accepted orders in the database
 	// before this run's replay started: 0 on a fresh --data-dir.
 	OrdersBeforeRun    int `json:"ordersBeforeRun"`
@@ -243,6 +259,10 @@ func runUp(parent context.Context, f *upFlags) error {
 	authLine, err := f.auth.apply(ctx, &cfg, f.dataDir)
 	if err != nil {
 		return err
+	}
+	if f.replayUnlimited {
+		cfg.CheckoutRateLimit, cfg.CheckoutRateBurst = 0, 0
+		cfg.Logger.Info("--replay without --rate-limit: checkout's per-client rate limit is off for this run (the replay's guest orders are all one client, its address); the replay is paced by --rate and --replay-concurrency")
 	}
 	var stack *devstack.Stack
 	if len(cfg.Brokers) == 0 || cfg.RegistryURL == "" {
@@ -485,23 +505,25 @@ func newReport(sum replay.Summary, prog audit.Progress, before int, start time.T
 		cover = fmt.Sprintf("the whole database, from one reading: %d orders accepted before this run, and this run's (a fresh --data-dir counts only this run)", before)
 	}
 	return Report{
-		CountsCover:        cover,
-		InvoicesRead:       sum.InvoicesRead,
-		ReplayAccepted:     sum.OrdersAccepted,
-		RejectedByReason:   sum.Rejected,
-		NotOrdersByReason:  sum.NotOrders,
-		ReplayFailed:       sum.Failed,
-		OrdersBeforeRun:    before,
-		OrdersAccepted:     prog.Accepted,
-		OrdersStored:       prog.Stored,
-		PaymentsDecided:    prog.Payments,
-		PaymentsDebited:    prog.Debited,
-		PaymentsByCard:     prog.PaidByCard,
-		PaymentsRefused:    prog.Refused,
-		NotificationsSent:  prog.Notifications,
-		ShipmentsRequested: prog.ShipmentsRecorded,
-		DLQRecords:         map[string]int{},
-		ElapsedSeconds:     time.Since(start).Seconds(),
+		CountsCover:         cover,
+		InvoicesRead:        sum.InvoicesRead,
+		ReplayAccepted:      sum.OrdersAccepted,
+		RejectedByReason:    sum.Rejected,
+		NotOrdersByReason:   sum.NotOrders,
+		ReplayFailed:        sum.Failed,
+		ReplayRetries:       sum.Retries,
+		ReplayAttemptErrors: sum.AttemptErrors,
+		OrdersBeforeRun:     before,
+		OrdersAccepted:      prog.Accepted,
+		OrdersStored:        prog.Stored,
+		PaymentsDecided:     prog.Payments,
+		PaymentsDebited:     prog.Debited,
+		PaymentsByCard:      prog.PaidByCard,
+		PaymentsRefused:     prog.Refused,
+		NotificationsSent:   prog.Notifications,
+		ShipmentsRequested:  prog.ShipmentsRecorded,
+		DLQRecords:          map[string]int{},
+		ElapsedSeconds:      time.Since(start).Seconds(),
 	}
 }
 
