@@ -24,14 +24,8 @@ scripts/kafka.sh start --clean --brokers 3 > "$OUT/kafka.log" 2>&1 || { echo "da
 DB=oc_$(echo "$NAME" | tr -c 'a-z0-9\n' '_')
 psql -h 127.0.0.1 -p "$ORDERCAST_PG_PORT" -U postgres -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
 DSN="postgres://postgres@127.0.0.1:$ORDERCAST_PG_PORT/$DB?sslmode=disable"
-pgcpu() { # the postmaster's and its live backends' utime+stime (+ reaped children's), in clock ticks
-  local pm t c
-  pm=$(head -1 "$ORDERCAST_PG_STATE/data/postmaster.pid")
-  t=$(awk '{print $14+$15+$16+$17}' "/proc/$pm/stat")
-  for c in $(pgrep -P "$pm"); do t=$((t + $(awk '{print $14+$15}' "/proc/$c/stat" 2>/dev/null || echo 0))); done
-  echo "$t"
-}
-kcpu() { local t=0 i; for i in 1 2 3; do t=$((t + $(awk '{print $14+$15}' "/proc/$(scripts/kafka.sh pid $i)/stat" 2>/dev/null || echo 0))); done; echo "$t"; }
+. scripts/cpu.sh
+kcpu() { local t=0 i; for i in 1 2 3; do t=$((t + $(proccpu "$(scripts/kafka.sh pid $i)"))); done; echo "$t"; }
 uptime > "$OUT/uptime.before"
 K0=$(kcpu) PG0=$(pgcpu)
 /usr/bin/time -v "$BIN" up --data-dir "$DATA" --brokers "$(scripts/kafka.sh brokers)" --db "$DSN" --broker-addr 127.0.0.1:0 \

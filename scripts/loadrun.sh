@@ -35,13 +35,7 @@ BROKERS=127.0.0.1:$ORDERCAST_KAFKA_PORT
 DB=oc_$(echo "$NAME" | tr -c 'a-z0-9\n' '_')
 psql -h 127.0.0.1 -p "$ORDERCAST_PG_PORT" -U postgres -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
 DSN="postgres://postgres@127.0.0.1:$ORDERCAST_PG_PORT/$DB?sslmode=disable"
-pgcpu() { # the postmaster's and its live backends' utime+stime (+ reaped children's), in clock ticks
-  local pm t c
-  pm=$(head -1 "$PGSTATE/data/postmaster.pid")
-  t=$(awk '{print $14+$15+$16+$17}' "/proc/$pm/stat")
-  for c in $(pgrep -P "$pm"); do t=$((t + $(awk '{print $14+$15}' "/proc/$c/stat" 2>/dev/null || echo 0))); done
-  echo "$t"
-}
+. scripts/cpu.sh
 PG0=$(pgcpu)
 KPID=$(scripts/kafka.sh pid 1)
 PROF=()
