@@ -6,6 +6,7 @@
 #   NAME  the run's name: its results go to $LOADRUN_OUT/NAME (default ./loadruns/NAME)
 #   BIN   the ordercast binary under test (go build -o BIN ./cmd/ordercast); `load` runs from LOADRUN_CLIENT (default BIN)
 #   RATE  orders per second of the measured 60 s (LOADRUN_DURATION), after a 10 s warm-up at 200/s
+#         (LOADRUN_WARMUP=RATE:DURATION sets another, such as 800:60s to warm a fresh broker's JIT first)
 #
 # Per run: a fresh Kafka (scripts/kafka.sh start --clean --brokers 1) and a fresh database on the PostgreSQL of
 # scripts/postgres.sh (started here, durable, if it is not running); `up` with its default flags plus the extra ones;
@@ -53,7 +54,8 @@ uptime > "$OUT/uptime.before"
 # CPU so far (start, topic creation, seeding, the JVM's start and JIT): subtracted, so the figures are the load's
 UP0=$(awk '{print $14+$15}' "/proc/$UP/stat") KT0=$(awk '{print $14+$15}' "/proc/$KPID/stat") PGR=$(pgcpu)
 common=(--brokers "$BROKERS" --db "$DSN" --url "http://127.0.0.1:$HTTP" --registry "http://127.0.0.1:$REG" --data-dir "$DATA")
-"$LOADBIN" load --rate 200 --duration 10s "${common[@]}" --seed 7 --report "$OUT/warm.json" > "$OUT/warm.log" 2>&1
+WARMUP=${LOADRUN_WARMUP:-200:10s}
+"$LOADBIN" load --rate "${WARMUP%%:*}" --duration "${WARMUP#*:}" "${common[@]}" --seed 7 --report "$OUT/warm.json" > "$OUT/warm.log" 2>&1
 /usr/bin/time -f '%U %S' -o "$OUT/load.cpu" "$LOADBIN" load --rate "$RATE" --duration "$DURATION" "${common[@]}" --seed 42 \
   --report "$OUT/run.json" --csv "$OUT/run.csv" > "$OUT/run.log" 2>&1
 uptime > "$OUT/uptime.after"
