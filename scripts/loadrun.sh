@@ -13,6 +13,7 @@
 # CPU is counted from the moment `up` is ready (its start, the broker's JVM start and JIT and the seeding are
 # start_cpu_s, apart) to the end of the drain; then the summary line (status, accepted/s, checkout and end-to-end latency, CPU seconds of `up` and of PostgreSQL,
 # CPU ms per order, Kafka's and the measured load client's CPU seconds, load average) on stdout and in NAME/summary.json, and /metrics in NAME/run.metrics.
+# measured_cpu_s: the same CPU counted from the end of the warm-up (the measured minute and the drain only).
 # Ports: ORDERCAST_KAFKA_PORT (19992), ORDERCAST_PG_PORT (15482), LOADRUN_HTTP (18992; the registry on +1).
 # With LOADRUN_CPUPROFILE=1, up's CPU profile goes to NAME/up.pprof.
 set -u
@@ -56,6 +57,7 @@ UP0=$(awk '{print $14+$15}' "/proc/$UP/stat") KT0=$(awk '{print $14+$15}' "/proc
 common=(--brokers "$BROKERS" --db "$DSN" --url "http://127.0.0.1:$HTTP" --registry "http://127.0.0.1:$REG" --data-dir "$DATA")
 WARMUP=${LOADRUN_WARMUP:-200:10s}
 "$LOADBIN" load --rate "${WARMUP%%:*}" --duration "${WARMUP#*:}" "${common[@]}" --seed 7 --report "$OUT/warm.json" > "$OUT/warm.log" 2>&1
+UPW=$(proccpu "$UP") KTW=$(proccpu "$KPID") PGW=$(pgcpu) # after the warm-up: measured_cpu_s counts from here
 /usr/bin/time -f '%U %S' -o "$OUT/load.cpu" "$LOADBIN" load --rate "$RATE" --duration "$DURATION" "${common[@]}" --seed 42 \
   --report "$OUT/run.json" --csv "$OUT/run.csv" > "$OUT/run.log" 2>&1
 uptime > "$OUT/uptime.after"
@@ -65,10 +67,11 @@ PG1=$(pgcpu)
 KT=$(awk '{print $14+$15}' "/proc/$KPID/stat")
 kill -TERM $UP; wait $UP
 scripts/kafka.sh stop --clean >/dev/null 2>&1
-python3 - "$OUT" "$((UPT-UP0))" "$((PG1-PGR))" "$(getconf CLK_TCK)" "$((KT-KT0))" "$UP0" "$((PGR-PG0))" "$KT0" <<'PY'
+python3 - "$OUT" "$((UPT-UP0))" "$((PG1-PGR))" "$(getconf CLK_TCK)" "$((KT-KT0))" "$UP0" "$((PGR-PG0))" "$KT0" "$((UPT-UPW))" "$((PG1-PGW))" "$((KT-KTW))" <<'PY'
 import json, sys
 out, upt, pgt, tck, kt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 start = dict(up=int(sys.argv[6]), pg=int(sys.argv[7]), kafka=int(sys.argv[8]))
+measured = dict(up=int(sys.argv[9]), pg=int(sys.argv[10]), kafka=int(sys.argv[11]))
 lu, ls = open(out + '/load.cpu').read().split()[-2:]
 r = json.load(open(out + '/run.json')); w = json.load(open(out + '/warm.json'))
 orders = r['ordersAccepted'] + w['ordersAccepted']
@@ -79,6 +82,7 @@ line = dict(status=r['status'], accepted_s=round(r['acceptedPerSecond'], 1), sen
             up_cpu_s=round(upt / tck, 1), pg_cpu_s=round(pgt / tck, 1), cpu_ms_order=round((upt + pgt) / tck * 1000 / max(1, orders), 2),
             kafka_cpu_s=round(kt / tck, 1), load_client_cpu_s=round(float(lu) + float(ls), 1),
             start_cpu_s={k: round(v / tck, 1) for k, v in start.items()},
+            measured_cpu_s={k: round(v / tck, 1) for k, v in measured.items()},
             max_send_lag_ms=round(r['maxSendLagMs']), load=la('/uptime.before') + ' -> ' + la('/uptime.after'),
             invariants_hold=all(v['ok'] for v in (r.get('invariants') or {}).values()))
 print(json.dumps(line)); open(out + '/summary.json', 'w').write(json.dumps(line))
