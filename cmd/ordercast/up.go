@@ -167,7 +167,7 @@ type Report struct {
 	// a network error, a timeout): why a replay was slower than its
 	// --rate and --replay-concurrency allow.
 	ReplayRetries       int            `json:"replayRetries"`
-	ReplayAttemptErrors map[string]int `json:"replayAttemptErrors,omitempty"`
+	ReplayAttemptErrors map[string]int `json:"replayAttemptErrors"`
 	// OrdersBeforeRun is the number of accepted orders in the database
 	// before this run's replay started: 0 on a fresh --data-dir.
 	OrdersBeforeRun    int `json:"ordersBeforeRun"`
@@ -512,7 +512,7 @@ func newReport(sum replay.Summary, prog audit.Progress, before int, start time.T
 		NotOrdersByReason:   sum.NotOrders,
 		ReplayFailed:        sum.Failed,
 		ReplayRetries:       sum.Retries,
-		ReplayAttemptErrors: sum.AttemptErrors,
+		ReplayAttemptErrors: nonNil(sum.AttemptErrors),
 		OrdersBeforeRun:     before,
 		OrdersAccepted:      prog.Accepted,
 		OrdersStored:        prog.Stored,
@@ -611,3 +611,12 @@ func signalNote(ctx context.Context) string {
 // 16 in flight the embedded stack's replay waited for the writer four times
 // as often per order (BENCHMARKS.md, "Embedded stack: the writer's path").
 const upReplayConcurrency = 64
+
+// nonNil returns m, or an empty map for nil (so the report says {}, not
+// null, for a run stopped before its replay began).
+func nonNil(m map[string]int) map[string]int {
+	if m == nil {
+		return map[string]int{}
+	}
+	return m
+}
