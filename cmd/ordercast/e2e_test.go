@@ -468,3 +468,32 @@ func TestUpReplayGuestsAreNotRateLimited(t *testing.T) {
 			r.ReplayAccepted, guests, r.ReplayAttemptErrors)
 	}
 }
+
+// TestUpReportWhenReplayFileUnreadable: a --replay file that cannot be read
+// (missing, or not an Online Retail CSV) fails before anything starts, and
+// with --exit-when-done still writes a failed report that says why, as
+// every other failure of the run does.
+func TestUpReportWhenReplayFileUnreadable(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	notCSV := filepath.Join(dir, "notes.csv")
+	if err := os.WriteFile(notCSV, []byte("a,b,c\n1,2,3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, file, want string }{
+		{"missing", filepath.Join(dir, "nope.csv"), "want an Online Retail CSV file"},
+		{"not Online Retail", notCSV, "InvoiceNo"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			report := filepath.Join(dir, c.name+".json")
+			out, err := upCommand(bin, upArgs(filepath.Join(dir, "data"), "--replay", c.file, "--exit-when-done", "--report", report)...).CombinedOutput()
+			if err == nil {
+				t.Fatalf("up exited 0 with --replay %s:\n%s", c.file, out)
+			}
+			r := readReport(t, report)
+			if r.Status != StatusFailed || !strings.Contains(r.Reason, c.file) || !strings.Contains(r.Reason, c.want) {
+				t.Fatalf("report status %q reason %q, want failed naming %s and %q (output: %s)", r.Status, r.Reason, c.file, c.want, out)
+			}
+		})
+	}
+}

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"os/signal"
@@ -237,7 +239,20 @@ func runUp(parent context.Context, f *upFlags) error {
 	var invoices []*replay.Invoice
 	if f.replayFile != "" {
 		if invoices, err = readInvoices(f.replayFile); err != nil {
-			return fmt.Errorf("--replay %s: %w", f.replayFile, err)
+			// A file that cannot be read (missing, not an Online Retail
+			// CSV) fails here too; with --exit-when-done the report says so.
+			err = fmt.Errorf("--replay %s: %w", f.replayFile, err)
+			if errors.Is(err, fs.ErrNotExist) {
+				err = fmt.Errorf("%w (want an Online Retail CSV file, plain or .gz)", err)
+			}
+			if f.exitWhenDone {
+				rep := newReport(replay.Summary{}, audit.Progress{}, 0, start)
+				rep.Status, rep.Reason = StatusFailed, err.Error()
+				if werr := writeReport(f.report, rep); werr != nil {
+					return werr
+				}
+			}
+			return err
 		}
 		// A file that gives nothing to send fails before anything is
 		// started or created; with --exit-when-done the report says so.
