@@ -71,10 +71,7 @@ func rows(t *testing.T, ctx context.Context, db *store.DB) []string {
 // applied, and of another event of an order and kind already notified.
 func TestHandleBatchEquivalentToHandle(t *testing.T) {
 	servicetest.Each(t, func(t *testing.T, ctx context.Context, batchDB *store.DB, serde *schema.Serde) {
-		oneDB := storetest.SQLite(t)
-		if batchDB.Dialect == store.Postgres {
-			oneDB = storetest.Postgres(t)
-		}
+		oneDB := storetest.Another(t, batchDB)
 		first := []*kgo.Record{created(t, serde, "o1", "c1", 0), created(t, serde, "o2", "", 1)}
 		second := []*kgo.Record{
 			created(t, serde, "o3", "c1", 2), first[0], paid(t, serde, "o1", "c1", order.PaymentPaid, 3),

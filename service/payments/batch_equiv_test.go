@@ -125,10 +125,7 @@ func sortedByCustomer(t *testing.T, serde *schema.Serde, recs []*kgo.Record) []*
 // time in the order HandleBatch decides them (the runtime's fallback).
 func TestHandleBatchEquivalentToHandle(t *testing.T) {
 	servicetest.Each(t, func(t *testing.T, ctx context.Context, batchDB *store.DB, serde *schema.Serde) {
-		oneDB := storetest.SQLite(t)
-		if batchDB.Dialect == store.Postgres {
-			oneDB = storetest.Postgres(t)
-		}
+		oneDB := storetest.Another(t, batchDB)
 		for seed := uint64(1); seed <= 3; seed++ {
 			rng := rand.New(rand.NewPCG(seed, 11))
 			customers := []string{"c0", "c1", "c2", "c3", "c4", "nowallet", ""}

@@ -43,6 +43,17 @@ func SQLitePath(t testing.TB, path string) *store.DB {
 	return open(t, "sqlite:"+path)
 }
 
+// Another returns a second, fresh migrated database of db's dialect
+// (SQLite, or PostgreSQL as Postgres gives it), closed at the test's end:
+// for tests that apply the same events two ways and compare the rows.
+func Another(t testing.TB, db *store.DB) *store.DB {
+	t.Helper()
+	if db.Dialect == store.Postgres {
+		return Postgres(t)
+	}
+	return SQLite(t)
+}
+
 // Postgres returns a migrated PostgreSQL database: a new schema, named
 // ordercast_test_<random>, in the database ORDERCAST_TEST_POSTGRES names,
 // made the connection's search_path; the schema is dropped and the DB closed
