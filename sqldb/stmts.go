@@ -41,7 +41,11 @@ type stmtCache struct {
 // maxCachedStmts distinct texts, a query is prepared for its transaction
 // only. The returned statement belongs to tx: it is closed when tx ends; do
 // not close it. Errors are the prepare's (a syntax error, a closed DB).
-// Safe for concurrent use.
+// Safe for concurrent use. Meant for statements whose plan does not depend
+// on the data, such as INSERT ... VALUES: a statement kept prepared on
+// PostgreSQL may keep a generic plan made while its tables were small (a
+// SELECT by = ANY of keys was seen to keep a sequential scan: 15.8 ms a call;
+// BENCHMARKS.md, the pgcpu section).
 func (db *DB) TxStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
 	query = db.Rebind(query)
 	c := &db.stmts
