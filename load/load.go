@@ -218,6 +218,16 @@ func (p countPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, boo
 	return p.ConstantPacer.Pace(elapsed, hits)
 }
 
+// due is when hit seq (0-based) is sent, after the attack's start:
+// vegeta's constant pacer sends hit n at (n+1) intervals, not n, so a
+// latency counted from n intervals would add a whole interval to every
+// answer (10 ms at 100/s; the load command did so before): this asks the
+// pacer itself, its wait for hit seq at elapsed 0.
+func (p countPacer) due(seq uint64) time.Duration {
+	d, _ := p.ConstantPacer.Pace(0, seq)
+	return d
+}
+
 // pacer returns the pacer of rate orders/s: vegeta's takes an integer count
 // per period, so rate is kept to a thousandth.
 func pacer(rate float64, n int) countPacer {
@@ -276,9 +286,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		vegeta.MaxBody(64<<10), vegeta.Workers(64))
 	res := &Result{Rate: o.Rate, Errors: map[string]int{}, Checkout: newHist(), EndToEnd: newHist(),
 		AcceptedAt: map[string]time.Time{}, Shipped: map[string]time.Duration{}}
-	period := time.Duration(float64(time.Second) / o.Rate)
+	pace := pacer(o.Rate, o.Orders)
 	res.Start = time.Now()
-	results := atk.Attack(targeter(&o), pacer(o.Rate, o.Orders), 0, "ordercast-load")
+	results := atk.Attack(targeter(&o), pace, 0, "ordercast-load")
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	res.pending = map[string]time.Time{}
@@ -304,7 +314,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				}
 				return res, nil
 			}
-			res.add(r, period)
+			res.add(r, pace)
 		case <-tick.C:
 			takeShipped()
 			if o.Progress != nil {
@@ -320,8 +330,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 }
 
 // add records one answer.
-func (res *Result) add(r *vegeta.Result, period time.Duration) {
-	scheduled := res.Start.Add(time.Duration(r.Seq) * period)
+func (res *Result) add(r *vegeta.Result, pace countPacer) {
+	scheduled := res.Start.Add(pace.due(r.Seq))
 	res.Sent++
 	if lag := r.Timestamp.Sub(scheduled); lag > res.MaxSendLag {
 		res.MaxSendLag = lag

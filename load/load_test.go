@@ -184,3 +184,31 @@ func TestErrorsByStatus(t *testing.T) {
 		t.Errorf("accepted %d, errors %v; want 10 accepted and %v", res.Accepted, res.Errors, want)
 	}
 }
+
+// TestDueIsWhenThePacerSends: a request's latency is counted from the time
+// the pacer sends it, hit n at n+1 intervals (vegeta's ConstantPacer), not n:
+// counted from n intervals, every latency had a whole interval added (10 ms
+// at 100/s). due is checked against the pacer's own waits as an attack
+// replays them (elapsed = the time of the hit before), and against the
+// interval itself.
+func TestDueIsWhenThePacerSends(t *testing.T) {
+	for _, rate := range []float64{1, 100, 333.3, 1000} {
+		p := pacer(rate, 50)
+		interval := time.Duration(float64(time.Second) / rate)
+		var elapsed time.Duration
+		for seq := uint64(0); seq < 50; seq++ {
+			wait, stop := p.Pace(elapsed, seq)
+			if stop {
+				t.Fatalf("rate %v: pacer stopped at hit %d of 50", rate, seq)
+			}
+			elapsed += wait // the attack sleeps wait, then sends hit seq
+			if got := p.due(seq); got != elapsed {
+				t.Fatalf("rate %v: due(%d) = %v, the pacer sends it at %v", rate, seq, got, elapsed)
+			}
+			want := time.Duration(seq+1) * interval
+			if d := p.due(seq) - want; d < -time.Microsecond || d > time.Microsecond {
+				t.Fatalf("rate %v: due(%d) = %v, want (seq+1) intervals = %v", rate, seq, p.due(seq), want)
+			}
+		}
+	}
+}

@@ -54,6 +54,9 @@ func TestServiceEndpoints(t *testing.T) {
 		`ordercast_kafka_requests_total{client_id="orders-1-`,
 		`,request="Heartbeat"}`,
 		`,request="JoinGroup"}`,
+		// request latency histograms, per client and broker
+		`ordercast_kafka_request_duration_e2e_seconds_bucket{client_id="orders-1-`,
+		`ordercast_kafka_write_wait_seconds_bucket{client_id="orders-1-`,
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {

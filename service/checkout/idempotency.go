@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ordercast/ordercast/order"
 )
@@ -218,8 +219,10 @@ func (s *Service) claim(ctx context.Context, key, legacyKey, hash string, req *o
 		// held for SQL only; used only if the key turns out to be new.
 		j.prebuild(s)
 	}
+	start := time.Now()
 	s.claims.submit(j)
 	<-j.done
+	s.metrics.dbWrite.WithLabelValues("claim").Observe(time.Since(start).Seconds())
 	if j.err != nil {
 		if parent.Err() != nil {
 			s.log.Info("checkout: the client hung up before the request was recorded", slog.String("idempotency_key", key), slog.Any("error", j.err))

@@ -18,6 +18,7 @@ import (
 //	ordercast_checkout_idempotent_replays_total                    counter: stored answers replayed
 //	ordercast_checkout_republished_total                           counter: pending events produced again
 //	ordercast_checkout_produce_duration_seconds{result}            histogram: ok, error or timeout
+//	ordercast_checkout_db_write_duration_seconds{step}             histogram: claim or mark, queue included
 //	ordercast_checkout_catalog_products                            gauge
 //	ordercast_checkout_auth_failures_total{reason}                 counter: bearer tokens refused, by authn.Reason*
 //
@@ -34,6 +35,7 @@ type metrics struct {
 	replays         prometheus.Counter
 	republished     prometheus.Counter
 	produceDuration *prometheus.HistogramVec
+	dbWrite         *prometheus.HistogramVec
 	catalogSize     prometheus.Gauge
 	authFailures    *prometheus.CounterVec
 }
@@ -71,6 +73,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from producing an orderCreated event to its acknowledgement or failure, by result (ok, error, timeout).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"result"}),
+		dbWrite: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "db_write_duration_seconds",
+			Help: "Time a request waited for its database write, by step: claim (its Idempotency-Key row, before the produce) or mark " +
+				"(the row published, after the acknowledgement); the wait for a batch (group commit) included.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"step"}),
 		catalogSize: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "catalog_products",
 			Help: "Products in checkout's in-memory catalog.",
@@ -84,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.accepted, m.rejected,
-		m.replays, m.republished, m.produceDuration, m.catalogSize, m.authFailures} {
+		m.replays, m.republished, m.produceDuration, m.dbWrite, m.catalogSize, m.authFailures} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -66,3 +66,22 @@ func TestHTTPMetricRouteLabels(t *testing.T) {
 		t.Errorf("BREW /orders counted %v times as other/other/405, want 1", n)
 	}
 }
+
+// TestDBWriteDurationSteps: each new order is timed once at its claim (its
+// Idempotency-Key row) and once at its mark (published after the
+// acknowledgement); a repeated key is claimed again (the stored answer is
+// found) but not marked; the histograms count requests, not batches.
+func TestDBWriteDurationSteps(t *testing.T) {
+	e := newEnv(t)
+	const name = "ordercast_checkout_db_write_duration_seconds"
+	body := `{"lines":[{"stockCode":"85123A","quantity":1}]}`
+	e.post(body, "Idempotency-Key", "steps-1").accepted(t)
+	e.post(body, "Idempotency-Key", "steps-2").accepted(t)
+	if c, m := e.metric(name, "step", "claim"), e.metric(name, "step", "mark"); c != 2 || m != 2 {
+		t.Fatalf("after 2 new orders: %v claims and %v marks timed, want 2 and 2", c, m)
+	}
+	e.post(body, "Idempotency-Key", "steps-1").accepted(t) // the stored answer
+	if c, m := e.metric(name, "step", "claim"), e.metric(name, "step", "mark"); c != 3 || m != 2 {
+		t.Fatalf("after a repeated key: %v claims and %v marks timed, want 3 and 2", c, m)
+	}
+}

@@ -104,8 +104,10 @@ func (s *Service) publish(ctx context.Context, d *decision, release func()) (*ou
 // It blocks at most about markTimeout.
 func (s *Service) markPublished(ctx context.Context, d *decision, body []byte) {
 	m := &markJob{key: d.key, body: string(body), done: make(chan struct{})}
+	start := time.Now()
 	s.marks.submit(m)
 	<-m.done
+	s.metrics.dbWrite.WithLabelValues("mark").Observe(time.Since(start).Seconds())
 	if m.err != nil {
 		s.log.Error("checkout: orderCreated acknowledged but the request could not be marked published; a retry will re-publish it",
 			slog.String("idempotency_key", d.key), slog.String("order_id", d.orderID), slog.Any("error", m.err))
