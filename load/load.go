@@ -61,9 +61,13 @@ type Options struct {
 	// one at its end.
 	Progress io.Writer
 	// Token, if set, gives the bearer token sent with each order
-	// (Authorization: Bearer, RFC 6750) for its customer; called once per
-	// order, from vegeta's workers at once (it must be safe for that). Nil: none (a
-	// checkout run with --auth none). See authn.DevKey.Tokens.
+	// (Authorization: Bearer, RFC 6750) for its customer; called once for
+	// every customer before the first order is sent (so that a Token which
+	// signs and caches, as authn.DevKey.Tokens does, has its tokens made
+	// before the clock starts: a customer brings a token it already has,
+	// and the client's signing is not checkout's latency), then once per
+	// order, from vegeta's workers at once (it must be safe for that). Nil:
+	// none (a checkout run with --auth none).
 	Token func(customerID string) (string, error)
 	// Watcher, if set, is the read_committed reader of shipmentRequested
 	// whose records give the end-to-end latency in the progress lines.
@@ -282,6 +286,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	o.defaults()
+	if o.Token != nil {
+		for _, c := range o.Customers {
+			if _, err := o.Token(c); err != nil {
+				return nil, fmt.Errorf("load: bearer token for customer %s: %w", c, err)
+			}
+		}
+	}
 	atk := vegeta.NewAttacker(vegeta.Timeout(o.Timeout), vegeta.KeepAlive(true), vegeta.Redirects(vegeta.NoFollow),
 		vegeta.MaxBody(64<<10), vegeta.Workers(64))
 	res := &Result{Rate: o.Rate, Errors: map[string]int{}, Checkout: newHist(), EndToEnd: newHist(),

@@ -212,3 +212,61 @@ func TestDueIsWhenThePacerSends(t *testing.T) {
 		}
 	}
 }
+
+// TestTokensMadeBeforeTheFirstOrder: Token is asked for every customer's
+// token before the first order leaves, so a signing Token's cost is not in
+// any order's latency (counted from its scheduled time); a customer whose
+// token cannot be made fails the run before anything is sent.
+func TestTokensMadeBeforeTheFirstOrder(t *testing.T) {
+	customers := make([]string, 40)
+	for i := range customers {
+		customers[i] = fmt.Sprintf("c%d", i)
+	}
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	atFirst := -1
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if atFirst < 0 {
+			atFirst = len(asked)
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprint(w, `{"orderId":"ord_1","status":"accepted"}`)
+	}))
+	t.Cleanup(ts.Close)
+	o := validOptions(ts.URL)
+	o.Customers, o.Orders = customers, 3
+	o.Token = func(c string) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asked[c] = true
+		return "tok-" + c, nil
+	}
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if atFirst != len(customers) {
+		t.Errorf("when the first order arrived, tokens of %d customers had been asked for, want all %d", atFirst, len(customers))
+	}
+	mu.Unlock()
+
+	o.Token = func(c string) (string, error) {
+		if c == "c7" {
+			return "", fmt.Errorf("no key")
+		}
+		return "tok-" + c, nil
+	}
+	mu.Lock()
+	atFirst = -1
+	mu.Unlock()
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "c7") {
+		t.Errorf("Run with a customer whose token fails: %v, want an error naming c7", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if atFirst != -1 {
+		t.Errorf("an order was sent although a customer's token could not be made")
+	}
+}

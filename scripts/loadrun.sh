@@ -16,8 +16,11 @@
 # measured_cpu_s: the same CPU counted from the end of the warm-up (the measured minute and the drain only).
 # Ports: ORDERCAST_KAFKA_PORT (19992), ORDERCAST_PG_PORT (15482), LOADRUN_HTTP (18992; the registry on +1).
 # With LOADRUN_CPUPROFILE=1, up's CPU profile goes to NAME/up.pprof.
+# With LOADRUN_CHECKOUT=process, checkout runs as a process of its own (`ordercast run checkout`, HTTP on
+# LOADRUN_HTTP+2, up's registry and dev signing key), as it is deployed, and the load goes to it; up's own checkout
+# is idle; up_cpu_s then counts both processes, checkout_cpu_s the checkout process alone.
 set -u
-[[ $# -ge 3 ]] || { sed -n 2,16p "$0"; exit 2; }
+[[ $# -ge 3 ]] || { sed -n 2,19p "$0"; exit 2; }
 NAME=$1 BIN=$(realpath "$2") RATE=$3; shift 3
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -51,23 +54,37 @@ for try in 1 2 3; do
   curl -sf "http://127.0.0.1:$HTTP/readyz" >/dev/null && break
   echo "loadrun: up did not become ready (try $try, $OUT/up.try$try.log)"; kill -TERM $UP 2>/dev/null; wait $UP; cp "$OUT/up.log" "$OUT/up.try$try.log"; sleep 5
 done
+CK= CKURL="http://127.0.0.1:$HTTP"
+if [[ ${LOADRUN_CHECKOUT:-} == process ]]; then
+  CKHTTP=$(( HTTP + 2 ))
+  "$BIN" run checkout --brokers "$BROKERS" --db "$DSN" --registry "http://127.0.0.1:$REG" --http "127.0.0.1:$CKHTTP" \
+    --auth-dev-key "$DATA/auth/dev-signing-key.pem" > "$OUT/checkout.log" 2>&1 &
+  CK=$!
+  for _ in $(seq 1 60); do curl -sf "http://127.0.0.1:$CKHTTP/readyz" >/dev/null && break; kill -0 $CK 2>/dev/null || break; sleep 1; done
+  curl -sf "http://127.0.0.1:$CKHTTP/readyz" >/dev/null || { echo "loadrun: the checkout process did not become ready (see $OUT/checkout.log)"; kill -TERM $UP $CK; wait; scripts/kafka.sh stop --clean >/dev/null 2>&1; exit 1; }
+  CKURL="http://127.0.0.1:$CKHTTP"
+fi
+ckcpu() { if [[ -n $CK ]]; then awk '{print $14+$15}' "/proc/$CK/stat"; else echo 0; fi; }
 uptime > "$OUT/uptime.before"
 # CPU so far (start, topic creation, seeding, the JVM's start and JIT): subtracted, so the figures are the load's
-UP0=$(awk '{print $14+$15}' "/proc/$UP/stat") KT0=$(awk '{print $14+$15}' "/proc/$KPID/stat") PGR=$(pgcpu)
-common=(--brokers "$BROKERS" --db "$DSN" --url "http://127.0.0.1:$HTTP" --registry "http://127.0.0.1:$REG" --data-dir "$DATA")
+UP0=$(( $(awk '{print $14+$15}' "/proc/$UP/stat") + $(ckcpu) )) CK0=$(ckcpu) KT0=$(awk '{print $14+$15}' "/proc/$KPID/stat") PGR=$(pgcpu)
+common=(--brokers "$BROKERS" --db "$DSN" --url "$CKURL" --registry "http://127.0.0.1:$REG" --data-dir "$DATA")
 WARMUP=${LOADRUN_WARMUP:-200:10s}
 "$LOADBIN" load --rate "${WARMUP%%:*}" --duration "${WARMUP#*:}" "${common[@]}" --seed 7 --report "$OUT/warm.json" > "$OUT/warm.log" 2>&1
-UPW=$(proccpu "$UP") KTW=$(proccpu "$KPID") PGW=$(pgcpu) # after the warm-up: measured_cpu_s counts from here
+UPW=$(( $(proccpu "$UP") + $(ckcpu) )) KTW=$(proccpu "$KPID") PGW=$(pgcpu) # after the warm-up: measured_cpu_s counts from here
 /usr/bin/time -f '%U %S' -o "$OUT/load.cpu" "$LOADBIN" load --rate "$RATE" --duration "$DURATION" "${common[@]}" --seed 42 \
   --report "$OUT/run.json" --csv "$OUT/run.csv" > "$OUT/run.log" 2>&1
 uptime > "$OUT/uptime.after"
-curl -s "http://127.0.0.1:$HTTP/metrics" > "$OUT/run.metrics"
-UPT=$(awk '{print $14+$15}' "/proc/$UP/stat")
+curl -s "$CKURL/metrics" > "$OUT/run.metrics"
+[[ -n $CK ]] && curl -s "http://127.0.0.1:$HTTP/metrics" > "$OUT/up.metrics"
+CKT=$(ckcpu)
+UPT=$(( $(awk '{print $14+$15}' "/proc/$UP/stat") + CKT ))
 PG1=$(pgcpu)
 KT=$(awk '{print $14+$15}' "/proc/$KPID/stat")
+[[ -n $CK ]] && { kill -TERM $CK; wait $CK; }
 kill -TERM $UP; wait $UP
 scripts/kafka.sh stop --clean >/dev/null 2>&1
-python3 - "$OUT" "$((UPT-UP0))" "$((PG1-PGR))" "$(getconf CLK_TCK)" "$((KT-KT0))" "$UP0" "$((PGR-PG0))" "$KT0" "$((UPT-UPW))" "$((PG1-PGW))" "$((KT-KTW))" <<'PY'
+python3 - "$OUT" "$((UPT-UP0))" "$((PG1-PGR))" "$(getconf CLK_TCK)" "$((KT-KT0))" "$UP0" "$((PGR-PG0))" "$KT0" "$((UPT-UPW))" "$((PG1-PGW))" "$((KT-KTW))" "$((CKT-CK0))" "${LOADRUN_CHECKOUT:-up}" <<'PY'
 import json, sys
 out, upt, pgt, tck, kt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 start = dict(up=int(sys.argv[6]), pg=int(sys.argv[7]), kafka=int(sys.argv[8]))
@@ -85,5 +102,7 @@ line = dict(status=r['status'], accepted_s=round(r['acceptedPerSecond'], 1), sen
             measured_cpu_s={k: round(v / tck, 1) for k, v in measured.items()},
             max_send_lag_ms=round(r['maxSendLagMs']), load=la('/uptime.before') + ' -> ' + la('/uptime.after'),
             invariants_hold=all(v['ok'] for v in (r.get('invariants') or {}).values()))
+if sys.argv[13] == 'process':
+    line['checkout'] = 'process'; line['checkout_cpu_s'] = round(int(sys.argv[12]) / tck, 1)
 print(json.dumps(line)); open(out + '/summary.json', 'w').write(json.dumps(line))
 PY

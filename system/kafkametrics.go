@@ -34,7 +34,9 @@ import (
 // ordercast_checkout_produce_duration_seconds, per record), they tell a slow
 // broker from a record waiting in the client: at 1,000 orders/s on this
 // project's 2-core machine, a record's produce took 28 ms on average and
-// its request 8.7 (BENCHMARKS.md, Load).
+// its request 8.7 (BENCHMARKS.md, Load). A consumer's requests are mostly
+// fetches, which the broker holds up to fetch.max.wait.ms by design: its
+// request durations are the long poll, not slowness.
 func kafkaHooks(reg prometheus.Registerer) kgo.Opt {
 	return kgo.WithHooks(kprom.NewMetrics("ordercast_kafka", kprom.Registerer(replacing{reg}), kprom.WithClientLabel(),
 		kprom.Histograms(kprom.WriteWait, kprom.RequestDurationE2E)),

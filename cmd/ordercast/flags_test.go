@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -293,6 +294,12 @@ func TestUpFlags(t *testing.T) {
 		{upQuick(t, "--db-conns", "-1"), []string{"--db-conns", ">= 0"}},
 		{upQuick(t, "--checkout-db-conns", "-1"), []string{"--checkout-db-conns", ">= 0"}},
 		{upQuick(t, "--checkout-max-batch", "-2"), []string{"--checkout-max-batch", ">= 0"}},
+		{upQuick(t, "--fetch-min-bytes", "0"), []string{"--fetch-min-bytes", "from 1"}},
+		{upQuick(t, "--fetch-max-wait", "0s"), []string{"--fetch-max-wait", "from 10ms to 10s"}},
+		{upQuick(t, "--fetch-max-wait", "9ms"), []string{"--fetch-max-wait", "from 10ms to 10s"}}, // franz-go's minimum
+		{upQuick(t, "--fetch-max-wait", "10500us"), []string{"--fetch-max-wait", "whole milliseconds"}},
+		{upQuick(t, "--fetch-max-wait", "1m"), []string{"--fetch-max-wait", "from 10ms to 10s"}},
+		{upQuick(t, "--fetch-max-wait", "100"), []string{"--fetch-max-wait", "100"}},
 	})
 }
 
@@ -304,6 +311,8 @@ func TestOtherFlags(t *testing.T) {
 	}
 	checkFlagErrors(t, []flagCase{
 		{append(run, "--instances", "orders=2"), []string{"--instances", "orders", "payments"}},
+		{append(slices.Replace(slices.Clone(run), 1, 2, "checkout"), "--fetch-min-bytes", "1"), []string{"--fetch-min-bytes", "consumer services", "checkout"}},
+		{append(slices.Replace(slices.Clone(run), 1, 2, "checkout"), "--fetch-max-wait", "50ms"), []string{"--fetch-max-wait", "consumer services"}},
 		{append(run, "--sasl-user", "u"), []string{"--sasl-user", "--sasl-mechanism"}},
 		{append(run, "--kafka-tls-key", "k.pem"), []string{"--kafka-tls-cert", "--kafka-tls-key"}},
 		{append(run, "--kafka-tls-insecure-skip-verify"), []string{"--kafka-tls-insecure-skip-verify", "--kafka-tls"}},

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/url"
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -287,8 +289,8 @@ func runLoad(ctx context.Context, f *loadFlags, stdout, stderr io.Writer) error 
 		}
 	}
 	rep.Status, rep.Reason = status, reason
-	fmt.Fprintf(stderr, "ordercast load: %s: %d sent, %d accepted (%.1f/s), errors %v; checkout p50 %.1f ms p99 %.1f ms p99.9 %.1f ms; end-to-end p50 %.1f ms p99 %.1f ms (%d shipped, %d refused)\n",
-		status, res.Sent, res.Accepted, rep.AcceptedPerSecond, res.Errors, rep.Checkout.P50, rep.Checkout.P99, rep.Checkout.P999,
+	fmt.Fprintf(stderr, "ordercast load: %s: %d sent, %d accepted (%.1f/s), errors %s; checkout p50 %.1f ms p99 %.1f ms p99.9 %.1f ms; end-to-end p50 %.1f ms p99 %.1f ms (%d shipped, %d refused)\n",
+		status, res.Sent, res.Accepted, rep.AcceptedPerSecond, errorCounts(res.Errors), rep.Checkout.P50, rep.Checkout.P99, rep.Checkout.P999,
 		rep.EndToEnd.P50, rep.EndToEnd.P99, rep.Shipped, rep.Refused)
 	b, _ := json.MarshalIndent(rep, "", "  ")
 	if f.report == "" {
@@ -389,4 +391,17 @@ func writeLoadCSV(path string, secs []*load.Second) error {
 		return err
 	}
 	return fh.Close()
+}
+
+// errorCounts is the summary line's "errors" part: "none", or each cause
+// with its count, by cause ("401 unauthorized: 20, 503: 3").
+func errorCounts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s: %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }

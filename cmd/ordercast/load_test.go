@@ -134,3 +134,14 @@ func TestLoadEmbedded(t *testing.T) {
 		t.Errorf("no progress line on stderr:\n%s", stderr.String())
 	}
 }
+
+// TestErrorCounts: the summary line names each error cause with its count,
+// sorted, and says none when there is none (it printed Go's map syntax).
+func TestErrorCounts(t *testing.T) {
+	if got := errorCounts(nil); got != "none" {
+		t.Errorf("errorCounts(nil) = %q, want none", got)
+	}
+	if got, want := errorCounts(map[string]int{"503": 3, "401 unauthorized": 20}), "401 unauthorized: 20, 503: 3"; got != want {
+		t.Errorf("errorCounts = %q, want %q", got, want)
+	}
+}

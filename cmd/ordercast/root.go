@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -97,6 +98,8 @@ type common struct {
 	ordering      string
 	concurrency   int
 	maxBatch      int
+	fetchMinBytes int
+	fetchMaxWait  time.Duration
 	dbConns       int
 	checkoutConns int
 	checkoutBatch int
@@ -154,6 +157,8 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.IntVar(&c.checkoutConns, "checkout-db-conns", 0, fmt.Sprintf("PostgreSQL connections in checkout's own pool, apart from the services' (0: %d; SQLite: checkout shares the services' database)", system.DefaultCheckoutDBConns))
 	f.IntVar(&c.checkoutBatch, "checkout-max-batch", 0, fmt.Sprintf("most concurrent requests whose Idempotency-Key rows (and published marks) checkout writes in one batch (0: %d; 1: each request alone)", checkout.DefaultMaxBatch))
 	f.IntVar(&c.maxBatch, "max-batch", processor.DefaultMaxBatch, "most records the orders, payments and notifications groups apply in one database transaction (0: one transaction per record)")
+	f.IntVar(&c.fetchMinBytes, "fetch-min-bytes", system.DefaultFetchMinBytes, "fetch.min.bytes of every consumer group member: the broker answers a fetch once this many bytes are there, or after --fetch-max-wait (1: Kafka's default, at the first record; larger: fewer fetches and bigger batches per database transaction, for up to --fetch-max-wait more latency per hop)")
+	f.DurationVar(&c.fetchMaxWait, "fetch-max-wait", system.DefaultFetchMaxWait, fmt.Sprintf("fetch.max.wait.ms of every consumer group member: the longest the broker holds a fetch that has fewer than --fetch-min-bytes (%v to %v, whole milliseconds)", system.MinFetchMaxWait, system.MaxFetchMaxWait))
 	f.StringVar(&c.openingCredit, "opening-credit", system.DefaultOpeningCredit.String(), "opening wallet balance of each known customer, in GBP")
 	f.StringVar(&c.seedData, "seed-data", "", "Online Retail CSV (plain or .gz) the catalog and wallets are seeded from on first start (empty: the catalog and wallets of the full data set, "+system.DefaultSeedFile+", embedded in the binary, so no checkout is needed)")
 	f.StringVar(&c.retryDelays, "retry-delays", "1s,10s", "delays of the retry topics, comma separated durations (empty: no retry topics, straight to the DLQ)")
@@ -266,6 +271,14 @@ func (c *common) config() (system.Config, error) {
 	default:
 		cfg.MaxBatch = c.maxBatch
 	}
+	if c.fetchMinBytes < 1 || c.fetchMinBytes > math.MaxInt32 {
+		return cfg, fmt.Errorf("--fetch-min-bytes %d: want from 1 (Kafka's default: answer at the first record) to %d", c.fetchMinBytes, math.MaxInt32)
+	}
+	cfg.FetchMinBytes = int32(c.fetchMinBytes)
+	if c.fetchMaxWait < system.MinFetchMaxWait || c.fetchMaxWait > system.MaxFetchMaxWait || c.fetchMaxWait%time.Millisecond != 0 {
+		return cfg, fmt.Errorf("--fetch-max-wait %v: want whole milliseconds from %v to %v, such as 100ms", c.fetchMaxWait, system.MinFetchMaxWait, system.MaxFetchMaxWait)
+	}
+	cfg.FetchMaxWait = c.fetchMaxWait
 	if c.maxAttempts < 1 {
 		return cfg, fmt.Errorf("--max-attempts %d: want >= 1", c.maxAttempts)
 	}

@@ -69,6 +69,13 @@ set them to an empty string to be told what is missing.`,
 			if cfg.TransactionTimeout > 0 && !slices.Contains(args, system.ServiceFulfillment) {
 				return fmt.Errorf("--transaction-timeout applies only to %s, which this process does not run (it runs %s)", system.ServiceFulfillment, strings.Join(args, ", "))
 			}
+			if !slices.ContainsFunc(args, func(svc string) bool { return svc != system.ServiceCheckout }) {
+				for _, name := range []string{"fetch-min-bytes", "fetch-max-wait", "max-batch"} {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("--%s applies only to the consumer services (orders, payments, notifications, fulfillment), which this process does not run (it runs %s)", name, strings.Join(args, ", "))
+					}
+				}
+			}
 			cfg.Services = args
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
