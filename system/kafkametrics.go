@@ -33,8 +33,9 @@ import (
 // client's own queue). Set beside a service's own latency (checkout's
 // ordercast_checkout_produce_duration_seconds, per record), they tell a slow
 // broker from a record waiting in the client: at 1,000 orders/s on this
-// project's 2-core machine, a record's produce took 28 ms on average and
-// its request 8.7 (BENCHMARKS.md, Load). A consumer's requests are mostly
+// project's 2-core machine, before the consumers' fetch batching, a
+// record's produce took 22-29 ms on average and its request 6-9 (BENCHMARKS.md,
+// "Consumers' fetch batching"). A consumer's requests are mostly
 // fetches, which the broker holds up to fetch.max.wait.ms by design: its
 // request durations are the long poll, not slowness.
 func kafkaHooks(reg prometheus.Registerer) kgo.Opt {

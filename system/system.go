@@ -255,9 +255,10 @@ const DefaultCheckoutDBConns = 8
 // produce brought (at 1,000 orders/s, 130-140 fetches a second per group), and
 // the smaller the load the smaller the batches: the consumers took the
 // machine's CPU at any rate from 300 orders/s up, and checkout, sharing it,
-// answered in 75-168 ms at p99. Batched, the groups fetch about 9 times a second
-// at 1,000/s and write tens of records per transaction; checkout's p99 went to
-// 53.5 ms (BENCHMARKS.md, Load). The price is latency when the load is light:
+// answered in 75-114 ms at p99 (106-109 ms at 1,000/s). Batched, the groups
+// fetch about 9 times a second at 1,000/s and write tens of records per
+// transaction; checkout's p99 went to 47-58 ms (BENCHMARKS.md, "Consumers'
+// fetch batching"). The price is latency when the load is light:
 // a record waits up to 100 ms for its fetch at each hop (orderCreated,
 // paymentProcessed, shipmentRequested), so up to 300 ms end to end; and an
 // idle member fetches 10 times a second instead of 2.
@@ -274,6 +275,17 @@ const (
 	MinFetchMaxWait = 10 * time.Millisecond
 	MaxFetchMaxWait = 10 * time.Second
 )
+
+// CheckFetchMaxWait returns an error saying what Config.FetchMaxWait (and
+// the --fetch-max-wait flag) wants if d is not whole milliseconds from
+// MinFetchMaxWait to MaxFetchMaxWait, else nil. Start runs it; the CLI runs
+// it too, so that a bad flag is refused before anything starts.
+func CheckFetchMaxWait(d time.Duration) error {
+	if d < MinFetchMaxWait || d > MaxFetchMaxWait || d%time.Millisecond != 0 {
+		return fmt.Errorf("%v: want whole milliseconds from %v to %v, such as 100ms", d, MinFetchMaxWait, MaxFetchMaxWait)
+	}
+	return nil
+}
 
 // MaxSessionTimeout is Kafka's default group.max.session.timeout.ms (30
 // minutes): a broker with its default answers a longer session timeout
@@ -356,8 +368,8 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	if cfg.FetchMinBytes < 0 {
 		return nil, fmt.Errorf("fetch min bytes %d (--fetch-min-bytes): want >= 1 (1: Kafka's default, answer at the first record)", cfg.FetchMinBytes)
 	}
-	if cfg.FetchMaxWait < MinFetchMaxWait || cfg.FetchMaxWait > MaxFetchMaxWait || cfg.FetchMaxWait%time.Millisecond != 0 {
-		return nil, fmt.Errorf("fetch max wait %v (--fetch-max-wait): want whole milliseconds from %v to %v", cfg.FetchMaxWait, MinFetchMaxWait, MaxFetchMaxWait)
+	if err := CheckFetchMaxWait(cfg.FetchMaxWait); err != nil {
+		return nil, fmt.Errorf("fetch max wait (--fetch-max-wait) %w", err)
 	}
 	flt, err := parseFaults(os.Getenv(EnvFault))
 	if err != nil {

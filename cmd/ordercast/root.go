@@ -275,8 +275,8 @@ func (c *common) config() (system.Config, error) {
 		return cfg, fmt.Errorf("--fetch-min-bytes %d: want from 1 (Kafka's default: answer at the first record) to %d", c.fetchMinBytes, math.MaxInt32)
 	}
 	cfg.FetchMinBytes = int32(c.fetchMinBytes)
-	if c.fetchMaxWait < system.MinFetchMaxWait || c.fetchMaxWait > system.MaxFetchMaxWait || c.fetchMaxWait%time.Millisecond != 0 {
-		return cfg, fmt.Errorf("--fetch-max-wait %v: want whole milliseconds from %v to %v, such as 100ms", c.fetchMaxWait, system.MinFetchMaxWait, system.MaxFetchMaxWait)
+	if err := system.CheckFetchMaxWait(c.fetchMaxWait); err != nil {
+		return cfg, fmt.Errorf("--fetch-max-wait %w", err)
 	}
 	cfg.FetchMaxWait = c.fetchMaxWait
 	if c.maxAttempts < 1 {
