@@ -10,7 +10,7 @@ build:
 test:
 	ORDERCAST_TEST_BROKERS= $(GO) test -race -count=1 -timeout 25m ./...
 
-# The same suite against a running real Kafka (internal/testkafka): starts nothing. The tests share
+# The same suite against a running real Kafka (internal/testkit/testkafka): starts nothing. The tests share
 # the cluster and empty it of topics and groups, so one package at a time (-p 1); no -race, to keep
 # time down. Start the broker with scripts/kafka.sh (see the README, "Test against real Kafka").
 ORDERCAST_TEST_BROKERS ?= 127.0.0.1:19092
@@ -46,7 +46,7 @@ test-kafka-secure:
 	scripts/kafka.sh start --clean --secure --brokers 1 || exit 1; \
 	ORDERCAST_TEST_SECURE_BROKERS=$$(scripts/kafka.sh brokers) ORDERCAST_TEST_SECURE_CA=$(KAFKASEC_STATE)/tls/ca.pem \
 	  ORDERCAST_TEST_SECURE_ADMIN_PASSWORD=$$(cat $(KAFKASEC_STATE)/tls/admin.password) \
-	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN)' ./processor/ ./outbox/ ./system/ ./cmd/ordercast/; rc=$$?; \
+	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN)' ./processor/ ./outbox/ ./ordersystem/system/ ./cmd/ordercast/; rc=$$?; \
 	scripts/kafka.sh stop --clean; exit $$rc
 
 # The crash harness on a real cluster: starts a fresh 3-node Kafka whose nodes advertise the
@@ -78,9 +78,9 @@ test-short:
 	$(GO) test -short -count=1 ./...
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./processor/ ./schema/ ./replay/
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./processor/ ./ordersystem/schema/ ./ordersystem/replay/
 
-# The side-by-side benchmark (bench/, a module of its own; BENCHMARKS.md, "Side by side with other
+# The side-by-side benchmark (bench/, a module of its own; docs/benchmarks.md, "Side by side with other
 # clients"): starts a throwaway 1-node Kafka (state $(BENCH_KAFKA_STATE), port $(BENCH_KAFKA_PORT)),
 # runs every contender and workload, writes bench/$(BENCH_OUT) (tables.md, *.svg, results.json),
 # then stops and deletes the broker. BENCH_FLAGS=--quick checks the pipeline in a few minutes.

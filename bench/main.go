@@ -11,7 +11,7 @@
 //
 // Each contender runs in its own process (the Go ones through the "consume"
 // subcommand of this binary, KafkaJS through node/consume.js), so the CPU
-// time measured is the contender's own. See BENCHMARKS.md ("Side by side
+// time measured is the contender's own. See docs/benchmarks.md ("Side by side
 // with other clients") for what is measured and how.
 package main
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ordercast/ordercast/inbox"
-	"github.com/ordercast/ordercast/store"
-	"github.com/ordercast/ordercast/store/storetest"
+	"github.com/ordercast/ordercast/ordersystem/store"
+	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 )
 
 func ctxT(t testing.TB) context.Context {

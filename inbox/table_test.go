@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/ordercast/ordercast/inbox"
+	"github.com/ordercast/ordercast/ordersystem/store"
+	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 	"github.com/ordercast/ordercast/sqldb"
-	"github.com/ordercast/ordercast/store"
-	"github.com/ordercast/ordercast/store/storetest"
 )
 
 // An inbox in a table of the user's naming: Migrate creates that table and

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/ordercast/ordercast/inbox"
-	"github.com/ordercast/ordercast/store"
-	"github.com/ordercast/ordercast/store/storetest"
+	"github.com/ordercast/ordercast/ordersystem/store"
+	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 )
 
 // Several events in one transaction, each with its inbox row: a duplicate

@@ -9,10 +9,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/ordersystem/store"
+	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 	"github.com/ordercast/ordercast/outbox"
 	"github.com/ordercast/ordercast/sqldb"
-	"github.com/ordercast/ordercast/store"
-	"github.com/ordercast/ordercast/store/storetest"
 )
 
 // tables lists the tables of db's schema, sorted.

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/ordercast/ordercast/internal/txncheck/txnchecktest"
+	"github.com/ordercast/ordercast/internal/testkit/txnchecktest"
+	"github.com/ordercast/ordercast/ordersystem/store"
+	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 	"github.com/ordercast/ordercast/outbox"
-	"github.com/ordercast/ordercast/store"
-	"github.com/ordercast/ordercast/store/storetest"
 )
 
 // TestTxnRelaySilentAbortIsRepublished: the relay's commits are answered

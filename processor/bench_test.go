@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Benchmarks of the runtime (see BENCHMARKS.md for the commands and the
+// Benchmarks of the runtime (see docs/benchmarks.md for the commands and the
 // results). The broker runs in a child process (brokerChild), seeded before
 // the measurement, so the benchmark process holds only the consumer: the
 // memory figure is the consumer's, and the consumer does not share its

@@ -9,8 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
-	"github.com/ordercast/ordercast/internal/promtest"
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/promtest"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
 // A kprom.Metrics given to ConsumerOpts, and another to ProducerOpts, each

@@ -135,7 +135,7 @@ func (p *Processor) mapPosLocked(s *partState) (commitPos, bool) {
 // again) is removed from the request. Without this, a commit computed before
 // a lost session could be sent with the generation of the next session and be
 // accepted for a partition that now belongs to another member, moving its
-// offset backwards or past records not yet done (SCENARIOS S01, S02).
+// offset backwards or past records not yet done (docs/scenarios.md S01, S02).
 func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]commitPos) {
 	offsets := make(map[string]map[int32]kgo.EpochOffset)
 	byTP := make(map[tp]*partState, len(batch))

@@ -22,7 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Crash scenarios (SCENARIOS.md S04, S06) need a real process to kill. The
+// Crash scenarios (docs/scenarios.md S04, S06) need a real process to kill. The
 // test binary re-executes itself with OC_CHILD set (see TestMain); the child
 // runs a processor against the parent's embedded broker and appends its
 // history to a file, one write per event, so that the history survives a

@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
 // deadCall is one OnDeadLetter call and what the cluster showed during it.

@@ -36,7 +36,7 @@ const nullLane laneKey = 0
 // its head has to wait for a retry-topic due time) until a head succeeds. The
 // records of a failing lane are "parked": they are not counted against the
 // MaxInFlight room that pauses fetching for everyone, so one poison key cannot
-// stall the other keys and partitions (SCENARIOS S10). Parked records have a
+// stall the other keys and partitions (docs/scenarios.md S10). Parked records have a
 // room of their own of the same size; when it is full, only the partitions
 // holding parked records are paused.
 type lane struct {
@@ -449,7 +449,7 @@ func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 	if ps.tracker.doneEarlier(r.Offset) {
 		// Completed by the partition's previous owner above its commit
 		// point (the commit's completed-offsets map): done, not handled
-		// again (SCENARIOS S17).
+		// again (docs/scenarios.md S17).
 		ps.tracker.complete(&it.entry)
 		ps.m.skippedEarlier()
 		return

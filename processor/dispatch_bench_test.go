@@ -16,7 +16,7 @@ import (
 // to enqueue, as the poll loop would (waiting for room the same way), and a
 // no-op handler runs in each mode. Reports the process's CPU time per record
 // (cpu-ns/op, the harness's own record building included) and allocations;
-// ns/op is wall time on a shared machine. See BENCHMARKS.md.
+// ns/op is wall time on a shared machine. See docs/benchmarks.md.
 func BenchmarkDispatch(b *testing.B) {
 	for _, c := range []struct {
 		name string

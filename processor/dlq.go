@@ -65,7 +65,7 @@ func HeaderPrefix(prefix string) Opt { return opt(func(c *cfg) { c.headerPrefix 
 // value (a null value stays null) and headers, plus the runtime's headers.
 // The partition is chosen by the producer's partitioner from the key, never
 // copied from the source partition, so a DLQ with fewer partitions than its
-// source works (SCENARIOS S11).
+// source works (docs/scenarios.md S11).
 func (p *Processor) forward(ctx context.Context, it *item) error {
 	rec := &kgo.Record{
 		Topic:   it.fail.target,

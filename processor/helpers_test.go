@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/internal/promtest"
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/promtest"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
 // testCluster starts an embedded kfake broker with the given topics

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/internal/promtest"
+	"github.com/ordercast/ordercast/internal/testkit/promtest"
 )
 
 // TestCounterSeriesExistAtZero: a member's error counters exist at 0 as soon

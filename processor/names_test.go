@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/internal/promtest"
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/promtest"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
 // DeadLetterTopic, RetryTopicPrefix, HeaderPrefix and MetricsNamespace

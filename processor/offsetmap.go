@@ -11,7 +11,7 @@ import (
 
 // The completed-offsets map: records completed above the commit point travel
 // with the commit, in the OffsetCommit's metadata string, so the next owner of
-// the partition skips them instead of handling them again (SCENARIOS S17: in
+// the partition skips them instead of handling them again (docs/scenarios.md S17: in
 // OrderKey a slow key holds the commit point back while later records of
 // other keys complete; without the map a handover redoes those and a key's
 // state goes backwards).

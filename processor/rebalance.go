@@ -48,7 +48,7 @@ func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, assigned map[s
 // fetchOffsetMaps reads the committed offsets of newly assigned partitions
 // and decodes the completed-offsets maps in their metadata (offsetmap.go),
 // so that records an earlier owner completed above its commit point are
-// skipped (SCENARIOS S17). It runs before the partitions' state exists, and
+// skipped (docs/scenarios.md S17). It runs before the partitions' state exists, and
 // with BlockRebalanceOnPoll before any of their records can be polled; the
 // earlier owner's final commit was made before its revoke returned, so this
 // reads the commit franz-go starts fetching from. A partition whose metadata
@@ -93,7 +93,7 @@ func (p *Processor) fetchOffsetMaps(cl *kgo.Client, assigned map[string][]int32)
 // onRevoked stops dispatching the revoked partitions, drops their buffered
 // records, lets in-flight ones finish up to DrainTimeout, commits what
 // completed, and only then returns, letting the rebalance hand the partitions
-// to another member (SCENARIOS S01, S03, S14).
+// to another member (docs/scenarios.md S01, S03, S14).
 func (p *Processor) onRevoked(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	p.release(cl, revoked, true, "revoked")
 }

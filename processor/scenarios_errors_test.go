@@ -22,11 +22,11 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
-	"github.com/ordercast/ordercast/order"
-	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/ordersystem/order"
+	"github.com/ordercast/ordercast/ordersystem/schema"
 )
 
-// Scenario tests for failing records: SCENARIOS.md S05, S07, S08, S09, S10,
+// Scenario tests for failing records: docs/scenarios.md S05, S07, S08, S09, S10,
 // S11 and the retry-topic path.
 
 // S05: 1 partition, records 1..5, record 3 fails permanently while 4 and 5

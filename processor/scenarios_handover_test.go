@@ -16,10 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ordercast/ordercast/internal/faultproxy"
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
-// Scenario tests for handovers and late commits: SCENARIOS.md S15, S17.
+// Scenario tests for handovers and late commits: docs/scenarios.md S15, S17.
 
 // keyVersions is the history of a key-ordered run: per key, the highest
 // version completed on any member, and what went wrong.

@@ -15,10 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
-// Scenario tests for network faults: SCENARIOS.md S19. Every client of the
+// Scenario tests for network faults: docs/scenarios.md S19. Every client of the
 // processor (consumer and retry/DLQ producer) is routed through the fault
 // proxy (internal/faultproxy), on the embedded broker and on a real cluster
 // alike; the test's own producer and admin clients are not.

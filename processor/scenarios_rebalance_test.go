@@ -17,10 +17,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ordercast/ordercast/internal/promtest"
+	"github.com/ordercast/ordercast/internal/testkit/promtest"
 )
 
-// Scenario tests for rebalances: SCENARIOS.md S01, S02, S03, S14.
+// Scenario tests for rebalances: docs/scenarios.md S01, S02, S03, S14.
 
 // observeCommits records every OffsetCommit request the broker receives
 // (kind "broker-commit", with the member id and generation it carries).

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
 // s18Modes runs a start-position scenario with New (under the classic group
@@ -90,7 +90,7 @@ func finish(t *testing.T, addrs []string, seen *history, parts int32, tag string
 	})
 }
 
-// TestS18StartLatest is SCENARIOS S18: a new group told to start at the
+// TestS18StartLatest is docs/scenarios.md S18: a new group told to start at the
 // latest offset, on 4 partitions. Records written before its first start
 // are not consumed; records written during its run to partitions 0 and 1
 // are; it stops; records are written to partitions 2 and 3, which had no

@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ordercast/ordercast/internal/promtest"
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/promtest"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
 // levelLog is a slog.Handler that keeps the messages logged at WARN or above

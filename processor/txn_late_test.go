@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
 // heldRequest is a request the network holds past the client's timeout and

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # dataset3.sh: the whole data set (data/online-retail/online_retail.csv.gz) through `ordercast up --replay
 # --exit-when-done` on a 3-node Kafka 4.4 (RF 3, min.insync.replicas 2, acks=all) and PostgreSQL with its default
-# durability, each fresh; as BENCHMARKS.md reports it.
+# durability, each fresh; as docs/benchmarks.md reports it.
 #
 # usage: scripts/dataset3.sh NAME BIN [extra 'ordercast up' flags...]
 #   results in $DATASET_OUT/NAME (default ./loadruns/NAME): report.json, up.log, time.txt (GNU time -v), summary.json

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # loadrun.sh: one measured load run of the order system on Kafka 4.4 (1 node) and PostgreSQL with their default
-# durability (fsync, synchronous_commit on; acks=all), as BENCHMARKS.md reports them.
+# durability (fsync, synchronous_commit on; acks=all), as docs/benchmarks.md reports them.
 #
 # usage: scripts/loadrun.sh NAME BIN RATE [extra 'ordercast up' flags...]
 #   NAME  the run's name: its results go to $LOADRUN_OUT/NAME (default ./loadruns/NAME)

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 	"github.com/ordercast/ordercast/sqldb"
 	"github.com/ordercast/ordercast/sqldb/drivers"
-	"github.com/ordercast/ordercast/store/storetest"
 )
 
 // TestInTxRetriesWhenBackendTerminated (found by ordercast chaos on

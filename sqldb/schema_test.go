@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordercast/ordercast/store"
-	"github.com/ordercast/ordercast/store/storetest"
+	"github.com/ordercast/ordercast/ordersystem/store"
+	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 )
 
 // ExecSchema runs its statements in order and then the check, all in one

@@ -45,7 +45,7 @@ type stmtCache struct {
 // on the data, such as INSERT ... VALUES: a statement kept prepared on
 // PostgreSQL may keep a generic plan made while its tables were small (a
 // SELECT by = ANY of keys was seen to keep a sequential scan: 15.8 ms a call;
-// BENCHMARKS.md, "PostgreSQL's CPU per order at 1,000/s").
+// docs/benchmarks.md, "PostgreSQL's CPU per order at 1,000/s").
 func (db *DB) TxStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
 	query = db.Rebind(query)
 	c := &db.stmts

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 	"github.com/ordercast/ordercast/sqldb"
 	"github.com/ordercast/ordercast/sqldb/drivers"
 )

@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ordercast/ordercast/ops"
-	"github.com/ordercast/ordercast/system"
+	"github.com/ordercast/ordercast/ordersystem/ops"
+	"github.com/ordercast/ordercast/ordersystem/system"
 )
 
 // aclRow is one ACL of `ordercast acls`: ALLOW Operation on the resource to

@@ -14,9 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
-	"github.com/ordercast/ordercast/ops"
-	"github.com/ordercast/ordercast/system"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
+	"github.com/ordercast/ordercast/ordersystem/ops"
+	"github.com/ordercast/ordercast/ordersystem/system"
 )
 
 // aclKey is one ACL as `ordercast acls -o json` prints it and as the

@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/ordercast/ordercast/service/checkout/authn"
-	"github.com/ordercast/ordercast/system"
+	"github.com/ordercast/ordercast/ordersystem/service/checkout/authn"
+	"github.com/ordercast/ordercast/ordersystem/system"
 )
 
 // Modes of --auth.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordercast/ordercast/order"
-	"github.com/ordercast/ordercast/service/checkout/authn"
+	"github.com/ordercast/ordercast/ordersystem/order"
+	"github.com/ordercast/ordercast/ordersystem/service/checkout/authn"
 )
 
 // Every auth flag error names the flag and what it expects, before anything

@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ordercast/ordercast/chaos"
-	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/ordersystem/chaos"
+	"github.com/ordercast/ordercast/ordersystem/order"
 )
 
 func newChaos() *cobra.Command {

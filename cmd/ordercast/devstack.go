@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ordercast/ordercast/devstack"
+	"github.com/ordercast/ordercast/ordersystem/devstack"
 )
 
 // devstackInfo is the line `ordercast devstack` prints on stdout once the

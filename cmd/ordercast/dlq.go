@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/sr"
 
-	"github.com/ordercast/ordercast/ops"
-	"github.com/ordercast/ordercast/order"
-	"github.com/ordercast/ordercast/schema"
+	"github.com/ordercast/ordercast/ordersystem/ops"
+	"github.com/ordercast/ordercast/ordersystem/order"
+	"github.com/ordercast/ordercast/ordersystem/schema"
 )
 
 type dlqFlags struct {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
 const oneDay = "../../data/online-retail/online_retail_2010-12-01.csv"

@@ -10,8 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
-	"github.com/ordercast/ordercast/system"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
+	"github.com/ordercast/ordercast/ordersystem/system"
 )
 
 // TestRunExitsWhenServiceFails: when a service stops with an error, run

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ordercast/ordercast/ops"
+	"github.com/ordercast/ordercast/ordersystem/ops"
 )
 
 func newGroups() *cobra.Command {

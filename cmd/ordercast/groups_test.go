@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
 // A named group that does not exist is reported once: as the command's

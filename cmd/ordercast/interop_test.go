@@ -16,12 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordercast/ordercast/order"
-	"github.com/ordercast/ordercast/service/checkout"
+	"github.com/ordercast/ordercast/ordersystem/order"
+	"github.com/ordercast/ordercast/ordersystem/service/checkout"
 )
 
-// nodeDir is the Node.js interop service (interop/node).
-const nodeDir = "../../interop/node"
+// nodeDir is the Node.js interop service (cmd/ordercast/testdata/kafkajs).
+const nodeDir = "testdata/kafkajs"
 
 // running is an `ordercast up` process without --replay.
 type running struct {
@@ -111,12 +111,12 @@ func nodeTool(t *testing.T) string {
 		t.Skip("node not found: the Node.js interop test needs Node.js 18+ (.ci/run installs the rest with npm ci)")
 	}
 	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "kafkajs")); err != nil {
-		t.Skipf("interop/node/node_modules missing: run (cd interop/node && npm ci)")
+		t.Skipf("cmd/ordercast/testdata/kafkajs/node_modules missing: run (cd cmd/ordercast/testdata/kafkajs && npm ci)")
 	}
 	return node
 }
 
-// runNode runs a script of interop/node with env added and returns its
+// runNode runs a script of cmd/ordercast/testdata/kafkajs with env added and returns its
 // stdout lines, each a JSON object.
 func runNode(t *testing.T, node, script string, env ...string) []map[string]any {
 	t.Helper()
@@ -150,7 +150,7 @@ func runNode(t *testing.T, node, script string, env ...string) []map[string]any 
 // TestInterop runs Ordercast next to other clients on one broker (the
 // embedded one, or the real cluster of ORDERCAST_TEST_BROKERS):
 //
-//   - node-producer: a Node.js service (interop/node, KafkaJS) publishes
+//   - node-producer: a Node.js service (cmd/ordercast/testdata/kafkajs, KafkaJS) publishes
 //     orderCreated as plain JSON; Ordercast's orders, payments and
 //     notifications services store, charge and notify those orders, and
 //     fulfillment requests their shipments.

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 )
 
 // EnvKafkaScript names scripts/kafka.sh, managing the cluster of

@@ -24,10 +24,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 
-	"github.com/ordercast/ordercast/audit"
-	"github.com/ordercast/ordercast/load"
-	"github.com/ordercast/ordercast/schema"
-	"github.com/ordercast/ordercast/store"
+	"github.com/ordercast/ordercast/ordersystem/audit"
+	"github.com/ordercast/ordercast/ordersystem/load"
+	"github.com/ordercast/ordercast/ordersystem/schema"
+	"github.com/ordercast/ordercast/ordersystem/store"
 )
 
 type loadFlags struct {

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordercast/ordercast/devstack"
-	"github.com/ordercast/ordercast/ops"
-	"github.com/ordercast/ordercast/service/checkout/authn"
-	"github.com/ordercast/ordercast/system"
+	"github.com/ordercast/ordercast/ordersystem/devstack"
+	"github.com/ordercast/ordercast/ordersystem/ops"
+	"github.com/ordercast/ordercast/ordersystem/service/checkout/authn"
+	"github.com/ordercast/ordercast/ordersystem/system"
 )
 
 func TestLoadFlags(t *testing.T) {

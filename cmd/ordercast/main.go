@@ -19,7 +19,7 @@ import (
 )
 
 // EnvCPUProfile names a file to write a CPU profile (pprof) of the whole
-// process to, from start to exit: how the load benchmarks in BENCHMARKS.md
+// process to, from start to exit: how the load benchmarks in docs/benchmarks.md
 // find the bottleneck of `ordercast up` or `run` (stop it with SIGTERM so it
 // exits through main and the profile is written).
 const EnvCPUProfile = "ORDERCAST_CPUPROFILE"

@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
-	"github.com/ordercast/ordercast/ops"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
+	"github.com/ordercast/ordercast/ordersystem/ops"
 	"github.com/ordercast/ordercast/processor"
 )
 

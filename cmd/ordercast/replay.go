@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ordercast/ordercast/replay"
+	"github.com/ordercast/ordercast/ordersystem/replay"
 )
 
 func newReplay() *cobra.Command {

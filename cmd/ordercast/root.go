@@ -16,12 +16,12 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/sr"
 
-	"github.com/ordercast/ordercast/ops"
-	"github.com/ordercast/ordercast/order"
+	"github.com/ordercast/ordercast/ordersystem/ops"
+	"github.com/ordercast/ordercast/ordersystem/order"
+	"github.com/ordercast/ordercast/ordersystem/schema"
+	"github.com/ordercast/ordercast/ordersystem/service/checkout"
+	"github.com/ordercast/ordercast/ordersystem/system"
 	"github.com/ordercast/ordercast/processor"
-	"github.com/ordercast/ordercast/schema"
-	"github.com/ordercast/ordercast/service/checkout"
-	"github.com/ordercast/ordercast/system"
 )
 
 func newRoot() *cobra.Command {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ordercast/ordercast/system"
+	"github.com/ordercast/ordercast/ordersystem/system"
 )
 
 func newRun() *cobra.Command {

@@ -19,9 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
-	"github.com/ordercast/ordercast/order"
-	"github.com/ordercast/ordercast/system"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
+	"github.com/ordercast/ordercast/ordersystem/order"
+	"github.com/ordercast/ordercast/ordersystem/system"
 )
 
 // The secured cluster of `make test-kafka-secure` (scripts/kafka.sh start

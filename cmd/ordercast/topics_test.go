@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
-	"github.com/ordercast/ordercast/ops"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
+	"github.com/ordercast/ordercast/ordersystem/ops"
 )
 
 // topics create on an existing topic with other values exits 0, and both

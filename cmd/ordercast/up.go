@@ -18,11 +18,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/ordercast/ordercast/audit"
-	"github.com/ordercast/ordercast/devstack"
-	"github.com/ordercast/ordercast/replay"
-	"github.com/ordercast/ordercast/service/checkout/authn"
-	"github.com/ordercast/ordercast/system"
+	"github.com/ordercast/ordercast/ordersystem/audit"
+	"github.com/ordercast/ordercast/ordersystem/devstack"
+	"github.com/ordercast/ordercast/ordersystem/replay"
+	"github.com/ordercast/ordercast/ordersystem/service/checkout/authn"
+	"github.com/ordercast/ordercast/ordersystem/system"
 )
 
 type upFlags struct {
@@ -624,7 +624,7 @@ func signalNote(ctx context.Context) string {
 // so that one SQLite transaction claims (and one marks published) up to 64
 // orders while the single writer is busy with the consumers' batches; with
 // 16 in flight the embedded stack's replay waited for the writer four times
-// as often per order (BENCHMARKS.md, "Embedded stack: the writer's path").
+// as often per order (docs/benchmarks.md, "Embedded stack: the writer's path").
 const upReplayConcurrency = 64
 
 // nonNil returns m, or an empty map for nil (so the report says {}, not

@@ -8,9 +8,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/internal/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/testkafka"
+	"github.com/ordercast/ordercast/internal/testkit/txnchecktest"
 	"github.com/ordercast/ordercast/internal/txncheck"
-	"github.com/ordercast/ordercast/internal/txncheck/txnchecktest"
 )
 
 func ctxT(t *testing.T) context.Context {
