@@ -167,6 +167,7 @@ func checkAuthz(t *testing.T, err error, kind, name, op string) {
 // failing without authz.go's hooks (Run kept running: fetch errors logged,
 // DLQ writes retried, handler errors sent to the DLQ).
 func TestRightLostWhileRunning(t *testing.T) {
+	parallel(t)
 	cases := []struct {
 		name     string
 		revoke   func(addrs []string) *kadm.ACLBuilder
@@ -264,6 +265,7 @@ func TestRightLostWhileRunning(t *testing.T) {
 // offset). Checked failing without authz.go's hooks (sessions restarted or
 // transactions aborted and retried for ever).
 func TestTxnRightLostWhileRunning(t *testing.T) {
+	parallel(t)
 	cases := []struct {
 		name     string
 		revoke   *kadm.ACLBuilder

@@ -217,6 +217,7 @@ func contiguousEnds(ev []event, logOffs map[tp][]int64) map[tp]int64 {
 // was committed); after a restart every record was handled; records handled
 // twice are only those the crash left uncommitted.
 func TestS04_CrashMidBatch(t *testing.T) {
+	parallel(t)
 	if testing.Short() {
 		t.Skip("starts child processes")
 	}
@@ -311,6 +312,7 @@ func TestS04_CrashMidBatch(t *testing.T) {
 // was handled exactly once (a graceful shutdown hands nothing on
 // uncommitted) and the lag is 0.
 func TestS06_GracefulShutdownRounds(t *testing.T) {
+	parallel(t)
 	if testing.Short() {
 		t.Skip("starts child processes")
 	}

@@ -21,6 +21,7 @@ import (
 // (the drains finish in time) nothing handled twice. It runs on the
 // embedded broker and on a real cluster alike.
 func TestGroupProtocols(t *testing.T) {
+	parallel(t)
 	for _, proto := range []string{"classic", "consumer"} {
 		t.Run(proto, func(t *testing.T) {
 			addrs := testCluster(t, map[string]int32{"in": 4})

@@ -174,3 +174,9 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	return promtest.Sum(t, reg, name)
 }
+
+// parallel runs t in parallel with the package's other parallel tests on the
+// embedded broker (testkafka.Parallel): the tests that mostly wait (session
+// and request timeouts, held requests) overlap, which keeps `make test`
+// short. A test calling it must not change package state.
+func parallel(t *testing.T) { testkafka.Parallel(t) }

@@ -50,6 +50,7 @@ func isPausedInClient(p *Processor, topic string, part int32) bool {
 // finish and are committed, the other partition goes on; after Resume every
 // record of the paused partition is handled once, in order.
 func TestPauseHoldsPartitionOthersGoOn(t *testing.T) {
+	parallel(t)
 	for _, mode := range []Ordering{OrderPartition, OrderKey} {
 		t.Run(mode.String(), func(t *testing.T) {
 			addrs := testCluster(t, map[string]int32{"in": 2})
@@ -335,6 +336,7 @@ func TestTxnPause(t *testing.T) {
 // keep it paused across assignments) and is transformed by the second; the
 // one the first keeps stays paused.
 func TestTxnPauseForgottenOnRevoke(t *testing.T) {
+	parallel(t)
 	addrs := testCluster(t, map[string]int32{"in": 2, "out": 1})
 	var logA, logB pauseLog
 	start := func(id string, log *pauseLog) *TxnProcessor {

@@ -28,6 +28,7 @@ import (
 // It runs in OrderKey and OrderUnordered (where every k0 record blocks on A
 // and B), under the classic group protocol and KIP-848's.
 func TestReviewS17_MapSurvivesSecondHandover(t *testing.T) {
+	parallel(t)
 	for _, ordering := range []Ordering{OrderKey, OrderUnordered} {
 		for _, protocol := range []string{"classic", "consumer"} {
 			t.Run(fmt.Sprintf("%v/%s", ordering, protocol), func(t *testing.T) {

@@ -356,6 +356,7 @@ func TestS09_NullKeyNullValueTombstone(t *testing.T) {
 // along until the parked records fill their own room (MaxInFlight again),
 // then waits with it, because memory is bounded.
 func TestS10_OneBadKeyDoesNotStallOthers(t *testing.T) {
+	parallel(t)
 	addrs := testCluster(t, map[string]int32{"in": 3, "g.dlq": 3})
 	const n, keys = 10000, 5
 	keyPart := map[string]int32{"bad": 0, "g1": 1, "g2": 1, "g3": 2, "g4": 2}

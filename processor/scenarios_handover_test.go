@@ -322,6 +322,7 @@ func committedMeta(t *testing.T, addrs []string, group, topic string, partition 
 // stay behind. (An earlier version slept the request inside the control;
 // kfake then sometimes stalled the test's own offset reads.)
 func TestS15_StaleCommitAppliedLate(t *testing.T) {
+	parallel(t)
 	c, addrs := testClusterC(t, map[string]int32{"in": 2})
 	var (
 		mu      sync.Mutex
@@ -417,6 +418,7 @@ func TestS15_StaleCommitAppliedLate(t *testing.T) {
 // required; TestS15_StaleCommitAppliedLate pins it down on the embedded
 // broker.
 func TestS15_StaleCommitAppliedLateThroughProxy(t *testing.T) {
+	parallel(t)
 	addrs := testCluster(t, map[string]int32{"in": 2})
 	proxy, dial := testkafka.Proxy(t)
 	const perPart = 300

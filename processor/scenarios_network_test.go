@@ -46,6 +46,7 @@ import (
 // request lands below it); Health.Unreachable names the coordinator while
 // it is withheld, and nothing before the faults and after recovery.
 func TestS19_NetworkFails(t *testing.T) {
+	parallel(t)
 	const (
 		partitions = 3
 		session    = 9 * time.Second

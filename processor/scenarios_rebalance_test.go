@@ -97,6 +97,7 @@ func sleepOrCancel(ctx context.Context, d time.Duration) error {
 // generation of A's new session the broker would accept it and move the
 // offset backwards.
 func TestS01_CommitAfterRevoke(t *testing.T) {
+	parallel(t)
 	t.Run("revoke", func(t *testing.T) {
 		c, addrs := testClusterC(t, map[string]int32{"in": 4})
 		const perPart = 40
@@ -569,6 +570,7 @@ func TestS03_KeyOrderedWorkNotLostOnRevoke(t *testing.T) {
 // rebalance timeout; nobody is kicked out of the group (no partition lost, A
 // keeps its member id).
 func TestS14_SlowHandlerVsRebalanceTimeout(t *testing.T) {
+	parallel(t)
 	addrs := testCluster(t, map[string]int32{"in": 3})
 	const perPart = 20
 	produceN(t, addrs, 3, perPart)

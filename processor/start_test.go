@@ -98,6 +98,7 @@ func finish(t *testing.T, addrs []string, seen *history, parts int32, tag string
 // consumed too. Without the start offsets committed at assignment, the
 // restart resolves "latest" again for partitions 2 and 3 and skips them.
 func TestS18StartLatest(t *testing.T) {
+	parallel(t)
 	s18Modes(t, func(t *testing.T, start func(*history, ...Opt) func()) {
 		addrs := testCluster(t, map[string]int32{"in": 4, "out": 1, "g.dlq": 1})
 		opts := []Opt{Brokers(addrs...), Group("g"), Topics("in"), StartOffset(Latest)}
@@ -174,6 +175,7 @@ func TestS18StartAtTime(t *testing.T) {
 // start time the member resolves the new partition to its end when it is
 // assigned it, and skips them.
 func TestS18StartLatestPartitionAdded(t *testing.T) {
+	parallel(t)
 	s18Modes(t, func(t *testing.T, start func(*history, ...Opt) func()) {
 		addrs := testCluster(t, map[string]int32{"in": 2, "out": 1, "g.dlq": 1})
 		opts := []Opt{Brokers(addrs...), Group("g"), Topics("in"), StartOffset(Latest),
@@ -217,6 +219,7 @@ func TestS18StartLatestPartitionAdded(t *testing.T) {
 // partition 2, takes it for a first start, resolves it to its end and
 // skips its records.
 func TestS18StartLatestPartitionAddedWhileDown(t *testing.T) {
+	parallel(t)
 	s18Modes(t, func(t *testing.T, start func(*history, ...Opt) func()) {
 		addrs := testCluster(t, map[string]int32{"in": 2, "out": 1, "g.dlq": 1})
 		opts := []Opt{Brokers(addrs...), Group("g"), Topics("in"), StartOffset(Latest)}

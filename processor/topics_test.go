@@ -127,6 +127,7 @@ func waitErr(t *testing.T, done <-chan error, within time.Duration) error {
 // missing one is an error from Run naming it and how to create it (the
 // source's partition count), in both modes, and nothing is consumed.
 func TestMissingRuntimeTopicIsAnError(t *testing.T) {
+	parallel(t)
 	addrs := testkafka.Cluster(t, map[string]int32{"in": 3})
 	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("x")})
 	var handled sync.WaitGroup
@@ -172,6 +173,7 @@ func TestMissingRuntimeTopicIsAnError(t *testing.T) {
 // With CreateTopics(true) the missing topics are created with the source's
 // partition count, and the DLQ works at once.
 func TestCreateTopicsCreatesMissing(t *testing.T) {
+	parallel(t)
 	addrs := testkafka.Cluster(t, map[string]int32{"in": 3})
 	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Key: []byte("k"), Value: []byte("bad")})
 	h := func(context.Context, *kgo.Record) error { return Permanentf("no") }
@@ -305,6 +307,7 @@ func TestTxnUnwritableDLQStopsTheStage(t *testing.T) {
 // retries of a deleted topic (kgo.UnknownTopicRetries(-1): for ever; by
 // default about 20s) when the context is cancelled.
 func TestTxnShutdownWithStuckDLQ(t *testing.T) {
+	parallel(t)
 	addrs := testCluster(t, map[string]int32{"in": 1})
 	handled := make(chan struct{}, 1)
 	h := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
@@ -344,6 +347,7 @@ func TestTxnShutdownWithStuckDLQ(t *testing.T) {
 // The same bound in the plain mode: a DLQ write stuck in franz-go's retries
 // is cancelled after DrainTimeout, the record stays uncommitted.
 func TestShutdownWithStuckDLQ(t *testing.T) {
+	parallel(t)
 	addrs := testCluster(t, map[string]int32{"in": 1})
 	handled := make(chan struct{}, 1)
 	h := func(context.Context, *kgo.Record) error {
@@ -408,6 +412,7 @@ func missingTopicMetadata(req *kmsg.MetadataRequest) *kmsg.MetadataResponse {
 // and crash-looped while the broker was away). Each case fails with the old
 // single-answer check.
 func TestTopicCheckWaitsOutTransientFailures(t *testing.T) {
+	parallel(t)
 	for _, tc := range []struct {
 		name string
 		// answer is the fault for the n-th Metadata request naming the DLQ
@@ -501,6 +506,7 @@ func TestTopicCheckWaitsOutTransientFailures(t *testing.T) {
 // answers over topicCheckSpan, and a definitive error (an authorization
 // failure) is not retried.
 func TestTopicCheckStillFailsOnDefinitiveAnswers(t *testing.T) {
+	parallel(t)
 	c, addrs := testkafka.Fake(t, map[string]int32{"in": 2})
 	var mu sync.Mutex
 	asked := 0

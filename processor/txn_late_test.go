@@ -95,6 +95,7 @@ func (h *heldRequest) delivered() (bool, error) {
 // Below it (tv1), the epoch is not bumped per transaction; see the test's
 // assertions for what kfake does then.
 func TestTxnLateTxnOffsetCommit(t *testing.T) {
+	parallel(t)
 	for _, tc := range []struct {
 		name  string
 		tv1   bool

@@ -303,6 +303,7 @@ func checkExactlyOnce(t *testing.T, addrs []string, topic string, n int) {
 // the two "not committed" cases re-transform the committed transaction's
 // ~50 inputs (it rewound to the offsets franz-go had cached).
 func TestTxnUnknownOutcome(t *testing.T) {
+	parallel(t)
 	for _, tc := range []struct {
 		name     string
 		retryErr *kerr.Error
@@ -315,6 +316,7 @@ func TestTxnUnknownOutcome(t *testing.T) {
 		{"tv1-retry-unknown-server-error", kerr.UnknownServerError, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			parallel(t)
 			var opts []kgo.Opt
 			if tc.tv1 {
 				opts = append(opts, tv1())
@@ -332,6 +334,7 @@ func TestTxnUnknownOutcome(t *testing.T) {
 // sends AddPartitionsToTxn and AddOffsetsToTxn and the epoch is not bumped per
 // transaction.
 func TestTxnLostResponses(t *testing.T) {
+	parallel(t)
 	for _, tc := range []struct {
 		name     string
 		key      kmsg.Key
@@ -351,6 +354,7 @@ func TestTxnLostResponses(t *testing.T) {
 		{"tv1-end-txn-abort", kmsg.EndTxn, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			parallel(t)
 			var opts []kgo.Opt
 			if tc.tv1 {
 				opts = append(opts, tv1())

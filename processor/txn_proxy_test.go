@@ -89,11 +89,11 @@ type proxyRun struct {
 // client through the fault proxy (request timeout overhead 2s, produce
 // timeout 2s, transaction timeout 10s). arm is called with the proxy before
 // Run (a fault matching a later request, e.g. nthOf) or from the handler
-// (see TestTxnProxyLostResponses' abort case); it returns the fault, which
-// must match and complete. It then checks that the group's committed
+// (see TestTxnProxyLostResponses' abort case, which stores it in late); it
+// returns the fault, which must match and complete. It then checks that the group's committed
 // offsets end at the end of the input and that a read_committed reader sees
 // every input's output exactly once, and logs the path the member took.
-func runThroughProxy(t *testing.T, arm func(p *faultproxy.Proxy) *faultproxy.Fault, h TxnHandler, clientOpts ...kgo.Opt) proxyRun {
+func runThroughProxy(t *testing.T, arm func(p *faultproxy.Proxy) *faultproxy.Fault, late *atomic.Pointer[faultproxy.Fault], h TxnHandler, clientOpts ...kgo.Opt) proxyRun {
 	t.Helper()
 	addrs := testkafka.Cluster(t, map[string]int32{"in": 4, "out": 4, "g.dlq": 1})
 	const n = 1000
@@ -122,8 +122,8 @@ func runThroughProxy(t *testing.T, arm func(p *faultproxy.Proxy) *faultproxy.Fau
 	stop := testkafka.Run(t, tp)
 	waitFor(t, 90*time.Second, "committed offsets at the end of in", func() bool { return committedEquals(t, addrs, "g", ends) })
 	took := time.Since(start)
-	if f == nil {
-		f = armed.Load()
+	if f == nil && late != nil {
+		f = late.Load()
 	}
 	if f == nil {
 		t.Fatal("no fault was armed")
@@ -157,12 +157,6 @@ func runThroughProxy(t *testing.T, arm func(p *faultproxy.Proxy) *faultproxy.Fau
 	return proxyRun{tp, proxy, f, logs}
 }
 
-// endHeld is the EndTxn hold of TestTxnProxyLostResponses' in-txn cases.
-var endHeld atomic.Pointer[faultproxy.Fault]
-
-// armed passes a fault armed from inside a handler to runThroughProxy.
-var armed atomic.Pointer[faultproxy.Fault]
-
 // TestS16_UnknownOutcomeThroughProxy is S16 on either broker (Apache Kafka
 // when ORDERCAST_TEST_BROKERS is set), with the network losing the response:
 // the proxy forwards the member's third EndTxn(commit), the broker commits,
@@ -180,9 +174,10 @@ var armed atomic.Pointer[faultproxy.Fault]
 // committed" (settle) is only reachable with a broker control:
 // TestTxnUnknownOutcome.
 func TestS16_UnknownOutcomeThroughProxy(t *testing.T) {
+	parallel(t)
 	r := runThroughProxy(t, func(p *faultproxy.Proxy) *faultproxy.Fault {
 		return p.DropResponse(nthOf(kmsg.EndTxn, 3))
-	}, nil)
+	}, nil, nil)
 	if got := r.proxy.Seen(int16(kmsg.EndTxn)); got < 2 {
 		t.Fatalf("EndTxn seen %d times", got)
 	}
@@ -197,6 +192,7 @@ func TestS16_UnknownOutcomeThroughProxy(t *testing.T) {
 // with the proxy's counters), on kfake and on Kafka 4.4 alike. Each case
 // checks exactly-once output and the final offsets.
 func TestTxnProxyLostResponses(t *testing.T) {
+	parallel(t)
 	for _, tc := range []struct {
 		name  string
 		key   kmsg.Key
@@ -221,8 +217,10 @@ func TestTxnProxyLostResponses(t *testing.T) {
 		{name: "tv1-txn-offset-commit-held-in-txn", key: kmsg.TxnOffsetCommit, nth: 5, hold: 6 * time.Second, inTxn: true, tv1: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			armed.Store(nil)
-			endHeld.Store(nil)
+			parallel(t)
+			// armed: a fault armed from inside the handler (the abort
+			// case); endHeld: the EndTxn hold of the in-txn cases.
+			var armed, endHeld atomic.Pointer[faultproxy.Fault]
 			var opts []kgo.Opt
 			if tc.tv1 {
 				opts = append(opts, tv1())
@@ -282,7 +280,7 @@ func TestTxnProxyLostResponses(t *testing.T) {
 			} else {
 				arm = func(p *faultproxy.Proxy) *faultproxy.Fault { return p.DropResponse(nthOf(tc.key, tc.nth)) }
 			}
-			r := runThroughProxy(t, arm, h, opts...)
+			r := runThroughProxy(t, arm, &armed, h, opts...)
 			if tc.hold > 0 && !r.fault.ClientLeft() {
 				t.Fatal("the client did not give up on the held request: it was not delivered late")
 			}

@@ -21,6 +21,7 @@ import (
 // transactions, and a second member joining mid-stream (a rebalance that
 // aborts open transactions, S12) does not duplicate or lose output.
 func TestTxnExactlyOnceOutput(t *testing.T) {
+	parallel(t)
 	addrs := testCluster(t, map[string]int32{"in": 4, "out": 4, "g.dlq": 1})
 	const n = 400
 	var recs []*kgo.Record
@@ -114,6 +115,7 @@ func readCommitted(t *testing.T, addrs []string, topic string, n int, within tim
 // nothing would be aborted and the Aborted count would stay 0. Health lists
 // the partitions the member holds while it runs.
 func TestTxnTransactionTimeout(t *testing.T) {
+	parallel(t)
 	addrs := testCluster(t, map[string]int32{"in": 2, "out": 1, "g.dlq": 1})
 	const n = 40
 	var recs []*kgo.Record
@@ -208,6 +210,7 @@ func TestTxnPollDeadlineIsNotAFetchError(t *testing.T) {
 // committed them (Flush had nothing buffered to wait for), and the inputs
 // had no output at all.
 func TestTxnOutputFailedBeforeBuffering(t *testing.T) {
+	parallel(t)
 	addrs := testCluster(t, map[string]int32{"in": 1, "out": 1, "g.dlq": 1})
 	const n = 20
 	var recs []*kgo.Record

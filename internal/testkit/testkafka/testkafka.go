@@ -280,3 +280,15 @@ func deleteGroups(ctx context.Context, t testing.TB, adm *kadm.Client) error {
 		}
 	}
 }
+
+// Parallel marks t as a test that may run in parallel with the other tests
+// of its package that call Parallel (t.Parallel), on the embedded broker
+// only: each such test has a kfake cluster of its own, while on a real
+// cluster (Real) tests share the brokers and must run one at a time (see the
+// package doc), so there Parallel does nothing. Call it first in the test,
+// before Cluster; tests that change package state must not call it.
+func Parallel(t *testing.T) {
+	if !Real() {
+		t.Parallel()
+	}
+}
