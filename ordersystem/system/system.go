@@ -547,7 +547,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 	}
 	if cfg.runs(ServiceFulfillment) {
-		f := &fulfillment.Service{Serde: s.Serde, Logger: log}
+		f := &fulfillment.Service{Serde: s.Serde, Logger: log, Payments: fulfillment.DBRecords(s.DB)}
 		for i := range cfg.instances(ServiceFulfillment) {
 			txnID := fmt.Sprintf("ordercast-fulfillment-%s-%d%s", cfg.MemberID, i+1, cfg.TransactionalIDSuffix)
 			if err := fenceTransactionalID(ctx, kopts, txnID, cfg.TransactionTimeout); errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
