@@ -91,13 +91,19 @@ func checkAddrs(cfg Config) error {
 }
 
 // PrepareDataDir makes dir (mode 0700, readable by its owner only) if it
-// does not exist. A directory that exists keeps its mode, and is checked as
-// the development key's directory is (authn.LoadDevKey): writable by group
-// or others is refused (anyone who may write there may replace the
-// database, and with it the payment records fulfillment ships by, or the
-// key); readable by them is logged as a warning (they may read the orders,
-// the wallets and the broker's log). It is what Start does first; `up` runs
-// it also for a --data-dir that holds only SQLite.
+// does not exist, and checks one that exists as the development key's
+// directory is checked (authn.LoadDevKey):
+//   - writable by group or others (0775, 0777, 1777 such as /tmp): refused,
+//     since anyone who may write there may replace the database (and with it
+//     the payment records fulfillment ships by) or the key, and what they
+//     wrote cannot be told apart;
+//   - readable or searchable by group or others only (0755, the mode earlier
+//     versions made it with): its mode is set to 0700 and a warning logged,
+//     since they could read the orders, the wallets and the broker's log in
+//     it; if that chmod fails (another owner), refused.
+//
+// It is what Start does first; `up` runs it also for a --data-dir that holds
+// only SQLite or only the development key.
 func PrepareDataDir(dir string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -119,8 +125,12 @@ func PrepareDataDir(dir string, log *slog.Logger) error {
 	if perm&0o022 != 0 {
 		return fmt.Errorf("devstack: data directory %s has mode %v: it must be writable by its owner only, or others may replace the database (and the payment records fulfillment ships by) or the development key (chmod 700 %s)", dir, perm, dir)
 	}
-	if perm&0o044 != 0 {
-		log.Warn("the data directory is readable by group or others: they may read the orders, wallets and the broker's log in it (chmod 700 it)", "data_dir", dir, "mode", perm.String())
+	if perm&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("devstack: data directory %s has mode %v: group or others may read the orders, wallets and broker log in it, and its mode cannot be set to 0700 (%w): chmod 700 it, or choose another --data-dir", dir, perm, err)
+		}
+		log.Warn("the data directory was readable by group or others (they could read the orders, wallets and the broker's log in it): its mode is now 0700",
+			"data_dir", dir, "was", perm.String())
 	}
 	return nil
 }

@@ -108,8 +108,9 @@ func TestRegistryRefusesConfigChanges(t *testing.T) {
 }
 
 // TestDataDirPermissions: a new data directory is made readable by its
-// owner only; an existing one keeps its mode, and is refused when group or
-// others may write it, warned about when they may read it.
+// owner only; an existing one is refused (its mode kept) when group or
+// others may write it, and set to 0700 with a warning when they may only
+// read it.
 func TestDataDirPermissions(t *testing.T) {
 	fresh := filepath.Join(t.TempDir(), "fresh")
 	st, err := Start(Config{DataDir: fresh, BrokerAddr: "127.0.0.1:0", RegistryAddr: "127.0.0.1:0"})
@@ -153,8 +154,8 @@ func TestDataDirPermissions(t *testing.T) {
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "readable by group or others") {
 		t.Errorf("group/world-readable data directory: no warning; logs:\n%s", logs.String())
 	}
-	if fi, _ := os.Stat(readable); fi.Mode().Perm() != 0o755 {
-		t.Errorf("an existing directory's mode changed to %v", fi.Mode().Perm())
+	if fi, _ := os.Stat(readable); fi.Mode().Perm() != 0o700 {
+		t.Errorf("a 0755 data directory left at %v; want 0700", fi.Mode().Perm())
 	}
 }
 

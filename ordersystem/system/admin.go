@@ -31,7 +31,7 @@ import (
 // DefaultAdminAddr is the CLI's default --admin-http. Config.AdminAddr left
 // empty is "127.0.0.1:0" (a free loopback port, System.AdminAddr says
 // which), so that processes and tests never collide on it.
-const DefaultAdminAddr = "127.0.0.1:9091"
+const DefaultAdminAddr = "127.0.0.1:9180"
 
 // DefaultMaxHTTPConns is Config.MaxHTTPConns by default: the connections
 // the public listener serves at once.
