@@ -47,7 +47,7 @@ them; they share the SQLite file (WAL mode, busy_timeout: one writer at a time a
 
 The registry is also saved every --save-every, so a killed devstack loses at most that much.`,
 		Example: `  ordercast devstack --data-dir /tmp/oc --broker-addr 127.0.0.1:19092 --registry-addr 127.0.0.1:18081
-  ordercast run payments --brokers 127.0.0.1:19092 --registry http://127.0.0.1:18081 --db sqlite:/tmp/oc/ordercast.db --http 127.0.0.1:9101`,
+  ordercast run payments --brokers 127.0.0.1:19092 --registry http://127.0.0.1:18081 --db sqlite:/tmp/oc/ordercast.db --http 127.0.0.1:9101 --admin-http 127.0.0.1:9201`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c := common{logLevel: logLevel}
