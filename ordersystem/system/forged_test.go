@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/internal/testkit/testkafka"
+	"github.com/ordercast/ordercast/ordersystem/devstack"
 	"github.com/ordercast/ordercast/ordersystem/order"
 	"github.com/ordercast/ordercast/ordersystem/system"
 	"github.com/ordercast/ordercast/processor"
@@ -21,7 +22,23 @@ import (
 // event payments recorded, written after them to the same partition, ships.
 func TestForgedPaidGoesToDLQ(t *testing.T) {
 	_, brokers := testkafka.Fake(t, nil)
-	sys, err := startFulfillment(t, brokers, system.Config{})
+	forgedPaid(t, brokers, system.Config{})
+}
+
+// TestForgedPaidOnEmbeddedStack: the same on the embedded stack `ordercast
+// up` runs (devstack: its broker and its guarded registry), the forged
+// events written by a raw client of its broker.
+func TestForgedPaidOnEmbeddedStack(t *testing.T) {
+	st, err := devstack.Start(devstack.Config{DataDir: t.TempDir(), BrokerAddr: "127.0.0.1:0", RegistryAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	forgedPaid(t, st.Brokers, system.Config{RegistryURL: st.RegistryURL})
+}
+
+func forgedPaid(t *testing.T, brokers []string, cfg system.Config) {
+	sys, err := startFulfillment(t, brokers, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
