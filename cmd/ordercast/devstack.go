@@ -23,10 +23,14 @@ type devstackInfo struct {
 	DataDir  string   `json:"dataDir"`
 }
 
+// allowRemoteHelp is the help of --allow-remote-embedded (up, devstack).
+const allowRemoteHelp = "let --broker-addr and --registry-addr be non-loopback addresses (refused without it): the embedded broker and registry take any client without credentials, so anyone who reaches them may write any topic and register schemas; a warning is logged. For a network you trust only; otherwise run Kafka with SASL and ACLs"
+
 func newDevstack() *cobra.Command {
 	var (
 		dataDir, brokerAddr, registryAddr, logLevel string
 		saveEvery                                   time.Duration
+		allowRemote                                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "devstack",
@@ -43,7 +47,7 @@ them; they share the SQLite file (WAL mode, busy_timeout: one writer at a time a
 
 The registry is also saved every --save-every, so a killed devstack loses at most that much.`,
 		Example: `  ordercast devstack --data-dir /tmp/oc --broker-addr 127.0.0.1:19092 --registry-addr 127.0.0.1:18081
-  ordercast run payments --brokers 127.0.0.1:19092 --registry http://127.0.0.1:18081 --db sqlite:/tmp/oc/ordercast.db --http 127.0.0.1:9101`,
+  ordercast run payments --brokers 127.0.0.1:19092 --registry http://127.0.0.1:18081 --db sqlite:/tmp/oc/ordercast.db --http 127.0.0.1:9101 --admin-http 127.0.0.1:9201`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c := common{logLevel: logLevel}
@@ -60,12 +64,14 @@ The registry is also saved every --save-every, so a killed devstack loses at mos
 			if saveEvery < 0 {
 				return fmt.Errorf("--save-every %v: want a duration >= 0 (0: only on shutdown)", saveEvery)
 			}
-			if err := os.MkdirAll(dataDir, 0o755); err != nil {
-				return fmt.Errorf("--data-dir %s: %w", dataDir, err)
+			for _, a := range []struct{ flag, addr string }{{"broker-addr", brokerAddr}, {"registry-addr", registryAddr}} {
+				if err := devstack.CheckAddr(a.flag, a.addr, allowRemote); err != nil {
+					return err
+				}
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			st, err := devstack.Start(devstack.Config{DataDir: dataDir, BrokerAddr: brokerAddr, RegistryAddr: registryAddr, Logger: log})
+			st, err := devstack.Start(devstack.Config{DataDir: dataDir, BrokerAddr: brokerAddr, RegistryAddr: registryAddr, AllowRemote: allowRemote, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -101,6 +107,7 @@ The registry is also saved every --save-every, so a killed devstack loses at mos
 	f.StringVar(&dataDir, "data-dir", ".ordercast", "directory of the broker's log, the registry's schemas and the SQLite database")
 	f.StringVar(&brokerAddr, "broker-addr", "127.0.0.1:9092", "listen address of the broker (port 0: a free port, printed)")
 	f.StringVar(&registryAddr, "registry-addr", "127.0.0.1:8081", "listen address of the schema registry (port 0: a free port, printed)")
+	f.BoolVar(&allowRemote, "allow-remote-embedded", false, allowRemoteHelp)
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	f.DurationVar(&saveEvery, "save-every", 2*time.Second, "how often the registry's schemas are saved to the data directory (0: only on shutdown)")
 	return cmd

@@ -56,7 +56,7 @@ func upCommand(bin string, args ...string) *exec.Cmd {
 // freshCluster at the start of the test so it sees no topics or groups of
 // earlier tests.
 func upArgs(dataDir string, extra ...string) []string {
-	args := []string{"up", "--data-dir", dataDir, "--http", "127.0.0.1:0", "--broker-addr", "127.0.0.1:0",
+	args := []string{"up", "--data-dir", dataDir, "--http", "127.0.0.1:0", "--admin-http", "127.0.0.1:0", "--broker-addr", "127.0.0.1:0",
 		"--registry-addr", "127.0.0.1:0", "--seed-data", "../../data/online-retail/online_retail.csv.gz", "--log-level", "warn"}
 	if testkafka.Real() {
 		args = append(args, "--brokers", strings.Join(testkafka.Brokers(), ","), "--replication-factor", strconv.Itoa(int(realRF)))
@@ -183,6 +183,7 @@ func TestUpReplayOneDay(t *testing.T) {
 type upProc struct {
 	cmd      *exec.Cmd
 	base     string   // checkout's host:port
+	admin    string   // the admin listener's host:port (/metrics)
 	brokers  []string // the brokers it uses (embedded or --brokers)
 	registry string   // the schema registry URL
 
@@ -206,7 +207,7 @@ func launchUp(t *testing.T, bin string, args ...string) *upProc {
 	started := make(chan []string, 1)
 	go func() {
 		defer close(p.read)
-		re := regexp.MustCompile(`checkout on http://([0-9.:]+) .*; brokers \[([^\]]*)\], registry (\S+), db`)
+		re := regexp.MustCompile(`checkout on http://([0-9.:]+) .*admin on http://([0-9.:]+) .*; brokers \[([^\]]*)\], registry (\S+), db`)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			p.mu.Lock()
@@ -219,7 +220,7 @@ func launchUp(t *testing.T, bin string, args ...string) *upProc {
 	}()
 	select {
 	case m := <-started:
-		p.base, p.brokers, p.registry = m[1], strings.Fields(m[2]), m[3]
+		p.base, p.admin, p.brokers, p.registry = m[1], m[2], strings.Fields(m[3]), m[4]
 	case <-time.After(90 * time.Second):
 		p.cmd.Process.Kill()
 		t.Fatalf("up did not start in 90s:\n%s", p.log())
@@ -237,7 +238,7 @@ func (p *upProc) log() string {
 func (p *upProc) waitProcessed(t *testing.T, n int) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for processed(t, p.base, "payments") < n {
+	for processed(t, p.admin, "payments") < n {
 		if time.Now().After(deadline) {
 			p.cmd.Process.Kill()
 			t.Fatalf("payments processed fewer than %d records in 60s:\n%s", n, p.log())

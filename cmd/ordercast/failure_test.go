@@ -29,7 +29,7 @@ func TestRunExitsWhenServiceFails(t *testing.T) {
 		return orig(ctx, cfg)
 	}
 	err := exitWithin(t, 60*time.Second, "run", "fulfillment", "--brokers", strings.Join(brokers, ","), "--registry", reg.URL(),
-		"--db", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--http", "127.0.0.1:0", "--partitions", "2", "--member-id", "f1")
+		"--db", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--http", "127.0.0.1:0", "--admin-http", "127.0.0.1:0", "--partitions", "2", "--member-id", "f1")
 	if err == nil || !strings.Contains(err.Error(), "service fulfillment stopped") || !strings.Contains(err.Error(), "client id length") {
 		t.Fatalf("run returned %v; want the fulfillment member's error", err)
 	}
@@ -62,7 +62,7 @@ func TestRunExitsWhenBrokerRefusesMember(t *testing.T) {
 	reg := srfake.New()
 	t.Cleanup(reg.Close)
 	err := exitWithin(t, 60*time.Second, "run", "orders", "--brokers", strings.Join(brokers, ","), "--registry", reg.URL(),
-		"--db", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--http", "127.0.0.1:0", "--partitions", "2", "--session-timeout", "2m")
+		"--db", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--http", "127.0.0.1:0", "--admin-http", "127.0.0.1:0", "--partitions", "2", "--session-timeout", "2m")
 	if err == nil || !strings.Contains(err.Error(), "service orders stopped") || !strings.Contains(err.Error(), "INVALID_SESSION_TIMEOUT") ||
 		!strings.Contains(err.Error(), "--session-timeout, ORDERCAST_SESSION_TIMEOUT) is 2m0s") {
 		t.Fatalf("run returned %v; want the orders member's INVALID_SESSION_TIMEOUT", err)

@@ -110,7 +110,7 @@ func TestDLQFlags(t *testing.T) {
 // from touching the default ports or the working directory.
 func upQuick(t *testing.T, extra ...string) []string {
 	return append([]string{"up", "--data-dir", t.TempDir(), "--broker-addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0",
-		"--http", "127.0.0.1:0", "--seed-data", oneDay}, extra...)
+		"--http", "127.0.0.1:0", "--admin-http", "127.0.0.1:0", "--seed-data", oneDay}, extra...)
 }
 
 func TestCommonFlags(t *testing.T) {

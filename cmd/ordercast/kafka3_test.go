@@ -100,7 +100,7 @@ func TestBrokerKilledUnderLoad(t *testing.T) {
 	var logBuf strings.Builder
 	go func() {
 		defer close(logDone)
-		re := regexp.MustCompile(`checkout on http://([0-9.:]+)`)
+		re := regexp.MustCompile(`admin on http://([0-9.:]+)`)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			logBuf.WriteString(sc.Text() + "\n")

@@ -90,6 +90,7 @@ type common struct {
 	registryPass  string
 	db            string
 	httpAddr      string
+	adminAddr     string
 	logLevel      string
 	partitions    int32
 	rf            int16
@@ -145,7 +146,8 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.registryUser, "registry-user", os.Getenv("SCHEMA_REGISTRY_USER"), "schema registry basic-auth user (env SCHEMA_REGISTRY_USER)")
 	f.StringVar(&c.registryPass, "registry-password", os.Getenv("SCHEMA_REGISTRY_PASSWORD"), "schema registry basic-auth password (env SCHEMA_REGISTRY_PASSWORD)")
 	f.StringVar(&c.db, "db", os.Getenv("ORDERCAST_DB"), "database: sqlite:PATH or postgres://... / postgresql://... (env ORDERCAST_DB)"+map[bool]string{true: "; empty uses SQLite in the data directory", false: ""}[embedded])
-	f.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "listen address (host:port; port 0: a free one) of checkout, /metrics, /healthz and /readyz")
+	f.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "public listen address (host:port; port 0: a free one): checkout's API, /openapi.json, /healthz and /readyz (its verdict only)")
+	f.StringVar(&c.adminAddr, "admin-http", system.DefaultAdminAddr, "admin listen address (host:port; port 0: a free one): /metrics, /readyz with its reasons, /healthz and /debug/pprof; keep it on loopback (another address is logged as a warning): it shows client ids, group members and database errors")
 	f.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	f.Int32Var(&c.partitions, "partitions", 6, "partitions of topics created at start")
 	f.Int16Var(&c.rf, "replication-factor", 1, "replication factor of topics created at start (3 on a real cluster)")
@@ -221,6 +223,10 @@ func (c *common) config() (system.Config, error) {
 		return cfg, err
 	}
 	cfg.HTTPAddr = c.httpAddr
+	if err := checkListenAddr("admin-http", c.adminAddr); err != nil {
+		return cfg, err
+	}
+	cfg.AdminAddr = c.adminAddr
 	if err := c.auth.check(c.httpAddr); err != nil {
 		return cfg, err
 	}

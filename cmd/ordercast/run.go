@@ -26,7 +26,7 @@ Needs --db (or ORDERCAST_DB). --brokers (or KAFKA_BROKERS) and --registry (or
 SCHEMA_REGISTRY_URL) default, as for the operator commands (topics, groups, dlq, load), to the
 embedded broker and registry of 'ordercast up' (` + defaultBrokers + `, ` + defaultRegistry + `);
 set them to an empty string to be told what is missing.`,
-		Example: `  ordercast run payments --brokers 127.0.0.1:19092 --registry http://127.0.0.1:8081 --db postgres://ordercast@127.0.0.1/ordercast --http 127.0.0.1:9101
+		Example: `  ordercast run payments --brokers 127.0.0.1:19092 --registry http://127.0.0.1:8081 --db postgres://ordercast@127.0.0.1/ordercast --http 127.0.0.1:9101 --admin-http 127.0.0.1:9201
   KAFKA_BROKERS=k1:9092,k2:9092 ordercast run checkout --http 0.0.0.0:8080 ...`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -90,7 +90,7 @@ set them to an empty string to be told what is missing.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "ordercast run %s: serving on http://%s%s\n", strings.Join(args, " "), sys.HTTPAddr(), authLine)
+			fmt.Fprintf(os.Stderr, "ordercast run %s: serving on http://%s%s, admin (/metrics, /readyz, /debug/pprof) on http://%s\n", strings.Join(args, " "), sys.HTTPAddr(), authLine, sys.AdminAddr())
 			return waitAndStop(ctx, sys, "run "+strings.Join(args, " "))
 		},
 	}

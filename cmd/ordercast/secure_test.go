@@ -85,7 +85,7 @@ func (e *secureEnv) startAs(t *testing.T, svc, user, pass string, extra ...strin
 	args := []string{"--brokers", e.brokers, "--kafka-tls", "--kafka-tls-ca", e.ca,
 		"--sasl-mechanism", "SCRAM-SHA-512", "--sasl-user", user, "--sasl-password", pass,
 		"--registry", e.regURL, "--registry-user", regUser, "--registry-password", regPass, "--registry-tls-ca", e.regCA,
-		"--db", e.dsn, "--http", "127.0.0.1:0", "--partitions", "2", "--member-id", "secure1", "--session-timeout", "6s"}
+		"--db", e.dsn, "--http", "127.0.0.1:0", "--admin-http", "127.0.0.1:0", "--partitions", "2", "--member-id", "secure1", "--session-timeout", "6s"}
 	if err := cmd.Flags().Parse(append(args, extra...)); err != nil {
 		t.Fatal(err)
 	}

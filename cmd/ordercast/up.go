@@ -30,6 +30,7 @@ type upFlags struct {
 	dataDir      string
 	brokerAddr   string
 	registryAddr string
+	allowRemote  bool // --allow-remote-embedded
 	replayFile   string
 	rate         float64
 	replayConc   int
@@ -78,6 +79,7 @@ far it got; running up again on the same --data-dir resumes it.`,
 	fl.StringVar(&f.dataDir, "data-dir", ".ordercast", "directory of the embedded broker's log, the registry's schemas and the SQLite database")
 	fl.StringVar(&f.brokerAddr, "broker-addr", "127.0.0.1:9092", "listen address (host:port) of the embedded broker")
 	fl.StringVar(&f.registryAddr, "registry-addr", "127.0.0.1:8081", "listen address (host:port) of the embedded schema registry")
+	fl.BoolVar(&f.allowRemote, "allow-remote-embedded", false, allowRemoteHelp)
 	fl.StringVar(&f.replayFile, "replay", "", "replay this Online Retail CSV (plain or .gz) into checkout once the system is up (checkout's per-client --rate-limit is off for the run unless given: the replay's guest orders are all one client)")
 	fl.Float64Var(&f.rate, "rate", 0, "with --replay: rate limit in orders per second (0: unlimited)")
 	fl.IntVar(&f.replayConc, "replay-concurrency", upReplayConcurrency, "with --replay: requests in flight")
@@ -236,6 +238,16 @@ func runUp(parent context.Context, f *upFlags) error {
 	if err := checkListenAddr("registry-addr", f.registryAddr); err != nil {
 		return err
 	}
+	embedded := len(cfg.Brokers) == 0 || cfg.RegistryURL == ""
+	if embedded {
+		// Before anything is created: the embedded broker and registry
+		// take any client without credentials.
+		for _, a := range []struct{ flag, addr string }{{"broker-addr", f.brokerAddr}, {"registry-addr", f.registryAddr}} {
+			if err := devstack.CheckAddr(a.flag, a.addr, f.allowRemote); err != nil {
+				return err
+			}
+		}
+	}
 	var invoices []*replay.Invoice
 	if f.replayFile != "" {
 		if invoices, err = readInvoices(f.replayFile); err != nil {
@@ -269,6 +281,13 @@ func runUp(parent context.Context, f *upFlags) error {
 			return &exitError{code: 1, msg: "up: " + msg}
 		}
 	}
+	// The data directory holds the embedded stack, the SQLite database or
+	// the development key: made 0700, an existing one checked.
+	if embedded || cfg.DSN == "" || (f.auth.mode == authDev && f.auth.devKey == "") {
+		if err := devstack.PrepareDataDir(f.dataDir, cfg.Logger); err != nil {
+			return fmt.Errorf("--data-dir: %w", err)
+		}
+	}
 	// Before anything is started: a wrong key file or JWKS URL stops up
 	// here. The dev key is made in --data-dir (the first thing created).
 	authLine, err := f.auth.apply(ctx, &cfg, f.dataDir)
@@ -280,9 +299,9 @@ func runUp(parent context.Context, f *upFlags) error {
 		cfg.Logger.Info("--replay without --rate-limit: checkout's per-client rate limit is off for this run (the replay's guest orders are all one client, its address); the replay is paced by --rate and --replay-concurrency")
 	}
 	var stack *devstack.Stack
-	if len(cfg.Brokers) == 0 || cfg.RegistryURL == "" {
-		embedded := devstack.Config{DataDir: f.dataDir, BrokerAddr: f.brokerAddr, RegistryAddr: f.registryAddr, Logger: cfg.Logger}
-		if stack, err = devstack.Start(embedded); err != nil {
+	if embedded {
+		if stack, err = devstack.Start(devstack.Config{DataDir: f.dataDir, BrokerAddr: f.brokerAddr, RegistryAddr: f.registryAddr,
+			AllowRemote: f.allowRemote, Logger: cfg.Logger}); err != nil {
 			return err
 		}
 		warnUnclean(stack, f.dataDir)
@@ -301,9 +320,6 @@ func runUp(parent context.Context, f *upFlags) error {
 		}
 	}
 	if cfg.DSN == "" {
-		if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
-			return fmt.Errorf("--data-dir %s: %w", f.dataDir, err)
-		}
 		cfg.DSN = "sqlite:" + filepath.Join(f.dataDir, "ordercast.db")
 	}
 	sys, err := startSystem(ctx, cfg)
@@ -323,8 +339,8 @@ func runUp(parent context.Context, f *upFlags) error {
 			cfg.Logger.Warn("saving the registry failed", "error", err)
 		}
 	}
-	fmt.Fprintf(os.Stderr, "ordercast up: checkout on http://%s (POST /orders, GET /orders/{id}), metrics on /metrics; brokers %v, registry %s, db %s\n",
-		sys.HTTPAddr(), cfg.Brokers, cfg.RegistryURL, system.RedactDSN(cfg.DSN))
+	fmt.Fprintf(os.Stderr, "ordercast up: checkout on http://%s (POST /orders, GET /orders/{id}), admin on http://%s (/metrics, /readyz, /debug/pprof); brokers %v, registry %s, db %s\n",
+		sys.HTTPAddr(), sys.AdminAddr(), cfg.Brokers, cfg.RegistryURL, system.RedactDSN(cfg.DSN))
 	fmt.Fprintf(os.Stderr, "ordercast up: checkout %s\n", authLine)
 
 	if f.replayFile == "" {

@@ -8,7 +8,7 @@
 // persisting to the run's data directory) and, per consumer service,
 // Config.Instances processes of `ordercast run SERVICE`, each one member of
 // the service's group with a stable member id (its transactional ids) and
-// HTTP port (its /metrics), plus Config.Checkouts checkout processes. They
+// HTTP ports (--http, and --admin-http for its /metrics), plus Config.Checkouts checkout processes. They
 // share one SQLite file. A supervisor restarts any process that dies while
 // wanted, after 0.3 to 1.5 s.
 //

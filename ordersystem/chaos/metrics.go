@@ -51,7 +51,7 @@ func (s *scraper) scrape(ctx context.Context, p *proc) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/metrics", procHost, p.port), nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/metrics", procHost, p.admin), nil)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return

@@ -26,6 +26,7 @@ type proc struct {
 	slot    int
 	name    string // service-slot: the member id and the log file name
 	port    int    // --http port (services) or broker port (devstack)
+	admin   int    // --admin-http port (services): /metrics
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -100,7 +101,11 @@ func (c *cluster) addProc(service string, slot int) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{service: service, slot: slot, name: fmt.Sprintf("%s-%d", service, slot), port: port}
+	admin, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{service: service, slot: slot, name: fmt.Sprintf("%s-%d", service, slot), port: port, admin: admin}
 	c.mu.Lock()
 	c.procs = append(c.procs, p)
 	c.mu.Unlock()
@@ -139,7 +144,7 @@ func (c *cluster) args(p *proc) []string {
 			"--registry-addr", procHost + ":" + strconv.Itoa(c.regPort), "--log-level", "info", "--save-every", "1s"}
 	}
 	args := []string{"run", p.service, "--brokers", c.brokers, "--registry", c.regURL, "--db", c.dsn,
-		"--http", procHost + ":" + strconv.Itoa(p.port), "--seed-data", c.cfg.SeedData,
+		"--http", procHost + ":" + strconv.Itoa(p.port), "--admin-http", procHost + ":" + strconv.Itoa(p.admin), "--seed-data", c.cfg.SeedData,
 		"--opening-credit", c.cfg.OpeningCredit, "--log-level", "info"}
 	if p.service == "checkout" {
 		args = append(args, "--auth-dev-key", devKeyPath(c.cfg)) // the key the workload signs with

@@ -28,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
+	"golang.org/x/net/netutil"
 )
 
 // Config configures the embedded stack.
@@ -42,6 +43,18 @@ type Config struct {
 	RegistryAddr string
 	// Logger receives lifecycle messages. Default: discard.
 	Logger *slog.Logger
+	// AllowRemote lets BrokerAddr and RegistryAddr be addresses other than
+	// loopback ones (the --allow-remote-embedded flag). The embedded broker
+	// and registry take any client without credentials, so on a reachable
+	// address anyone on the network may write any topic (a forged
+	// paymentProcessed) or change the registry; Start refuses such an
+	// address unless AllowRemote is set, and then logs a warning. Default
+	// false: loopback only.
+	AllowRemote bool
+	// MaxConns caps the connections the broker and the registry each
+	// accept at once; one more waits in the listen backlog until one
+	// closes. Default (0) DefaultMaxConns.
+	MaxConns int
 }
 
 // Stack is a running embedded broker and registry.
@@ -75,7 +88,7 @@ const runningFile = "RUNNING"
 // processes never run a broker on one data directory: the last to stop would
 // overwrite the other's log. The lock ends with the process, even on SIGKILL.
 func lockDataDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("devstack: lock data directory %s: %w", dir, err)
 	}
@@ -86,9 +99,11 @@ func lockDataDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// Start starts the broker and the registry. It fails if the data directory
-// cannot be created, a port is taken (the error names the address and the
-// flag to change it), or the persisted state cannot be read.
+// Start starts the broker and the registry. It fails if an address is not
+// a loopback one without Config.AllowRemote, if the data directory cannot
+// be created or is writable by group or others (PrepareDataDir), if a port
+// is taken (the error names the address and the flag to change it), or if
+// the persisted state cannot be read.
 func Start(cfg Config) (*Stack, error) {
 	if cfg.DataDir == "" {
 		cfg.DataDir = ".ordercast"
@@ -102,8 +117,14 @@ func Start(cfg Config) (*Stack, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("devstack: data directory %s: %w", cfg.DataDir, err)
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if err := checkAddrs(cfg); err != nil {
+		return nil, err
+	}
+	if err := PrepareDataDir(cfg.DataDir, cfg.Logger); err != nil {
+		return nil, err
 	}
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
@@ -118,7 +139,7 @@ func Start(cfg Config) (*Stack, error) {
 	running := filepath.Join(cfg.DataDir, runningFile)
 	_, statErr := os.Stat(running)
 	unclean := statErr == nil
-	if err := os.WriteFile(running, []byte(fmt.Sprintf("pid %d\n", os.Getpid())), 0o644); err != nil {
+	if err := os.WriteFile(running, []byte(fmt.Sprintf("pid %d\n", os.Getpid())), 0o600); err != nil {
 		return nil, fmt.Errorf("devstack: data directory %s: %w", cfg.DataDir, err)
 	}
 	bln, err := net.Listen("tcp", cfg.BrokerAddr)
@@ -130,7 +151,7 @@ func Start(cfg Config) (*Stack, error) {
 	}
 	cluster, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
-		kfake.ListenFn(func(network, address string) (net.Listener, error) { return bln, nil }),
+		kfake.ListenFn(func(network, address string) (net.Listener, error) { return guardBroker(bln, cfg.MaxConns), nil }),
 		kfake.DataDir(filepath.Join(cfg.DataDir, "kafka")),
 		kfake.DefaultNumPartitions(6),
 		kfake.ClusterID("ordercast-embedded"),
@@ -158,8 +179,9 @@ func Start(cfg Config) (*Stack, error) {
 	}
 	s.ln = rln
 	s.RegistryURL = "http://" + rln.Addr().String()
-	s.srv = &http.Server{Handler: s.Registry.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.srv.Serve(rln) }()
+	s.srv = &http.Server{Handler: guardRegistry(s.Registry.Handler()), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: registryReadTimeout, WriteTimeout: registryWriteTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	go func() { _ = s.srv.Serve(netutil.LimitListener(rln, cfg.MaxConns)) }()
 	cfg.Logger.Info("embedded stack started", "brokers", s.Brokers, "registry", s.RegistryURL, "data_dir", cfg.DataDir)
 	started = true
 	return s, nil
@@ -226,7 +248,7 @@ func (s *Stack) SaveRegistry(ctx context.Context) error {
 		return err
 	}
 	tmp := s.registryFile() + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("devstack: save registry: %w", err)
 	}
 	return os.Rename(tmp, s.registryFile())

@@ -42,8 +42,8 @@ func TestListenErrors(t *testing.T) {
 	}{
 		{Config{BrokerAddr: ln.Addr().String(), RegistryAddr: "127.0.0.1:0"}, []string{"not free", "--broker-addr"}},
 		{Config{BrokerAddr: "127.0.0.1:0", RegistryAddr: ln.Addr().String()}, []string{"not free", "--registry-addr"}},
-		{Config{BrokerAddr: "192.0.2.1:0", RegistryAddr: "127.0.0.1:0"}, []string{"cannot listen there", "--broker-addr"}},
-		{Config{BrokerAddr: "127.0.0.1:0", RegistryAddr: "192.0.2.1:0"}, []string{"cannot listen there", "--registry-addr"}},
+		{Config{BrokerAddr: "192.0.2.1:0", RegistryAddr: "127.0.0.1:0", AllowRemote: true}, []string{"cannot listen there", "--broker-addr"}},
+		{Config{BrokerAddr: "127.0.0.1:0", RegistryAddr: "192.0.2.1:0", AllowRemote: true}, []string{"cannot listen there", "--registry-addr"}},
 	} {
 		c.cfg.DataDir = t.TempDir()
 		st, err := Start(c.cfg)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 	"github.com/ordercast/ordercast/ordersystem/ops"
+	"github.com/ordercast/ordercast/ordersystem/order"
 	"github.com/ordercast/ordercast/outbox"
 )
 
@@ -280,5 +281,44 @@ func TestServiceLosesRightWhileRunning(t *testing.T) {
 			}
 			t.Logf("Err: %v", err)
 		})
+	}
+}
+
+// TestOnlyPaymentsWritesPaymentProcessed: of the ACL sets Rights gives,
+// only payments' writes paymentProcessed (no other service's right names
+// it, literally or by a prefix), and on a broker with ACLs every other
+// service's principal, granted all of its Rights, is refused a write there
+// (TOPIC_AUTHORIZATION_FAILED), while payments' is accepted: on a real
+// cluster set up with Rights, no principal but payments' can forge the PAID
+// event fulfillment ships by.
+func TestOnlyPaymentsWritesPaymentProcessed(t *testing.T) {
+	for _, svc := range AllServices {
+		writes := false
+		for _, r := range Rights(svc, aclLayout) {
+			if r.Type == kmsg.ACLResourceTypeTopic && r.Operation == kmsg.ACLOperationWrite &&
+				(r.Name == order.TopicPaymentProcessed || r.Pattern != kmsg.ACLResourcePatternTypeLiteral && strings.HasPrefix(order.TopicPaymentProcessed, r.Name)) {
+				writes = true
+			}
+		}
+		if writes != (svc == ServicePayments) {
+			t.Errorf("Rights(%s) writes %s: %v", svc, order.TopicPaymentProcessed, writes)
+		}
+	}
+	addrs := secureBroker(t, AllServices...)
+	for _, svc := range AllServices {
+		grant(t, addrs, "User:ordercast-"+svc, Rights(svc, aclLayout)...)
+	}
+	for _, svc := range AllServices {
+		cl, _ := serviceClient(t, addrs, svc)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := cl.ProduceSync(ctx, &kgo.Record{Topic: order.TopicPaymentProcessed, Key: []byte("ord_forged"), Value: []byte("forged")}).FirstErr()
+		cancel()
+		if svc == ServicePayments {
+			if err != nil {
+				t.Errorf("payments' write to %s: %v", order.TopicPaymentProcessed, err)
+			}
+		} else if !errors.Is(err, kerr.TopicAuthorizationFailed) {
+			t.Errorf("%s's write to %s: %v; want TOPIC_AUTHORIZATION_FAILED", svc, order.TopicPaymentProcessed, err)
+		}
 	}
 }

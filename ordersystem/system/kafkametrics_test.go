@@ -38,7 +38,7 @@ func TestServiceEndpoints(t *testing.T) {
 			t.Errorf("Stop: %v", err)
 		}
 	})
-	base := "http://" + sys.HTTPAddr()
+	base := "http://" + sys.AdminAddr()
 	if code, body := get(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d %s", code, body)
 	}
@@ -103,7 +103,7 @@ func TestRelayClientMetrics(t *testing.T) {
 			t.Errorf("Stop: %v", err)
 		}
 	})
-	base := "http://" + sys.HTTPAddr()
+	base := "http://" + sys.AdminAddr()
 	want := []string{
 		`ordercast_kafka_requests_total{client_id="` + system.RelayClientIDPrefix + `producer",request="InitProducerID"}`,
 		`ordercast_kafka_connects_total{client_id="` + system.RelayClientIDPrefix + `producer"`,

@@ -36,7 +36,7 @@ func TestReadyzFollowsBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sys.Stop(context.Background()) })
-	url := "http://" + sys.HTTPAddr() + "/readyz"
+	url := "http://" + sys.AdminAddr() + "/readyz"
 	waitReadyz := func(what string, ok func(int, string) bool) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
@@ -75,7 +75,7 @@ func TestReadyzSaysWhyBrokerIsUnreachable(t *testing.T) {
 		defer cancel()
 		_ = sys.Stop(ctx)
 	})
-	url := "http://" + sys.HTTPAddr() + "/readyz"
+	url := "http://" + sys.AdminAddr() + "/readyz"
 	get := func() (int, string) {
 		resp, err := http.Get(url)
 		if err != nil {
@@ -96,6 +96,16 @@ func TestReadyzSaysWhyBrokerIsUnreachable(t *testing.T) {
 	if !strings.Contains(body, brokers[0]) {
 		t.Errorf("/readyz does not name the broker %s: %s", brokers[0], body)
 	}
+	// The public listener's /readyz gives the verdict, not the reasons.
+	resp, err := http.Get("http://" + sys.HTTPAddr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(b), brokers[0]) || strings.Contains(string(b), "refused") {
+		t.Errorf("public /readyz: %d %q; want 503 without the broker's address or the error", resp.StatusCode, b)
+	}
 }
 
 // The probe and metrics paths answer another method 405 with Allow, also
@@ -108,14 +118,14 @@ func TestProbePathsRefuseOtherMethods(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sys.Stop(context.Background()) })
-	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
-		resp, err := http.Post("http://"+sys.HTTPAddr()+path, "text/plain", strings.NewReader("x"))
+	for _, url := range []string{"http://" + sys.HTTPAddr() + "/healthz", "http://" + sys.AdminAddr() + "/healthz", "http://" + sys.AdminAddr() + "/readyz", "http://" + sys.AdminAddr() + "/metrics"} {
+		resp, err := http.Post(url, "text/plain", strings.NewReader("x"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
-			t.Errorf("POST %s: %d, Allow %q; want 405 with Allow: GET, HEAD", path, resp.StatusCode, resp.Header.Get("Allow"))
+			t.Errorf("POST %s: %d, Allow %q; want 405 with Allow: GET, HEAD", url, resp.StatusCode, resp.Header.Get("Allow"))
 		}
 	}
 	resp, err := http.Get("http://" + sys.HTTPAddr() + "/healthz")

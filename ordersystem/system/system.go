@@ -13,17 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -71,11 +68,11 @@ type Config struct {
 	// (default 1 each). Each member is a separate Kafka client and group
 	// member, so the partition sharing of a group is real.
 	Instances map[string]int
-	// HTTPAddr is checkout's listen address (also serving /metrics,
-	// /healthz, /readyz). Default 127.0.0.1:8080.
-	HTTPAddr string
-	// MetricsAddr serves /metrics, /healthz and /readyz for processes
-	// without checkout (`ordercast run payments`). Default: same as HTTPAddr.
+	// HTTPAddr is the public listen address: checkout's API (when checkout
+	// runs), /healthz and a /readyz that answers 200 "ready" or 503 "not
+	// ready" without reasons (/metrics, /readyz's reasons and /debug/pprof
+	// are on AdminAddr). Default 127.0.0.1:8080.
+	HTTPAddr    string
 	Ordering    processor.Ordering
 	Concurrency int
 	// MaxBatch is the most records the orders, payments and notifications
@@ -200,6 +197,18 @@ type Config struct {
 	// Zero: no limit.
 	CheckoutRateLimit float64
 	CheckoutRateBurst int
+
+	// AdminAddr is the admin listener's address (--admin-http): /metrics,
+	// /readyz with its reasons, /healthz and /debug/pprof, which show host
+	// and client ids, members, database errors and profiles, so keep it on
+	// loopback (a non-loopback one is logged as a warning). Default
+	// "127.0.0.1:0", a free loopback port (System.AdminAddr); the CLI's
+	// default is DefaultAdminAddr.
+	AdminAddr string
+	// MaxHTTPConns caps the public listener's connections served at once;
+	// one more waits in the listen backlog until one closes. Default (0)
+	// DefaultMaxHTTPConns.
+	MaxHTTPConns int
 }
 
 // System is a running order system.
@@ -230,6 +239,9 @@ type System struct {
 	errs   []error
 	// failed is closed when the first service stops with an error.
 	failed chan struct{}
+
+	adminSrv  *http.Server // the admin listener's (admin.go)
+	adminAddr string
 }
 
 // MaxMemberIDLen is the longest Config.MemberID (--member-id) in bytes. The
@@ -547,7 +559,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 	}
 	if cfg.runs(ServiceFulfillment) {
-		f := &fulfillment.Service{Serde: s.Serde, Logger: log}
+		f := &fulfillment.Service{Serde: s.Serde, Logger: log, Payments: fulfillment.DBRecords(s.DB)}
 		for i := range cfg.instances(ServiceFulfillment) {
 			txnID := fmt.Sprintf("ordercast-fulfillment-%s-%d%s", cfg.MemberID, i+1, cfg.TransactionalIDSuffix)
 			if err := fenceTransactionalID(ctx, kopts, txnID, cfg.TransactionTimeout); errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
@@ -595,33 +607,11 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		mux.Handle("/orders/", s.Checkout.Handler())
 		mux.Handle("/", s.Checkout.Handler()) // unknown paths: checkout's JSON 404 {code, error}
 	}
-	// Registered without a method and checked inside, so that another
-	// method gets 405 with Allow, not checkout's catch-all 404.
-	mux.Handle("/metrics", getOnly(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})))
-	mux.Handle("/healthz", getOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })))
-	mux.Handle("/readyz", getOnly(http.HandlerFunc(s.readyz)))
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
+	if err := s.serveHTTP(mux); err != nil { // admin.go
 		s.Stop(context.Background())
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("http address %s is not free (--http): %w", cfg.HTTPAddr, err)
-		}
-		return nil, fmt.Errorf("http address %s (--http): cannot listen there: %w", cfg.HTTPAddr, err)
+		return nil, err
 	}
-	s.httpAddr = ln.Addr().String()
-	// ReadHeaderTimeout bounds the header; checkout bounds each body
-	// (checkout.Config.BodyTimeout), and stops reading them on Shutdown.
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: checkout.ServerMaxHeaderBytes, IdleTimeout: 2 * time.Minute, Handler: mux}
-	var onDrain []func()
-	if s.Checkout != nil {
-		// JSON, not ServeMux's redirects and plain text (checkout.Guard).
-		srv.Handler = checkout.Guard(mux)
-		onDrain = append(onDrain, s.Checkout.StopReadingBodies)
-	}
-	// Stop drains it: see drainServer.Shutdown.
-	s.httpSrv = newDrainServer(srv, ln, onDrain...)
-	go func() { _ = s.httpSrv.Serve() }()
-	log.Info("order system started", "http", s.httpAddr, "services", cfg.Services, "brokers", cfg.Brokers)
+	log.Info("order system started", "http", s.httpAddr, "admin_http", s.adminAddr, "services", cfg.Services, "brokers", cfg.Brokers)
 	return s, nil
 }
 
@@ -638,7 +628,7 @@ func getOnly(h http.Handler) http.Handler {
 	})
 }
 
-// HTTPAddr is the address checkout and /metrics listen on.
+// HTTPAddr is the address of the public listener (checkout, /healthz).
 func (s *System) HTTPAddr() string { return s.httpAddr }
 
 func (s *System) goRun(name string, run func(context.Context) error) {
@@ -759,6 +749,21 @@ func (s *System) readyz(w http.ResponseWriter, r *http.Request) {
 	_ = jsonEncode(w, h)
 }
 
+// readyzPublic is the public listener's /readyz: the same verdict as the
+// admin one's, without the reasons (which name brokers, database errors and
+// other clients' orders): 200 "ready" or 503 "not ready".
+func (s *System) readyzPublic(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !s.Health(ctx).Ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not ready (the admin listener's /readyz says why)\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
 // Stop stops taking HTTP requests and drains the HTTP server: it stops
 // accepting connections, answers each request it reads with "Connection:
 // close", and waits (at most 10 s in all) until every connection has closed,
@@ -768,6 +773,7 @@ func (s *System) readyz(w http.ResponseWriter, r *http.Request) {
 // leaves its group), and closes the clients and the database. It returns the
 // errors services stopped with.
 func (s *System) Stop(ctx context.Context) error {
+	defer s.closeAdmin() // admin.go: /metrics answers while the services drain
 	if s.httpSrv != nil {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		_ = s.httpSrv.Shutdown(sctx)

@@ -10,6 +10,17 @@
 // shipment id is derived from the order id and the whole event from the
 // input, so even a duplicate input would yield the same event again (same
 // event id, same bytes), not a second shipment.
+//
+// What it ships: only what the payments service's record confirms. Before a
+// PAID event becomes a shipment, its order's payment record (Records, the
+// payments table) must say PAID for the same customer, amount, method and
+// time; an event it does not confirm (no record, a refused one, other
+// values: a record written to paymentProcessed by a client that is not
+// payments) is a permanent *UnconfirmedError, so it goes to the fulfillment
+// DLQ with that reason and nothing ships. The record is committed before
+// its event exists (payments writes both in one database transaction, the
+// outbox relay publishes after the commit), so a genuine event always finds
+// it.
 package fulfillment
 
 import (
@@ -36,13 +47,19 @@ var Produces = []string{order.TopicShipmentRequested}
 type Service struct {
 	Serde  *schema.Serde
 	Logger *slog.Logger
+	// Payments reads the payment records a PAID event is checked against
+	// (DBRecords of the payments service's database). Required: with nil,
+	// every PAID event goes to the DLQ unshipped.
+	Payments Records
 }
 
 // ShipmentID returns the shipment id of an order: "shp_" + the order id.
 func ShipmentID(orderID string) string { return "shp_" + orderID }
 
-// Transform is the processor.TxnHandler of the fulfillment group: PAID ->
-// one shipmentRequested record; REFUSED -> nothing.
+// Transform is the processor.TxnHandler of the fulfillment group: PAID
+// confirmed by the payment record -> one shipmentRequested record; REFUSED
+// -> nothing; PAID not confirmed -> a permanent *UnconfirmedError (the DLQ);
+// a payment record that cannot be read -> that error (retried).
 func (s *Service) Transform(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 	var ev order.PaymentProcessed
 	if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
@@ -50,6 +67,13 @@ func (s *Service) Transform(ctx context.Context, r *kgo.Record) ([]*kgo.Record, 
 	}
 	if ev.Status != order.PaymentPaid {
 		return nil, nil
+	}
+	if err := s.confirm(ctx, &ev); err != nil {
+		if s.Logger != nil && processor.IsPermanent(err) {
+			s.Logger.Warn("fulfillment: PAID event not confirmed by the payment record; not shipped, sent to the DLQ",
+				"order_id", ev.OrderID, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
+		}
+		return nil, err
 	}
 	sh := order.ShipmentRequested{
 		EventID:    "evt_shp_" + ev.OrderID,

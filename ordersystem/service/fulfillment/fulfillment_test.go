@@ -21,9 +21,9 @@ func TestTransformIsAFunctionOfItsInput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	serde := schematest.Serde(t, nil)
-	svc := &fulfillment.Service{Serde: serde}
 	paid := order.PaymentProcessed{EventID: "evt_pay_1", OrderID: "ord_1", CustomerID: "17850", Status: order.PaymentPaid,
 		Method: order.MethodWallet, Amount: 15300, Country: "United Kingdom", ProcessedAt: time.Date(2010, 12, 1, 8, 26, 0, 0, time.UTC)}
+	svc := &fulfillment.Service{Serde: serde, Payments: recordsOf(map[string]fulfillment.Payment{"ord_1": recordOf(paid)})}
 	v, err := serde.Encode(order.TopicPaymentProcessed, &paid)
 	if err != nil {
 		t.Fatal(err)

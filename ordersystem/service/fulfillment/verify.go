@@ -1,0 +1,139 @@
+package fulfillment
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ordercast/ordercast/ordersystem/order"
+	"github.com/ordercast/ordercast/ordersystem/store"
+	"github.com/ordercast/ordercast/processor"
+)
+
+// Payment is an order's payment as the payments service recorded it: its
+// row of the payments table, written in the same database transaction as
+// the wallet debit and the outbox row the paymentProcessed event is
+// published from.
+type Payment struct {
+	CustomerID  string // "" for a guest (NULL in the table)
+	Status      string // order.PaymentPaid or order.PaymentRefused
+	Method      string // order.MethodWallet or order.MethodCard
+	Amount      order.Money
+	ProcessedAt time.Time // whole milliseconds, UTC
+}
+
+// Records reads payment records. Payment returns ok false, and a nil error,
+// when the order has none; an error when they could not be read. It must be
+// safe for concurrent use.
+type Records interface {
+	Payment(ctx context.Context, orderID string) (p Payment, ok bool, err error)
+}
+
+// RecordsFunc makes a function a Records.
+type RecordsFunc func(ctx context.Context, orderID string) (Payment, bool, error)
+
+// Payment calls f.
+func (f RecordsFunc) Payment(ctx context.Context, orderID string) (Payment, bool, error) {
+	return f(ctx, orderID)
+}
+
+// DBRecords reads the payments table of db: the database the payments
+// service writes. A process running fulfillment needs SELECT on that table
+// only (on PostgreSQL: GRANT SELECT ON payments TO the fulfillment role).
+func DBRecords(db *store.DB) Records {
+	q := db.Rebind(`SELECT customer_id, status, method, amount_milli, processed_at FROM payments WHERE order_id = ?`)
+	return RecordsFunc(func(ctx context.Context, orderID string) (Payment, bool, error) {
+		var (
+			p       Payment
+			cust    sql.NullString
+			amt, at int64
+		)
+		err := db.QueryRowContext(ctx, q, orderID).Scan(&cust, &p.Status, &p.Method, &amt, &at)
+		if errors.Is(err, sql.ErrNoRows) {
+			return Payment{}, false, nil
+		}
+		if err != nil {
+			return Payment{}, false, fmt.Errorf("fulfillment: read the payment of %s: %w", orderID, err)
+		}
+		p.CustomerID, p.Amount, p.ProcessedAt = cust.String, order.Money(amt), time.UnixMilli(at).UTC()
+		return p, true, nil
+	})
+}
+
+// ErrUnconfirmed is wrapped by every UnconfirmedError.
+var ErrUnconfirmed = errors.New("PAID paymentProcessed not confirmed by the payment record: not shipped")
+
+// UnconfirmedError is the permanent error (processor.Permanent) of a PAID
+// paymentProcessed event that the payments service's record does not
+// confirm: there is no record for the order, the record is not PAID, or it
+// names another customer, amount, method or time. Such an event was not
+// written by the payments service (a forged record, a client of the
+// broker writing the topic without being payments); its record goes to the
+// fulfillment DLQ with this error as its reason, and nothing ships.
+type UnconfirmedError struct {
+	OrderID string
+	// Reason says what did not match, such as "no payment record" or
+	// "recorded REFUSED".
+	Reason string
+}
+
+func (e *UnconfirmedError) Error() string {
+	return fmt.Sprintf("fulfillment: order %q: %s: %v", e.OrderID, e.Reason, ErrUnconfirmed)
+}
+
+// Unwrap returns ErrUnconfirmed.
+func (e *UnconfirmedError) Unwrap() error { return ErrUnconfirmed }
+
+// lookupWait bounds how long confirm retries a payment record that could
+// not be read (the database restarting, SQLite busy) before the event
+// counts as a transient failure of the processor; after MaxAttempts of those
+// it goes to the DLQ, from where `ordercast dlq replay` ships it once the
+// database is back.
+const lookupWait = 10 * time.Second
+
+// confirm returns nil when the payment record of ev's order says PAID for
+// ev's customer, method, amount and time; a permanent *UnconfirmedError when
+// it does not or there is none; the read error when it cannot be read within
+// lookupWait.
+func (s *Service) confirm(ctx context.Context, ev *order.PaymentProcessed) error {
+	unconfirmed := func(format string, args ...any) error {
+		return processor.Permanent(&UnconfirmedError{OrderID: ev.OrderID, Reason: fmt.Sprintf(format, args...)})
+	}
+	if s.Payments == nil {
+		return unconfirmed("no payment records to check it against (fulfillment.Service.Payments is nil)")
+	}
+	var (
+		p   Payment
+		ok  bool
+		err error
+	)
+	deadline := time.Now().Add(lookupWait)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		if p, ok, err = s.Payments.Payment(ctx, ev.OrderID); err == nil || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return unconfirmed("no payment record (payments never decided this order)")
+	case p.Status != order.PaymentPaid:
+		return unconfirmed("recorded %s, not PAID", p.Status)
+	case p.CustomerID != ev.CustomerID:
+		return unconfirmed("recorded for customer %q, the event says %q", p.CustomerID, ev.CustomerID)
+	case p.Amount != ev.Amount:
+		return unconfirmed("recorded amount %v, the event says %v", p.Amount, ev.Amount)
+	case p.Method != ev.Method:
+		return unconfirmed("recorded method %s, the event says %s", p.Method, ev.Method)
+	case !p.ProcessedAt.Equal(ev.ProcessedAt.UTC().Truncate(time.Millisecond)):
+		return unconfirmed("recorded at %v, the event says %v", p.ProcessedAt, ev.ProcessedAt.UTC())
+	}
+	return nil
+}
