@@ -8,10 +8,11 @@ build:
 
 # The default suite: unit, integration (embedded broker) and end-to-end tests, with the race detector.
 # The tests that mostly wait (timeouts, held requests) call testkafka.Parallel and overlap, 4 at a
-# time per package: about 4 minutes on 2 cores.
+# time per package, and 4 packages at a time (most of their time is waiting): about 4 minutes on 2 cores.
 TEST_PARALLEL ?= 4
+TEST_P ?= 4
 test:
-	ORDERCAST_TEST_BROKERS= $(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 25m ./...
+	ORDERCAST_TEST_BROKERS= $(GO) test -race -count=1 -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 25m ./...
 
 # The same suite against a running real Kafka (internal/testkit/testkafka): starts nothing. The tests share
 # the cluster and empty it of topics and groups, so one package at a time (-p 1); no -race, to keep
