@@ -9,7 +9,7 @@ import (
 
 // TestRuntimeLinksNoDriver: what `go list -deps` says a program importing
 // processor, inbox and outbox links contains no package of the order system
-// (only processor, inbox, outbox, sqldb, internal/txncheck and internal/brokererr
+// (only processor, inbox, outbox, sqldb, internal/txncheck, internal/brokererr and internal/ctxtime
 // of this module: not sqldb/drivers, nor any package under ordersystem/), no SQL
 // driver (the user brings theirs: no pgx, lib/pq, modernc.org/sqlite,
 // mattn/go-sqlite3), no Avro library and no cobra. A failure names the chain of
@@ -33,7 +33,7 @@ func TestRuntimeLinksNoDriver(t *testing.T) {
 		t.Fatalf("go list -deps: %v\n%s", err, stderr)
 	}
 	allowed := map[string]bool{"processor": true, "inbox": true, "outbox": true, "sqldb": true,
-		"internal/txncheck": true, "internal/brokererr": true} // the relay's commit read-back, the start checks' error class (franz-go and the standard library only)
+		"internal/txncheck": true, "internal/brokererr": true, "internal/ctxtime": true} // the relay's commit read-back, the start checks' error class (franz-go and the standard library only)
 	forbidden := []string{
 		"github.com/jackc/",           // pgx
 		"github.com/lib/pq",           // lib/pq
@@ -79,7 +79,7 @@ func TestRuntimeLinksNoDriver(t *testing.T) {
 	bad := func(pkg string) string {
 		if rel, ok := strings.CutPrefix(pkg, module); ok {
 			if !allowed[rel] {
-				return "only processor, inbox, outbox, sqldb, internal/txncheck and internal/brokererr of this module may be linked"
+				return "only processor, inbox, outbox, sqldb, internal/txncheck, internal/brokererr and internal/ctxtime of this module may be linked"
 			}
 			return ""
 		}

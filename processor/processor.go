@@ -617,13 +617,3 @@ func (p *Processor) Health() Health {
 	h.Unreachable = p.reach.unreachable(time.Now())
 	return h
 }
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}

@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ordercast/ordercast/internal/ctxtime"
 )
 
 // TxnHandler transforms one consumed record into the records to produce for
@@ -288,7 +290,7 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 		}
 		failures++
 		t.cfg.logger.Error("transactional session failed; restarting from committed offsets", "error", err)
-		sleepCtx(ctx, backoff(failures, t.cfg.backoffMin, t.cfg.backoffMax))
+		ctxtime.Sleep(ctx, backoff(failures, t.cfg.backoffMin, t.cfg.backoffMax))
 	}
 	return nil
 }
@@ -921,7 +923,7 @@ func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) (outs []*kg
 			return []*kgo.Record{{Topic: t.cfg.dlqTopic, Key: r.Key, Value: r.Value, Headers: p.forwardHeaders(it)}}, err, nil
 		}
 		t.cfg.metrics.retried(t.cfg.group, r.Topic)
-		sleepCtx(ctx, backoff(f.attempts, t.cfg.backoffMin, t.cfg.backoffMax))
+		ctxtime.Sleep(ctx, backoff(f.attempts, t.cfg.backoffMin, t.cfg.backoffMax))
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/ordercast/ordercast/internal/ctxtime"
 )
 
 // InTx runs fn in one read-write transaction and commits it, retrying the
@@ -115,7 +117,7 @@ func (db *DB) inTx(ctx context.Context, fn func(tx *sql.Tx) error, idempotent bo
 		if db.OnTxRetry != nil {
 			db.OnTxRetry(attempt, err)
 		}
-		if !sleepCtx(ctx, pause) {
+		if !ctxtime.Sleep(ctx, pause) {
 			return err
 		}
 	}
@@ -216,17 +218,4 @@ func txBackoff(attempt int) time.Duration {
 	d := 5 * time.Millisecond << min(attempt-1, 7)
 	d = min(d, 500*time.Millisecond)
 	return d/2 + rand.N(d/2+1)
-}
-
-// sleepCtx sleeps d or until ctx is done, and reports whether it slept the
-// whole d.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/internal/ctxtime"
 	"github.com/ordercast/ordercast/ordersystem/order"
 )
 
@@ -22,7 +23,7 @@ func produceBad(ctx context.Context, cl *kgo.Client, seed int64, n int, spread t
 	}
 	every := spread / time.Duration(n)
 	for i := 0; i < n; i++ {
-		if !sleepCtx(ctx, every) {
+		if !ctxtime.Sleep(ctx, every) {
 			break
 		}
 		topic := order.TopicOrderCreated
@@ -41,7 +42,7 @@ func produceBad(ctx context.Context, cl *kgo.Client, seed int64, n int, spread t
 				hist.add(event{Ev: "bad_record", Key: string(r.Key), Detail: fmt.Sprintf("%s/%d@%d", b.Topic, b.Partition, b.Offset)})
 				break
 			}
-			if !sleepCtx(ctx, time.Second) {
+			if !ctxtime.Sleep(ctx, time.Second) {
 				break
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/ordercast/ordercast/internal/ctxtime"
 	"github.com/ordercast/ordercast/ordersystem/audit"
 	"github.com/ordercast/ordercast/ordersystem/order"
 	"github.com/ordercast/ordercast/ordersystem/schema"
@@ -378,7 +379,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if drainCtx.Err() != nil {
 			break
 		}
-		sleepCtx(drainCtx, 500*time.Millisecond)
+		ctxtime.Sleep(drainCtx, 500*time.Millisecond)
 	}
 	rep.DrainSeconds = time.Since(drainStart).Seconds()
 	stopScraping() // the recovery sampler too

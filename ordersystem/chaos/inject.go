@@ -6,12 +6,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"fmt"
-	"github.com/ordercast/ordercast/ordersystem/store"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ordercast/ordercast/internal/ctxtime"
+	"github.com/ordercast/ordercast/ordersystem/store"
 )
 
 // injector injects the process faults at random, with a seeded RNG.
@@ -52,18 +54,6 @@ const brokerPause = 15 * time.Second
 // brokerRestartGap is the least time between two broker restarts.
 const brokerRestartGap = 15 * time.Second
 
-// sleepCtx waits d or until ctx ends (false).
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // run injects faults until ctx ends (the end of the fault phase).
 func (in *injector) run(ctx context.Context) {
 	var kinds []string // each enabled fault, repeated by its weight
@@ -88,7 +78,7 @@ func (in *injector) run(ctx context.Context) {
 	in.rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	for n := 0; ; n++ {
 		d := in.cfg.FaultEvery/2 + time.Duration(in.rng.Int64N(int64(in.cfg.FaultEvery)))
-		if !sleepCtx(ctx, d) {
+		if !ctxtime.Sleep(ctx, d) {
 			return
 		}
 		kind := kinds[in.rng.IntN(len(kinds))]
@@ -154,7 +144,7 @@ func (in *injector) inject(ctx context.Context, kind string) {
 		go func() {
 			defer in.episodes.Done()
 			defer in.stopping.Store(false)
-			sleepCtx(ctx, d) // the zombie's pause (cut short when the fault phase ends)
+			ctxtime.Sleep(ctx, d) // the zombie's pause (cut short when the fault phase ends)
 			in.c.signal(p, syscall.SIGCONT)
 			in.hist.add(event{Ev: "fault", Fault: "cont", Proc: p.name})
 			in.ended(kind, p.name)
@@ -174,7 +164,7 @@ func (in *injector) inject(ctx context.Context, kind string) {
 				hold time.Duration
 			}{{1, 6 * time.Second}, {4, 10 * time.Second}, {1, 6 * time.Second}} {
 				in.scale(ctx, group, step.n)
-				if !sleepCtx(ctx, step.hold) {
+				if !ctxtime.Sleep(ctx, step.hold) {
 					break
 				}
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ordercast/ordercast/internal/ctxtime"
 	"github.com/ordercast/ordercast/internal/faultproxy"
 )
 
@@ -62,7 +63,7 @@ func (in *injector) injectCluster(ctx context.Context, kind string) {
 				in.hist.add(event{Ev: "fault", Fault: kind, Proc: name, Detail: "SIGKILL" + what})
 				fmt.Fprintf(in.cfg.Out, "chaos: %s %s SIGKILL%s\n", kind, name, what)
 				downAt := time.Now()
-				sleepCtx(ctx, down)
+				ctxtime.Sleep(ctx, down)
 				t0 := time.Now()
 				if _, err := rc.kafka(context.Background(), "start-node", strconv.Itoa(node)); err != nil {
 					in.hist.add(event{Ev: "start_failed", Proc: name, Detail: err.Error()})
@@ -81,7 +82,7 @@ func (in *injector) injectCluster(ctx context.Context, kind string) {
 			in.hist.add(event{Ev: "fault", Fault: kind, Proc: name, PID: pid, Detail: fmt.Sprintf("SIGSTOP for %v", brokerPause)})
 			fmt.Fprintf(in.cfg.Out, "chaos: %s %s SIGSTOP for %v\n", kind, name, brokerPause)
 			downAt := time.Now()
-			sleepCtx(ctx, brokerPause)
+			ctxtime.Sleep(ctx, brokerPause)
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 			in.rec.nodeWasDown(downAt, time.Now())
 			in.hist.add(event{Ev: "fault", Fault: "cont", Proc: name, PID: pid})
@@ -156,7 +157,7 @@ func (in *injector) injectCluster(ctx context.Context, kind string) {
 		go func() {
 			defer in.episodes.Done()
 			defer in.netFault.Store(false)
-			sleepCtx(ctx, d)
+			ctxtime.Sleep(ctx, d)
 			undo()
 			in.ended(kind, name)
 		}()

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ordercast/ordercast/internal/ctxtime"
 	"github.com/ordercast/ordercast/internal/faultproxy"
 	"github.com/ordercast/ordercast/ordersystem/store"
 )
@@ -175,7 +176,7 @@ func (rc *realCluster) reset(ctx context.Context) error {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("chaos: topics still listed a minute after their deletion: %v", left.Names())
 			}
-			sleepCtx(ctx, 500*time.Millisecond)
+			ctxtime.Sleep(ctx, 500*time.Millisecond)
 		}
 	}
 	db, err := store.Open(ctx, rc.cfg.DSN)

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/ordercast/ordercast/internal/ctxtime"
 	"github.com/ordercast/ordercast/ordersystem/order"
 )
 
@@ -573,7 +574,7 @@ func (r *Replayer) send(ctx context.Context, inv *Invoice, st *runState) {
 			wait = min(res.retryAfter, r.opts.MaxBackoff)
 		}
 		st.retries.Add(1)
-		if !sleepCtx(ctx, wait) {
+		if !ctxtime.Sleep(ctx, wait) {
 			return
 		}
 		backoff = min(2*backoff, r.opts.MaxBackoff)
@@ -706,16 +707,4 @@ func parseRetryAfter(v string) time.Duration {
 		return max(time.Until(t), 0)
 	}
 	return 0
-}
-
-// sleepCtx waits for d; false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
