@@ -76,66 +76,6 @@ type Relay struct {
 	beforeMark func(ids []int64) error
 }
 
-// Opt configures a Relay.
-type Opt func(*Relay)
-
-// WithBatchSize sets how many rows one step reads and produces together
-// (default DefaultBatchSize). Values below 1 are ignored.
-func WithBatchSize(n int) Opt {
-	return func(r *Relay) {
-		if n >= 1 {
-			r.batchSize = n
-		}
-	}
-}
-
-// WithPollInterval sets how long an idle relay waits before it looks for
-// new rows when nobody calls Notify (default DefaultPollInterval). Values
-// below 1 ms are ignored.
-func WithPollInterval(d time.Duration) Opt {
-	return func(r *Relay) {
-		if d >= time.Millisecond {
-			r.pollInterval = d
-		}
-	}
-}
-
-// WithBackoff sets the bounds of the exponential pause after a failed step
-// (defaults DefaultMinBackoff and DefaultMaxBackoff). It is ignored unless
-// 0 < min <= max.
-func WithBackoff(min, max time.Duration) Opt {
-	return func(r *Relay) {
-		if min > 0 && min <= max {
-			r.minBackoff, r.maxBackoff = min, max
-		}
-	}
-}
-
-// WithTable sets the name of the outbox table the relay publishes (default
-// DefaultTable, "outbox"): the table given to [New] for Enqueue. A name that
-// is not a plain lower-case identifier (sqldb.CheckTableName) makes
-// NewTransactionalRelay return an error, and Run of a relay made with
-// NewRelay return it at once.
-func WithTable(name string) Opt {
-	return func(r *Relay) { r.table = name }
-}
-
-// WithLogger sets the logger for failed steps (default slog.Default()).
-func WithLogger(l *slog.Logger) Opt {
-	return func(r *Relay) {
-		if l != nil {
-			r.logger = l
-		}
-	}
-}
-
-// WithOnError sets a function called, on Run's goroutine, with the error of
-// each failed step (a produce or database failure) before the relay backs
-// off; for metrics and alerts. It must not block for long.
-func WithOnError(fn func(error)) Opt {
-	return func(r *Relay) { r.onError = fn }
-}
-
 // NewRelay returns a relay that publishes db's outbox with client.
 //
 // The caller owns and configures the client: an idempotent producer (the
