@@ -80,20 +80,20 @@ func TestRelayRightLostWhileRunning(t *testing.T) {
 		{"at least once, topic WRITE", false, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTopic, "t", kmsg.ACLOperationWrite), "Topic", "t"},
 		{"exactly once, topic WRITE", true, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTopic, "t", kmsg.ACLOperationWrite), "Topic", "t"},
 		{"exactly once, transactional id WRITE", true,
-			testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTransactionalId, outbox.TransactionalID("pay"), kmsg.ACLOperationWrite),
-			"TransactionalId", outbox.TransactionalID("pay")},
+			testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTransactionalId, outbox.DefaultTransactionalID("pay"), kmsg.ACLOperationWrite),
+			"TransactionalId", outbox.DefaultTransactionalID("pay")},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			addrs := testkafka.Secure(t, map[string]int32{"t": 3}, map[string]string{relayUser: relayPass})
 			testkafka.Allow(t, addrs, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTopic, "t", kmsg.ACLOperationWrite))
-			testkafka.Allow(t, addrs, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTransactionalId, outbox.TransactionalID("pay"), kmsg.ACLOperationWrite))
-			testkafka.Allow(t, addrs, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTopic, outbox.MarkerTopic("pay"),
+			testkafka.Allow(t, addrs, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTransactionalId, outbox.DefaultTransactionalID("pay"), kmsg.ACLOperationWrite))
+			testkafka.Allow(t, addrs, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTopic, outbox.DefaultMarkerTopic("pay"),
 				kmsg.ACLOperationRead, kmsg.ACLOperationWrite, kmsg.ACLOperationCreate))
 			db := storetest.SQLite(t)
 			login := append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, testkafka.Login(relayUser, relayPass)...)
 			var relay *outbox.Relay
-			opts := []outbox.Opt{outbox.WithLogger(quiet), outbox.WithPollInterval(20 * time.Millisecond), outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond)}
+			opts := []outbox.Opt{outbox.Logger(quiet), outbox.PollInterval(20 * time.Millisecond), outbox.Backoff(10*time.Millisecond, 100*time.Millisecond)}
 			if c.txn {
 				var err error
 				if relay, err = outbox.NewTransactionalRelay(db, "pay", login, opts...); err != nil {

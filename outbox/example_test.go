@@ -62,7 +62,7 @@ func ExampleRelay() {
 	}
 	defer client.Close()
 
-	relay := outbox.NewRelay(db, client, outbox.WithTable("billing_outbox"))
+	relay := outbox.NewRelay(db, client, outbox.Table("billing_outbox"))
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- relay.Run(relayCtx) }()

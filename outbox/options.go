@@ -13,9 +13,9 @@ import (
 // Opt configures a Relay.
 type Opt func(*Relay)
 
-// WithBatchSize sets how many rows one step reads and produces together
-// (default DefaultBatchSize). Values below 1 are ignored.
-func WithBatchSize(n int) Opt {
+// MaxBatch sets how many rows one step reads and produces together
+// (default DefaultMaxBatch). Values below 1 are ignored.
+func MaxBatch(n int) Opt {
 	return func(r *Relay) {
 		if n >= 1 {
 			r.batchSize = n
@@ -23,10 +23,10 @@ func WithBatchSize(n int) Opt {
 	}
 }
 
-// WithPollInterval sets how long an idle relay waits before it looks for
+// PollInterval sets how long an idle relay waits before it looks for
 // new rows when nobody calls Notify (default DefaultPollInterval). Values
 // below 1 ms are ignored.
-func WithPollInterval(d time.Duration) Opt {
+func PollInterval(d time.Duration) Opt {
 	return func(r *Relay) {
 		if d >= time.Millisecond {
 			r.pollInterval = d
@@ -34,10 +34,10 @@ func WithPollInterval(d time.Duration) Opt {
 	}
 }
 
-// WithBackoff sets the bounds of the exponential pause after a failed step
+// Backoff sets the bounds of the exponential pause after a failed step
 // (defaults DefaultMinBackoff and DefaultMaxBackoff). It is ignored unless
 // 0 < min <= max.
-func WithBackoff(min, max time.Duration) Opt {
+func Backoff(min, max time.Duration) Opt {
 	return func(r *Relay) {
 		if min > 0 && min <= max {
 			r.minBackoff, r.maxBackoff = min, max
@@ -45,17 +45,17 @@ func WithBackoff(min, max time.Duration) Opt {
 	}
 }
 
-// WithTable sets the name of the outbox table the relay publishes (default
+// Table sets the name of the outbox table the relay publishes (default
 // DefaultTable, "outbox"): the table given to [New] for Enqueue. A name that
 // is not a plain lower-case identifier (sqldb.CheckTableName) makes
 // NewTransactionalRelay return an error, and Run of a relay made with
 // NewRelay return it at once.
-func WithTable(name string) Opt {
+func Table(name string) Opt {
 	return func(r *Relay) { r.table = name }
 }
 
-// WithLogger sets the logger for failed steps (default slog.Default()).
-func WithLogger(l *slog.Logger) Opt {
+// Logger sets the logger for failed steps (default slog.Default()).
+func Logger(l *slog.Logger) Opt {
 	return func(r *Relay) {
 		if l != nil {
 			r.logger = l
@@ -63,23 +63,23 @@ func WithLogger(l *slog.Logger) Opt {
 	}
 }
 
-// WithOnError sets a function called, on Run's goroutine, with the error of
+// OnError sets a function called, on Run's goroutine, with the error of
 // each failed step (a produce or database failure) before the relay backs
 // off; for metrics and alerts. It must not block for long.
-func WithOnError(fn func(error)) Opt {
+func OnError(fn func(error)) Opt {
 	return func(r *Relay) { r.onError = fn }
 }
 
 // txnConfig is the exactly-once mode's configuration.
 type txnConfig struct {
 	name string
-	// txnID and markerTopic are the names in use: TransactionalID(name)
-	// and MarkerTopic(name) unless set by WithTransactionalID or
-	// WithMarkerTopicName (checked by NewTransactionalRelay).
+	// txnID and markerTopic are the names in use: DefaultTransactionalID(name)
+	// and DefaultMarkerTopic(name) unless set by TransactionalID or
+	// MarkerTopic (checked by NewTransactionalRelay).
 	txnID, markerTopic string
 	txnIDSet, topicSet bool
 	clientOpts         []kgo.Opt
-	perClient          func(role string) []kgo.Opt // WithClientOpts; nil: none
+	perClient          func(role string) []kgo.Opt // ClientOpts; nil: none
 	rf                 int16
 	minISR             int
 	txnTimeout         time.Duration
@@ -87,11 +87,11 @@ type txnConfig struct {
 	idSuffix           string
 }
 
-// WithMarkerTopic sets the replication factor and min.insync.replicas of
+// MarkerTopicReplication sets the replication factor and min.insync.replicas of
 // the progress marker topic when the exactly-once relay creates it (default
 // -1 and 0: the broker's defaults). Use 3 and 2 on a real cluster. Ignored by
 // a relay made with NewRelay.
-func WithMarkerTopic(replicationFactor int16, minInsyncReplicas int) Opt {
+func MarkerTopicReplication(replicationFactor int16, minInsyncReplicas int) Opt {
 	return func(r *Relay) {
 		if r.txn != nil {
 			r.txn.rf, r.txn.minISR = replicationFactor, minInsyncReplicas
@@ -99,12 +99,12 @@ func WithMarkerTopic(replicationFactor int16, minInsyncReplicas int) Opt {
 	}
 }
 
-// WithTakeoverAfter sets how long a standby relay (one that was fenced by
+// TakeoverAfter sets how long a standby relay (one that was fenced by
 // another relay with the same transactional id) waits while rows are pending
 // and the oldest unsent row does not change before it takes over (default
 // DefaultTakeoverAfter). Values <= 0 are ignored, as is the option on a relay
 // made with NewRelay.
-func WithTakeoverAfter(d time.Duration) Opt {
+func TakeoverAfter(d time.Duration) Opt {
 	return func(r *Relay) {
 		if r.txn != nil && d > 0 {
 			r.txn.takeoverAfter = d
@@ -112,10 +112,10 @@ func WithTakeoverAfter(d time.Duration) Opt {
 	}
 }
 
-// WithTransactionTimeout sets the relay's transaction.timeout.ms (default
+// TransactionTimeout sets the relay's transaction.timeout.ms (default
 // DefaultTransactionTimeout). Values below 1 s are ignored, as is the option
 // on a relay made with NewRelay.
-func WithTransactionTimeout(d time.Duration) Opt {
+func TransactionTimeout(d time.Duration) Opt {
 	return func(r *Relay) {
 		if r.txn != nil && d >= time.Second {
 			r.txn.txnTimeout = d
@@ -123,14 +123,14 @@ func WithTransactionTimeout(d time.Duration) Opt {
 	}
 }
 
-// WithTransactionalID sets the exactly-once relay's transactional id
-// (Kafka's transactional.id; default TransactionalID(name),
+// TransactionalID sets the exactly-once relay's transactional id
+// (Kafka's transactional.id; default DefaultTransactionalID(name),
 // "ordercast-outbox-<name>"). Every relay of one outbox must use the same id
 // (that is what fences a zombie), and it must stay the same across restarts;
 // the relay's principal needs WRITE on it. An empty id makes
 // NewTransactionalRelay return an error. Ignored by a relay made with
 // NewRelay.
-func WithTransactionalID(id string) Opt {
+func TransactionalID(id string) Opt {
 	return func(r *Relay) {
 		if r.txn != nil {
 			r.txn.txnID, r.txn.txnIDSet = id, true
@@ -138,16 +138,16 @@ func WithTransactionalID(id string) Opt {
 	}
 }
 
-// WithMarkerTopicName sets the name of the exactly-once relay's progress
-// marker topic (default MarkerTopic(name), "ordercast.outbox.<name>"). Every
+// MarkerTopic sets the name of the exactly-once relay's progress
+// marker topic (default DefaultMarkerTopic(name), "ordercast.outbox.<name>"). Every
 // relay of one outbox must use the same topic, and no other program may
 // write to it; the relay's principal needs READ, WRITE and (unless the topic
 // exists, with one partition and cleanup.policy=compact) CREATE on it. A
 // name that is not a valid Kafka topic name (1 to 249 of a-z A-Z 0-9 '.' '_'
 // '-', not "." or "..") makes NewTransactionalRelay return an error. Ignored
-// by a relay made with NewRelay. (WithMarkerTopic sets its replication, not
+// by a relay made with NewRelay. (MarkerTopicReplication sets its replication, not
 // its name.)
-func WithMarkerTopicName(topic string) Opt {
+func MarkerTopic(topic string) Opt {
 	return func(r *Relay) {
 		if r.txn != nil {
 			r.txn.markerTopic, r.txn.topicSet = topic, true
@@ -155,7 +155,7 @@ func WithMarkerTopicName(topic string) Opt {
 	}
 }
 
-// WithClientOpts sets a function called each time the exactly-once relay
+// ClientOpts sets a function called each time the exactly-once relay
 // creates a Kafka client, with the client's role (ClientProducer,
 // ClientConfirm, ClientMarkers); the options it returns are appended to
 // NewTransactionalRelay's clientOpts for that client only. Use it for what
@@ -163,7 +163,7 @@ func WithMarkerTopicName(topic string) Opt {
 // per-client state (kprom). The function must not return transactional
 // id, acks, consume or isolation options; it is called from the relay's
 // goroutine (Run) only. Ignored by a relay made with NewRelay.
-func WithClientOpts(fn func(role string) []kgo.Opt) Opt {
+func ClientOpts(fn func(role string) []kgo.Opt) Opt {
 	return func(r *Relay) {
 		if r.txn != nil {
 			r.txn.perClient = fn
@@ -172,7 +172,7 @@ func WithClientOpts(fn func(role string) []kgo.Opt) Opt {
 }
 
 // clientOptsFor returns the options of a new client of the given role:
-// clientOpts, then those of WithClientOpts.
+// clientOpts, then those of ClientOpts.
 func (tc *txnConfig) clientOptsFor(role string) []kgo.Opt {
 	opts := append([]kgo.Opt{}, tc.clientOpts...)
 	if tc.perClient != nil {
@@ -181,15 +181,15 @@ func (tc *txnConfig) clientOptsFor(role string) []kgo.Opt {
 	return opts
 }
 
-// WithTransactionalIDSuffix appends suffix to the relay's transactional id
-// (TransactionalID(name), or the WithTransactionalID id, + suffix); the
+// TransactionalIDSuffix appends suffix to the relay's transactional id
+// (DefaultTransactionalID(name), or the TransactionalID id, + suffix); the
 // marker topic keeps its name. Only for
 // an embedded kfake broker that dies with this process: there a fresh id per
 // start avoids a defect of kfake's recovery of transactions left open by a
 // crashed producer. On a real cluster the id must stay
 // the same across restarts, or a zombie relay is no longer fenced. Ignored by
 // a relay made with NewRelay.
-func WithTransactionalIDSuffix(suffix string) Opt {
+func TransactionalIDSuffix(suffix string) Opt {
 	return func(r *Relay) {
 		if r.txn != nil {
 			r.txn.idSuffix = suffix
@@ -200,12 +200,12 @@ func WithTransactionalIDSuffix(suffix string) Opt {
 // resolveNames fills in the default names and checks the chosen ones.
 func (tc *txnConfig) resolveNames() error {
 	if !tc.txnIDSet {
-		tc.txnID = TransactionalID(tc.name)
+		tc.txnID = DefaultTransactionalID(tc.name)
 	} else if tc.txnID == "" {
-		return errors.New("outbox: WithTransactionalID: empty transactional id")
+		return errors.New("outbox: TransactionalID: empty transactional id")
 	}
 	if !tc.topicSet {
-		tc.markerTopic = MarkerTopic(tc.name)
+		tc.markerTopic = DefaultMarkerTopic(tc.name)
 	}
 	if err := checkTopicName(tc.markerTopic); err != nil {
 		return fmt.Errorf("outbox: marker topic: %w", err)
@@ -233,7 +233,7 @@ func checkTopicName(t string) error {
 }
 
 // Roles of the Kafka clients an exactly-once relay creates, as passed to
-// the WithClientOpts function.
+// the ClientOpts function.
 const (
 	// ClientProducer is each session's transactional producer (one per
 	// session: a failed step starts a new one).

@@ -48,7 +48,7 @@
 // outbox table with [Migrate] or [Outbox.Migrate], or put the statements
 // [Schema] returns into your own migrations; nothing else is created (the
 // exactly-once relay keeps its progress in Kafka). The table is DefaultTable
-// ("outbox") unless [New] and the relay ([WithTable]) are given another
+// ("outbox") unless [New] and the relay ([Table]) are given another
 // name; its columns:
 //
 //	id          auto-increment BIGINT primary key (sqldb.Dialect.IdentityType): the relay order
@@ -66,17 +66,17 @@
 //
 // Every default in one place (each option's doc has the details):
 //
-//   - Table: DefaultTable, "outbox" (New, WithTable).
-//   - Batches of DefaultBatchSize (500) rows; an idle relay looks for rows
+//   - Table: DefaultTable, "outbox" (New, Table).
+//   - Batches of DefaultMaxBatch (500) rows; an idle relay looks for rows
 //     every DefaultPollInterval (200ms) unless Notify wakes it; after a
 //     failed step it waits from DefaultMinBackoff (100ms) doubling to
 //     DefaultMaxBackoff (5s), and retries one row before whole batches.
-//   - Logger: slog.Default(); no error callback (WithOnError).
+//   - Logger: slog.Default(); no error callback (OnError).
 //   - Exactly once: transactional id "ordercast-outbox-<name>"
-//     (TransactionalID, WithTransactionalID), progress marker topic
-//     "ordercast.outbox.<name>" (MarkerTopic, WithMarkerTopicName) created
+//     (DefaultTransactionalID; the option TransactionalID), progress marker topic
+//     "ordercast.outbox.<name>" (DefaultMarkerTopic; the option MarkerTopic) created
 //     with one partition, cleanup.policy=compact and the broker's
-//     replication factor and min.insync.replicas (WithMarkerTopic);
+//     replication factor and min.insync.replicas (MarkerTopicReplication);
 //     transaction.timeout.ms DefaultTransactionTimeout (30s), acks=all; a
 //     fenced relay takes over after DefaultTakeoverAfter (5s) without
 //     progress.
@@ -127,7 +127,7 @@ type Outbox struct {
 
 // New returns the outbox kept in table of db: DefaultTable when table is
 // empty. It creates nothing (see [Outbox.Migrate]) and does not touch the
-// database. A relay publishing it needs the same name: [WithTable]. It
+// database. A relay publishing it needs the same name: [Table]. It
 // returns an error if db is nil or table is not a plain lower-case
 // identifier (sqldb.CheckTableName says why).
 func New(db *sqldb.DB, table string) (*Outbox, error) {

@@ -225,7 +225,7 @@ func TestRelayPublishesInIDOrderAndMarksSent(t *testing.T) {
 		enqueue(t, db, "t", 3, all[:15]...)
 		enqueue(t, db, "t", 3, all[15:]...)
 
-		relay := outbox.NewRelay(db, producer(t, addrs), outbox.WithBatchSize(7), outbox.WithLogger(quiet))
+		relay := outbox.NewRelay(db, producer(t, addrs), outbox.MaxBatch(7), outbox.Logger(quiet))
 		stop := run(t, relay)
 		waitFor(t, "all rows marked sent", func() bool { return pending(t, db) == 0 })
 		if err := stop(); err != nil {
@@ -271,7 +271,7 @@ func TestRelayNotifyWakesIt(t *testing.T) {
 	db := storetest.SQLite(t)
 	addrs := cluster(t)
 	// An hour-long poll: only Notify can make the relay see a new row in time.
-	relay := outbox.NewRelay(db, producer(t, addrs), outbox.WithPollInterval(time.Hour), outbox.WithLogger(quiet))
+	relay := outbox.NewRelay(db, producer(t, addrs), outbox.PollInterval(time.Hour), outbox.Logger(quiet))
 	enqueue(t, db, "t", 1, 1)
 	run(t, relay)
 	waitFor(t, "the first row (read when Run starts)", func() bool { return pending(t, db) == 0 })
@@ -303,7 +303,7 @@ func TestRelayCrashBetweenProduceAndMark(t *testing.T) {
 
 		crash := errors.New("simulated crash before marking")
 		var producedIDs []int64
-		first := outbox.NewRelay(db, producer(t, addrs), outbox.WithLogger(quiet))
+		first := outbox.NewRelay(db, producer(t, addrs), outbox.Logger(quiet))
 		first.SetAfterProduce(func(ids []int64) error {
 			producedIDs = ids
 			return crash
@@ -317,7 +317,7 @@ func TestRelayCrashBetweenProduceAndMark(t *testing.T) {
 		}
 		consume(t, addrs, "t", 5)
 
-		second := outbox.NewRelay(db, producer(t, addrs), outbox.WithLogger(quiet))
+		second := outbox.NewRelay(db, producer(t, addrs), outbox.Logger(quiet))
 		run(t, second)
 		waitFor(t, "the re-publication", func() bool { return pending(t, db) == 0 })
 		recs := consume(t, addrs, "t", 10) // every event twice: at least once
@@ -371,9 +371,9 @@ func TestRelayRetriesWithoutSkipping(t *testing.T) {
 	var failures []int // Pending seen at each failure
 	cl := producer(t, addrs, kgo.UnknownTopicRetries(1))
 	relay := outbox.NewRelay(db, cl,
-		outbox.WithBackoff(5*time.Millisecond, 20*time.Millisecond),
-		outbox.WithLogger(quiet),
-		outbox.WithOnError(func(err error) {
+		outbox.Backoff(5*time.Millisecond, 20*time.Millisecond),
+		outbox.Logger(quiet),
+		outbox.OnError(func(err error) {
 			n, _ := outbox.Pending(context.Background(), db)
 			mu.Lock()
 			failures = append(failures, n)

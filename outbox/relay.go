@@ -18,8 +18,8 @@ import (
 
 // Relay defaults.
 const (
-	// DefaultBatchSize is how many rows one relay step reads and produces.
-	DefaultBatchSize = 500
+	// DefaultMaxBatch is how many rows one relay step reads and produces.
+	DefaultMaxBatch = 500
 	// DefaultPollInterval is how long an idle relay waits for a Notify
 	// before it looks at the table again (rows enqueued by another process
 	// are only found by polling).
@@ -37,8 +37,8 @@ const (
 type Relay struct {
 	db     *sqldb.DB
 	client *kgo.Client
-	// table is the outbox table's name (WithTable), ob the outbox on it;
-	// tableErr, when set, is returned by Run (an invalid WithTable name).
+	// table is the outbox table's name (Table), ob the outbox on it;
+	// tableErr, when set, is returned by Run (an invalid Table name).
 	table    string
 	ob       *Outbox
 	tableErr error
@@ -88,7 +88,7 @@ func NewRelay(db *sqldb.DB, client *kgo.Client, opts ...Opt) *Relay {
 	r := &Relay{
 		db:           db,
 		client:       client,
-		batchSize:    DefaultBatchSize,
+		batchSize:    DefaultMaxBatch,
 		pollInterval: DefaultPollInterval,
 		minBackoff:   DefaultMinBackoff,
 		maxBackoff:   DefaultMaxBackoff,
@@ -140,7 +140,7 @@ func (r *Relay) Pending(ctx context.Context) (int, error) { return r.ob.Pending(
 // for Notify, the poll interval or ctx.
 //
 // When a step fails (a record not acknowledged, or a database error), the
-// relay logs it, calls the WithOnError function, waits a backoff (doubling
+// relay logs it, calls the OnError function, waits a backoff (doubling
 // from the minimum to the maximum, reset by a successful step) and tries
 // again from the first unsent row, which was not marked: it never skips a row
 // and never marks a later row before an earlier one. Records after the failed
@@ -151,7 +151,7 @@ func (r *Relay) Pending(ctx context.Context) (int, error) { return r.ob.Pending(
 // clean shutdown does not re-publish what it already published.
 //
 // Run returns ErrRunning if the relay is already running, the error of an
-// invalid WithTable name at once, an error wrapping kgo.ErrClientClosed
+// invalid Table name at once, an error wrapping kgo.ErrClientClosed
 // if the client was closed, and an *AuthorizationError (not retried; the
 // refused rows stay unsent) when the broker refuses the relay an ACL.
 func (r *Relay) Run(ctx context.Context) error {

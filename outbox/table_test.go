@@ -93,7 +93,7 @@ func TestOwnTable(t *testing.T) {
 		}
 
 		addrs := cluster(t)
-		relay := outbox.NewRelay(db, producer(t, addrs), outbox.WithTable("billing_outbox"), outbox.WithLogger(quiet))
+		relay := outbox.NewRelay(db, producer(t, addrs), outbox.Table("billing_outbox"), outbox.Logger(quiet))
 		stop := run(t, relay)
 		relay.Notify()
 		waitFor(t, "the billing rows marked sent", func() bool { n, err := billing.Pending(ctx); return err == nil && n == 0 })
@@ -114,7 +114,7 @@ func TestOwnTable(t *testing.T) {
 		}
 
 		// The exactly-once relay on the other table.
-		txr := txnRelay(t, db, addrs, "audit", outbox.WithTable("audit_outbox"))
+		txr := txnRelay(t, db, addrs, "audit", outbox.Table("audit_outbox"))
 		stop = run(t, txr)
 		waitFor(t, "the audit rows marked sent", func() bool { n, err := audit.Pending(ctx); return err == nil && n == 0 })
 		if err := stop(); err != nil {
@@ -140,10 +140,10 @@ func TestBadTableName(t *testing.T) {
 		if _, err := outbox.Schema(sqldb.SQLite, name); err == nil {
 			t.Errorf("Schema(%q) accepted it", name)
 		}
-		if _, err := outbox.NewTransactionalRelay(db, "x", []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, outbox.WithTable(name)); err == nil {
+		if _, err := outbox.NewTransactionalRelay(db, "x", []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, outbox.Table(name)); err == nil {
 			t.Errorf("NewTransactionalRelay with WithTable(%q) accepted it", name)
 		}
-		r := outbox.NewRelay(db, nil, outbox.WithTable(name))
+		r := outbox.NewRelay(db, nil, outbox.Table(name))
 		if err := r.Run(ctx); err == nil || !strings.Contains(err.Error(), "table name") {
 			t.Errorf("Run with WithTable(%q): %v, want a table name error", name, err)
 		}

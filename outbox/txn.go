@@ -37,32 +37,32 @@ const (
 	markerVersionPrev = 2
 )
 
-// Default name prefixes of the exactly-once relay (see TransactionalID and
-// MarkerTopic; WithTransactionalID and WithMarkerTopicName replace them).
+// Default name prefixes of the exactly-once relay (see DefaultTransactionalID and
+// DefaultMarkerTopic; the options TransactionalID and MarkerTopic replace them).
 const (
 	DefaultTransactionalIDPrefix = "ordercast-outbox-"
 	DefaultMarkerTopicPrefix     = "ordercast.outbox."
 )
 
-// TransactionalID returns the default transactional id of the exactly-once
+// DefaultTransactionalID returns the default transactional id of the exactly-once
 // relay named name: DefaultTransactionalIDPrefix + name
-// ("ordercast-outbox-" + name). A relay given WithTransactionalID uses that
+// ("ordercast-outbox-" + name). A relay given TransactionalID uses that
 // instead; [Relay.TransactionalID] returns the one a relay uses. Derive ACLs
 // (WRITE on the TransactionalId resource) from the relay's, not from this,
 // when the option is used.
-func TransactionalID(name string) string { return DefaultTransactionalIDPrefix + name }
+func DefaultTransactionalID(name string) string { return DefaultTransactionalIDPrefix + name }
 
-// MarkerTopic returns the default progress marker topic of the exactly-once
+// DefaultMarkerTopic returns the default progress marker topic of the exactly-once
 // relay named name: DefaultMarkerTopicPrefix + name ("ordercast.outbox." +
-// name; one partition, compacted). A relay given WithMarkerTopicName uses
+// name; one partition, compacted). A relay given MarkerTopic uses
 // that instead; [Relay.MarkerTopic] returns the one a relay uses.
-func MarkerTopic(name string) string { return DefaultMarkerTopicPrefix + name }
+func DefaultMarkerTopic(name string) string { return DefaultMarkerTopicPrefix + name }
 
 // NewTransactionalRelay returns a relay that publishes db's outbox exactly
 // once for read_committed readers. name identifies the outbox (one name per
-// database): the relay's transactional id is TransactionalID(name) and its
-// progress marker topic MarkerTopic(name) unless WithTransactionalID and
-// WithMarkerTopicName choose others; name is also the key of its marker
+// database): the relay's transactional id is DefaultTransactionalID(name) and its
+// progress marker topic DefaultMarkerTopic(name) unless TransactionalID and
+// MarkerTopic choose others; name is also the key of its marker
 // records. clientOpts configure the Kafka
 // clients the relay creates and owns (kgo.SeedBrokers, TLS, SASL); do not
 // pass a transactional id, acks or producer-id options.
@@ -105,7 +105,7 @@ func MarkerTopic(name string) string { return DefaultMarkerTopicPrefix + name }
 // share the transactional id, so the last one to start fences the others.
 // A fenced relay goes to standby and takes over (fencing in turn) once rows
 // are pending and the oldest unsent row has not changed for
-// WithTakeoverAfter. The checksum guards against a marker topic left over
+// TakeoverAfter. The checksum guards against a marker topic left over
 // from another database (a deleted SQLite file with a kept broker): a marker
 // whose rows do not match is not trusted, and its rows are published again.
 //
@@ -120,7 +120,7 @@ func MarkerTopic(name string) string { return DefaultMarkerTopicPrefix + name }
 // NewTransactionalRelay creates no client yet; Run does, and creates the
 // marker topic (one partition, cleanup.policy=compact) if it is missing. It
 // returns an error if name is empty or not a valid topic name suffix, if a
-// WithTransactionalID id is empty, or a WithMarkerTopicName name is not a
+// TransactionalID id is empty, or a MarkerTopic name is not a
 // valid topic name.
 func NewTransactionalRelay(db *sqldb.DB, name string, clientOpts []kgo.Opt, opts ...Opt) (*Relay, error) {
 	if name == "" || strings.ContainsFunc(name, func(c rune) bool {
@@ -149,7 +149,7 @@ func NewTransactionalRelay(db *sqldb.DB, name string, clientOpts []kgo.Opt, opts
 }
 
 // TransactionalID returns the transactional id the exactly-once relay uses
-// (without a WithTransactionalIDSuffix suffix), or "" for a relay made with
+// (without a TransactionalIDSuffix suffix), or "" for a relay made with
 // NewRelay.
 func (r *Relay) TransactionalID() string {
 	if r.txn == nil {

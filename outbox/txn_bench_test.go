@@ -23,7 +23,7 @@ import (
 // ORDERCAST_TEST_BROKERS and ORDERCAST_BENCH_POSTGRES=1 (with
 // ORDERCAST_TEST_POSTGRES) for Kafka and PostgreSQL.
 func BenchmarkTxnRelay(b *testing.B) {
-	for _, batch := range []int{outbox.DefaultBatchSize, 20} {
+	for _, batch := range []int{outbox.DefaultMaxBatch, 20} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchTxnRelay(b, batch) })
 	}
 }
@@ -38,7 +38,7 @@ func benchTxnRelay(b *testing.B, batch int) {
 		db = storetest.SQLite(b)
 	}
 	r, err := outbox.NewTransactionalRelay(db, "bench", []kgo.Opt{kgo.SeedBrokers(addrs...)},
-		outbox.WithLogger(quiet), outbox.WithPollInterval(5*time.Millisecond), outbox.WithBatchSize(batch))
+		outbox.Logger(quiet), outbox.PollInterval(5*time.Millisecond), outbox.MaxBatch(batch))
 	if err != nil {
 		b.Fatal(err)
 	}

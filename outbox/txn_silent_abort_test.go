@@ -20,7 +20,7 @@ func TestTxnRelaySilentAbortIsRepublished(t *testing.T) {
 		c, addrs := txnchecktest.Fake(t, map[string]int32{"t": 3})
 		turned := txnchecktest.AbortCommits(c, 2)
 		enqueue(t, db, "t", 3, upTo(20)...)
-		relay := txnRelay(t, db, addrs, "orders", outbox.WithBatchSize(6))
+		relay := txnRelay(t, db, addrs, "orders", outbox.MaxBatch(6))
 		stop := run(t, relay)
 		waitFor(t, "all rows marked sent", func() bool { return pending(t, db) == 0 })
 		if err := stop(); err != nil {

@@ -21,8 +21,8 @@ import (
 // txnRelay makes an exactly-once relay named name on db against addrs.
 func txnRelay(t *testing.T, db *store.DB, addrs []string, name string, opts ...outbox.Opt) *outbox.Relay {
 	t.Helper()
-	opts = append([]outbox.Opt{outbox.WithLogger(quiet), outbox.WithPollInterval(20 * time.Millisecond),
-		outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond)}, opts...)
+	opts = append([]outbox.Opt{outbox.Logger(quiet), outbox.PollInterval(20 * time.Millisecond),
+		outbox.Backoff(10*time.Millisecond, 100*time.Millisecond)}, opts...)
 	r, err := outbox.NewTransactionalRelay(db, name, []kgo.Opt{kgo.SeedBrokers(addrs...)}, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestTxnRelayPublishesOnceInOrder(t *testing.T) {
 		addrs := cluster(t)
 		enqueue(t, db, "t", 3, upTo(15)...)
 		enqueue(t, db, "t", 3, upTo(40)[15:]...)
-		relay := txnRelay(t, db, addrs, "orders", outbox.WithBatchSize(7))
+		relay := txnRelay(t, db, addrs, "orders", outbox.MaxBatch(7))
 		stop := run(t, relay)
 		waitFor(t, "all rows marked sent", func() bool { return pending(t, db) == 0 })
 		if err := stop(); err != nil {
@@ -147,7 +147,7 @@ func TestTxnRelayPublishesOnceInOrder(t *testing.T) {
 				t.Fatalf("partition %d out of id order: %v", p, s)
 			}
 		}
-		markers := readTopic(t, addrs, outbox.MarkerTopic("orders"), true)
+		markers := readTopic(t, addrs, outbox.DefaultMarkerTopic("orders"), true)
 		if len(markers) != 6 { // ceil(40/7)
 			t.Fatalf("%d markers, want one per transaction (6)", len(markers))
 		}
@@ -237,7 +237,7 @@ func TestTxnRelayZombieIsFenced(t *testing.T) {
 
 	stalled, resume := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	a := txnRelay(t, db, addrs, "pay", outbox.WithTakeoverAfter(200*time.Millisecond))
+	a := txnRelay(t, db, addrs, "pay", outbox.TakeoverAfter(200*time.Millisecond))
 	a.SetAfterProduce(func([]int64) error {
 		once.Do(func() {
 			close(stalled)
@@ -281,7 +281,7 @@ func TestTxnRelaysConcurrently(t *testing.T) {
 	addrs := cluster(t)
 	var relays []*outbox.Relay
 	for range 3 {
-		r := txnRelay(t, db, addrs, "pay", outbox.WithBatchSize(5), outbox.WithTakeoverAfter(100*time.Millisecond))
+		r := txnRelay(t, db, addrs, "pay", outbox.MaxBatch(5), outbox.TakeoverAfter(100*time.Millisecond))
 		relays = append(relays, r)
 		run(t, r)
 	}
@@ -341,18 +341,18 @@ func TestNewTransactionalRelayValidatesName(t *testing.T) {
 // MarkerTopic, which the order system's ACLs are derived from.
 func TestTxnRelayOwnNames(t *testing.T) {
 	db := storetest.SQLite(t)
-	if r := txnRelay(t, db, nil, "pay"); r.TransactionalID() != outbox.TransactionalID("pay") ||
-		r.MarkerTopic() != outbox.MarkerTopic("pay") || r.TransactionalID() != "ordercast-outbox-pay" ||
+	if r := txnRelay(t, db, nil, "pay"); r.TransactionalID() != outbox.DefaultTransactionalID("pay") ||
+		r.MarkerTopic() != outbox.DefaultMarkerTopic("pay") || r.TransactionalID() != "ordercast-outbox-pay" ||
 		r.MarkerTopic() != "ordercast.outbox.pay" {
 		t.Fatalf("default names %q, %q", r.TransactionalID(), r.MarkerTopic())
 	}
-	if r := outbox.NewRelay(db, nil, outbox.WithTransactionalID("x")); r.TransactionalID() != "" || r.MarkerTopic() != "" {
+	if r := outbox.NewRelay(db, nil, outbox.TransactionalID("x")); r.TransactionalID() != "" || r.MarkerTopic() != "" {
 		t.Fatalf("an at-least-once relay reports names %q, %q", r.TransactionalID(), r.MarkerTopic())
 	}
 
 	addrs := cluster(t)
 	const id, topic = "billing-relay", "billing_relay.progress"
-	names := []outbox.Opt{outbox.WithTransactionalID(id), outbox.WithMarkerTopicName(topic)}
+	names := []outbox.Opt{outbox.TransactionalID(id), outbox.MarkerTopic(topic)}
 	enqueue(t, db, "t", 2, 1, 2, 3)
 	first := txnRelay(t, db, addrs, "ownnames", names...)
 	if first.TransactionalID() != id || first.MarkerTopic() != topic {
@@ -381,12 +381,12 @@ func TestTxnRelayOwnNames(t *testing.T) {
 	}
 	cl := producer(t, addrs)
 	adm := kadm.NewClient(cl)
-	tds, err := adm.ListTopics(ctxT(t), outbox.MarkerTopic("ownnames"))
+	tds, err := adm.ListTopics(ctxT(t), outbox.DefaultMarkerTopic("ownnames"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if td, ok := tds[outbox.MarkerTopic("ownnames")]; ok && td.Err == nil {
-		t.Fatalf("the default marker topic %s was created", outbox.MarkerTopic("ownnames"))
+	if td, ok := tds[outbox.DefaultMarkerTopic("ownnames")]; ok && td.Err == nil {
+		t.Fatalf("the default marker topic %s was created", outbox.DefaultMarkerTopic("ownnames"))
 	}
 	txns, err := adm.ListTransactions(ctxT(t), nil, nil)
 	if err != nil {
@@ -397,19 +397,19 @@ func TestTxnRelayOwnNames(t *testing.T) {
 	for _, tx := range txns.Sorted() {
 		seen[tx.TxnID] = true
 	}
-	if !seen[id] || seen[outbox.TransactionalID("ownnames")] {
-		t.Fatalf("transactional ids at the broker %v: want %s and not %s", txns.TransactionalIDs(), id, outbox.TransactionalID("ownnames"))
+	if !seen[id] || seen[outbox.DefaultTransactionalID("ownnames")] {
+		t.Fatalf("transactional ids at the broker %v: want %s and not %s", txns.TransactionalIDs(), id, outbox.DefaultTransactionalID("ownnames"))
 	}
 }
 
 func TestNewTransactionalRelayValidatesNames(t *testing.T) {
 	db := storetest.SQLite(t)
 	for _, o := range []outbox.Opt{
-		outbox.WithTransactionalID(""),
-		outbox.WithMarkerTopicName(""),
-		outbox.WithMarkerTopicName(".."),
-		outbox.WithMarkerTopicName("a/b"),
-		outbox.WithMarkerTopicName(strings.Repeat("x", 250)),
+		outbox.TransactionalID(""),
+		outbox.MarkerTopic(""),
+		outbox.MarkerTopic(".."),
+		outbox.MarkerTopic("a/b"),
+		outbox.MarkerTopic(strings.Repeat("x", 250)),
 	} {
 		if _, err := outbox.NewTransactionalRelay(db, "pay", nil, o); err == nil {
 			t.Errorf("option accepted")
@@ -417,7 +417,7 @@ func TestNewTransactionalRelayValidatesNames(t *testing.T) {
 			t.Log(err)
 		}
 	}
-	if _, err := outbox.NewTransactionalRelay(db, "pay", nil, outbox.WithMarkerTopicName(strings.Repeat("x", 249))); err != nil {
+	if _, err := outbox.NewTransactionalRelay(db, "pay", nil, outbox.MarkerTopic(strings.Repeat("x", 249))); err != nil {
 		t.Errorf("a 249-character topic name refused: %v", err)
 	}
 }
@@ -436,7 +436,7 @@ func TestTxnRelayMarksWhileTheNextTransactionCommits(t *testing.T) {
 		enqueue(t, db, "t", 3, upTo(10)...)
 		crash := errors.New("simulated crash")
 		release := make(chan struct{})
-		first := txnRelay(t, db, addrs, "pipe", outbox.WithBatchSize(5))
+		first := txnRelay(t, db, addrs, "pipe", outbox.MaxBatch(5))
 		var mu sync.Mutex
 		var marks, commits [][]int64
 		first.SetBeforeMark(func(ids []int64) error {
@@ -508,7 +508,7 @@ func TestTxnRelayHoldsItsConnections(t *testing.T) {
 	db.SetMaxOpenConns(3)
 	addrs := cluster(t)
 	enqueue(t, db, "t", 2, 1)
-	relay := txnRelay(t, db, addrs, "held", outbox.WithPollInterval(time.Hour))
+	relay := txnRelay(t, db, addrs, "held", outbox.PollInterval(time.Hour))
 	stop := run(t, relay)
 	waitFor(t, "row 1 published and marked", func() bool { return relay.Stats().Published == 1 })
 	enqueue(t, db, "t", 2, 2, 3, 4)
@@ -574,7 +574,7 @@ func TestTxnRelayClientOpts(t *testing.T) {
 		enqueue(t, db, "t", 2, upTo(5)...)
 		var mu sync.Mutex
 		counts := map[string]int{}
-		relay := txnRelay(t, db, addrs, "roles", outbox.WithClientOpts(func(role string) []kgo.Opt {
+		relay := txnRelay(t, db, addrs, "roles", outbox.ClientOpts(func(role string) []kgo.Opt {
 			return []kgo.Opt{kgo.ClientID("relay-" + role), kgo.WithHooks(roleCounter{mu: &mu, counts: counts, role: role})}
 		}))
 		stop := run(t, relay)

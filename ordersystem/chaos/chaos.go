@@ -28,7 +28,7 @@ import (
 )
 
 // markerTopic is the payments outbox relay's progress marker topic.
-var markerTopic = outbox.MarkerTopic(system.ServicePayments)
+var markerTopic = outbox.DefaultMarkerTopic(system.ServicePayments)
 
 // TopicCounts are a topic's records as each isolation level sees them.
 type TopicCounts struct {

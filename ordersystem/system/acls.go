@@ -142,8 +142,8 @@ func Rights(svc string, l ops.Layout) []Right {
 	}
 	switch svc {
 	case ServicePayments:
-		add(kmsg.ACLResourceTypeTransactionalId, outbox.TransactionalID(svc), kmsg.ACLResourcePatternTypeLiteral, write)
-		topic(outbox.MarkerTopic(svc), read, write, kmsg.ACLOperationCreate)
+		add(kmsg.ACLResourceTypeTransactionalId, outbox.DefaultTransactionalID(svc), kmsg.ACLResourcePatternTypeLiteral, write)
+		topic(outbox.DefaultMarkerTopic(svc), read, write, kmsg.ACLOperationCreate)
 	case ServiceFulfillment:
 		add(kmsg.ACLResourceTypeTransactionalId, fulfillmentTxnPrefix, kmsg.ACLResourcePatternTypePrefixed, write)
 	}

@@ -163,7 +163,7 @@ func TestCheckTxnWrite(t *testing.T) {
 	addrs := secureBroker(t, ServicePayments)
 	rights := Rights(ServicePayments, aclLayout)
 	principal := "User:ordercast-payments"
-	txnID := outbox.TransactionalID(ServicePayments)
+	txnID := outbox.DefaultTransactionalID(ServicePayments)
 	write := Right{Type: kmsg.ACLResourceTypeTransactionalId, Name: txnID, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationWrite}
 	describe := write
 	describe.Operation = kmsg.ACLOperationDescribe
@@ -218,7 +218,7 @@ func startAs(t *testing.T, addrs []string, svc string) (*System, error) {
 func TestStartChecksRelayTxnWrite(t *testing.T) {
 	addrs := secureBroker(t, ServicePayments)
 	principal := "User:ordercast-payments"
-	txnID := outbox.TransactionalID(ServicePayments)
+	txnID := outbox.DefaultTransactionalID(ServicePayments)
 	write := Right{Type: kmsg.ACLResourceTypeTransactionalId, Name: txnID, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationWrite}
 	describe := write
 	describe.Operation = kmsg.ACLOperationDescribe

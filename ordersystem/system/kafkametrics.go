@@ -50,7 +50,7 @@ func kafkaHooks(reg prometheus.Registerer) kgo.Opt {
 // client_id label of ordercast_kafka_*.
 const RelayClientIDPrefix = "ordercast-relay-"
 
-// relayClientOpts returns the outbox.WithClientOpts function of the
+// relayClientOpts returns the outbox.ClientOpts function of the
 // payments outbox relay: a client id per role and, per client the relay
 // creates, its own kafkaHooks on reg (a new session's client replaces the
 // series of the one before; the request counts go on adding up).

@@ -451,7 +451,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		return nil, err
 	}
 	if cfg.runs(ServicePayments) {
-		if err := checkTxnWrite(ctx, kopts, cfg, outbox.TransactionalID(ServicePayments)+cfg.TransactionalIDSuffix); err != nil {
+		if err := checkTxnWrite(ctx, kopts, cfg, outbox.DefaultTransactionalID(ServicePayments)+cfg.TransactionalIDSuffix); err != nil {
 			s.close()
 			return nil, err
 		}
@@ -527,9 +527,9 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		// second shipment. Every payments process runs one; they share the
 		// transactional id, one publishes and the others stand by.
 		s.Relay, err = outbox.NewTransactionalRelay(s.DB, ServicePayments, append(append([]kgo.Opt{}, kopts...), flt.relayHooks()...),
-			outbox.WithLogger(log), outbox.WithMarkerTopic(cfg.Layout.ReplicationFactor, cfg.Layout.MinInsyncReplicas),
-			outbox.WithTransactionalIDSuffix(cfg.TransactionalIDSuffix),
-			outbox.WithClientOpts(relayClientOpts(cfg.Registry)))
+			outbox.Logger(log), outbox.MarkerTopicReplication(cfg.Layout.ReplicationFactor, cfg.Layout.MinInsyncReplicas),
+			outbox.TransactionalIDSuffix(cfg.TransactionalIDSuffix),
+			outbox.ClientOpts(relayClientOpts(cfg.Registry)))
 		if err != nil {
 			s.close()
 			return nil, err
