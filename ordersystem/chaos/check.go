@@ -23,6 +23,7 @@ import (
 	"github.com/ordercast/ordercast/ordersystem/service/orders"
 	"github.com/ordercast/ordercast/ordersystem/service/payments"
 	"github.com/ordercast/ordercast/ordersystem/store"
+	"github.com/ordercast/ordercast/ordersystem/system"
 	"github.com/ordercast/ordercast/processor"
 	"github.com/ordercast/ordercast/sqldb"
 )
@@ -54,18 +55,11 @@ type checker struct {
 // groupTopics returns the topics a consumer group consumes (its retry
 // topics included).
 func groupTopics(group string) []string {
-	var base []string
-	switch group {
-	case order.GroupOrders:
-		base = orders.Topics
-	case order.GroupPayments:
-		base = payments.Topics
-	case order.GroupNotifications:
-		base = notifications.Topics
-	case order.GroupFulfillment:
-		return fulfillment.Topics
+	base := system.ConsumedTopics(group)
+	if group == order.GroupFulfillment {
+		return base // exactly-once: retries in place, no retry topics
 	}
-	return append(append([]string{}, base...), processor.RetryTopicNames(group, retryTopics)...)
+	return append(base, processor.RetryTopicNames(group, retryTopics)...)
 }
 
 // examples formats at most 5 examples.

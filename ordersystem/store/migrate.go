@@ -133,6 +133,11 @@ var migrations = []migration{
 		)`,
 		`CREATE INDEX IF NOT EXISTS notifications_order ON notifications (order_id)`,
 		// package inbox: one row per (consumer group, event id) applied.
+		// The inbox and outbox tables are written out here rather than
+		// taken from inbox.Schema and outbox.Schema: a released migration
+		// never changes, and those describe the runtime's current layout
+		// (the inbox's digest column came later, as migration 4).
+		// TestRuntimeMigrateMatchesOrderSchema keeps the two equal.
 		`CREATE TABLE IF NOT EXISTS inbox (
 			consumer_group TEXT NOT NULL,
 			event_id       TEXT NOT NULL,

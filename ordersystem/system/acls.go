@@ -37,6 +37,16 @@ var consumes = map[string][]string{
 	ServiceFulfillment:   fulfillment.Topics,
 }
 
+// ConsumedTopics returns the event topics the consumer group of service svc
+// reads (ServiceOrders, ServicePayments, ServiceNotifications,
+// ServiceFulfillment; each group has its service's name), without the
+// group's own retry topics: a new slice the caller may change. It returns
+// nil for a service that consumes nothing (ServiceCheckout) or an unknown
+// name.
+func ConsumedTopics(svc string) []string {
+	return append([]string(nil), consumes[svc]...)
+}
+
 // produces maps each service to the event topics it writes (besides its
 // own retry topics and DLQ), as the service packages declare them.
 var produces = map[string][]string{
