@@ -121,3 +121,45 @@ func InsertRows(ctx context.Context, tx *sql.Tx, db *store.DB, head, tail string
 	}
 	return nil
 }
+
+// Handle is the one-record handler of a service whose records decode to an
+// Event: it decodes r with decode and applies the event through the inbox
+// (Process). A decode error is returned as is (a processor.Permanent error
+// for a contract violation, so the runtime dead-letters the record); so is
+// Process's. Safe for concurrent use if decode is.
+func Handle(ctx context.Context, db *store.DB, m *Metrics, log *slog.Logger, group string, r *kgo.Record,
+	decode func(ctx context.Context, r *kgo.Record) (Event, error)) error {
+	ev, err := decode(ctx, r)
+	if err != nil {
+		return err
+	}
+	_, err = Process(ctx, db, m, log, group, ev.ID, r, ev.Apply)
+	return err
+}
+
+// HandleBatch is the batch handler of a service whose records decode to an
+// Event and an effect E of it: it decodes every record of recs with decode
+// (the first error fails the whole batch and is returned, so the runtime
+// handles the records again one at a time), then applies them in one
+// transaction through ProcessBatch, writing the effects of the claimed ones
+// with applyAll(ctx, tx, effects, claimed) (effects[i] and claimed[i] belong
+// to recs[i]). It returns ProcessBatch's error. Safe for concurrent use if
+// decode and applyAll are.
+func HandleBatch[E any](ctx context.Context, db *store.DB, m *Metrics, log *slog.Logger, group string, recs []*kgo.Record,
+	decode func(ctx context.Context, r *kgo.Record) (Event, E, error),
+	applyAll func(ctx context.Context, tx *sql.Tx, effects []E, claimed []bool) error) error {
+	events := make([]Event, len(recs))
+	effects := make([]E, len(recs))
+	for i, r := range recs {
+		ev, eff, err := decode(ctx, r)
+		if err != nil {
+			return err
+		}
+		events[i], effects[i] = ev, eff
+	}
+	_, err := ProcessBatch(ctx, db, m, log, group, events,
+		func(ctx context.Context, tx *sql.Tx, claimed []bool) error {
+			return applyAll(ctx, tx, effects, claimed)
+		})
+	return err
+}

@@ -54,12 +54,7 @@ type Service struct {
 
 // Handle is the processor.Handler of the notifications group.
 func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
-	ev, err := s.event(ctx, r)
-	if err != nil {
-		return err
-	}
-	_, err = service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, ev.ID, r, ev.Apply)
-	return err
+	return service.Handle(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, r, s.event)
 }
 
 // HandleBatch is the processor.BatchHandler of the notifications group: the
@@ -68,29 +63,22 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 // that fails fails the batch, and the runtime then handles its records one
 // at a time with Handle.
 func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {
-	events := make([]service.Event, len(recs))
-	rows := make([][]any, len(recs))
-	for i, r := range recs {
-		ev, row, err := s.decode(ctx, r)
-		if err != nil {
-			return err
+	return service.HandleBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, recs, s.decode, s.insertAll)
+}
+
+// insertAll writes the notifications of the claimed records (rows[i] is
+// recs[i]'s notifications row) in multi-row INSERTs.
+func (s *Service) insertAll(ctx context.Context, tx *sql.Tx, rows [][]any, claimed []bool) error {
+	var ins [][]any
+	for i, ok := range claimed {
+		if ok {
+			ins = append(ins, rows[i])
 		}
-		events[i], rows[i] = ev, row
 	}
-	_, err := service.ProcessBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, events,
-		func(ctx context.Context, tx *sql.Tx, claimed []bool) error {
-			var ins [][]any
-			for i, ok := range claimed {
-				if ok {
-					ins = append(ins, rows[i])
-				}
-			}
-			if err := service.InsertRows(ctx, tx, s.DB, insertHead, insertTail, ins); err != nil {
-				return fmt.Errorf("notifications: %w", err)
-			}
-			return nil
-		})
-	return err
+	if err := service.InsertRows(ctx, tx, s.DB, insertHead, insertTail, ins); err != nil {
+		return fmt.Errorf("notifications: %w", err)
+	}
+	return nil
 }
 
 // The notifications row: notification_id, order_id, kind, customer_id,

@@ -49,12 +49,7 @@ type Service struct {
 // error for a record that breaks its contract and a transient one for a
 // database failure.
 func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
-	ev, err := s.event(ctx, r)
-	if err != nil {
-		return err
-	}
-	_, err = service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, ev.ID, r, ev.Apply)
-	return err
+	return service.Handle(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, r, s.event)
 }
 
 // HandleBatch is the processor.BatchHandler of the orders group: the
@@ -64,18 +59,7 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 // the batch, and the runtime then handles its records one at a time with
 // Handle.
 func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {
-	events := make([]service.Event, len(recs))
-	rows := make([]effect, len(recs))
-	for i, r := range recs {
-		ev, eff, err := s.decode(ctx, r)
-		if err != nil {
-			return err
-		}
-		events[i], rows[i] = ev, eff
-	}
-	_, err := service.ProcessBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, events,
-		func(ctx context.Context, tx *sql.Tx, claimed []bool) error { return s.storeAll(ctx, tx, rows, claimed) })
-	return err
+	return service.HandleBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupOrders, recs, s.decode, s.storeAll)
 }
 
 // effect is what one event writes: an order (created), or a status.
