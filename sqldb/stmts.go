@@ -124,10 +124,10 @@ func (db *DB) InsertRows(ctx context.Context, tx *sql.Tx, head, tail string, col
 		}
 		st, err := db.TxStmt(ctx, tx, insertText(head, tail, cols, n))
 		if err != nil {
-			return fmt.Errorf("%s (%d rows): prepare: %w", head, n, err)
+			return fmt.Errorf("sqldb: insert rows: %s (%d rows): prepare: %w", head, n, err)
 		}
 		if _, err := st.ExecContext(ctx, args[:n*cols]...); err != nil {
-			return fmt.Errorf("%s (%d rows): %w", head, n, err)
+			return fmt.Errorf("sqldb: insert rows: %s (%d rows): %w", head, n, err)
 		}
 		args, rows = args[n*cols:], rows-n
 	}
