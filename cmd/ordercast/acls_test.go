@@ -171,10 +171,12 @@ func TestACLsApply(t *testing.T) {
 		t.Cleanup(reg.Close)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		sys, err := system.Start(ctx, system.Config{
-			Brokers: addrs, Services: []string{svc}, RegistryURL: reg.URL(), HTTPAddr: "127.0.0.1:0",
-			DSN: "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"), Layout: layout,
-			ClientOpts: testkafka.Login("ordercast-"+svc, pwd[svc]), Principal: "User:ordercast-" + svc,
-			MemberID: "m1", SessionTimeout: time.Second,
+			Services:  []string{svc},
+			Kafka:     system.KafkaConfig{Brokers: addrs, Layout: layout, ClientOpts: testkafka.Login("ordercast-"+svc, pwd[svc]), Principal: "User:ordercast-" + svc},
+			Schema:    system.SchemaConfig{RegistryURL: reg.URL()},
+			HTTP:      system.HTTPConfig{Addr: "127.0.0.1:0"},
+			DB:        system.DBConfig{DSN: "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db")},
+			Consumers: system.ConsumerConfig{MemberID: "m1", SessionTimeout: time.Second},
 		})
 		cancel()
 		if err != nil {

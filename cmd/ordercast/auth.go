@@ -164,11 +164,11 @@ func loopback(addr string) bool {
 // default is the key of 'ordercast up'), the JWKS fetched (ctx ends its
 // refreshing). It returns a line for people saying what the mode protects.
 func (a *authFlags) apply(ctx context.Context, cfg *system.Config, dataDir string) (string, error) {
-	cfg.CheckoutRateLimit, cfg.CheckoutRateBurst = a.rateLimit, a.rateBurst
-	cfg.CheckoutAuthRequired = a.required
+	cfg.Checkout.RateLimit, cfg.Checkout.RateBurst = a.rateLimit, a.rateBurst
+	cfg.Checkout.AuthRequired = a.required
 	switch a.mode {
 	case authNone:
-		cfg.Logger.Warn("checkout runs with --auth none: anyone who can reach it may order in any customer's name and read any order; use --auth dev or jwt", "http", cfg.HTTPAddr)
+		cfg.Logger.Warn("checkout runs with --auth none: anyone who can reach it may order in any customer's name and read any order; use --auth dev or jwt", "http", cfg.HTTP.Addr)
 		return "auth none: no tokens, anyone may order in anyone's name (loopback only)", nil
 	case authDev:
 		path := a.devKeyPath(dataDir)
@@ -176,7 +176,7 @@ func (a *authFlags) apply(ctx context.Context, cfg *system.Config, dataDir strin
 		if err != nil {
 			return "", fmt.Errorf("--auth dev (--auth-dev-key %s): %w", path, err)
 		}
-		if cfg.CheckoutAuth, err = k.Verifier(a.skew); err != nil {
+		if cfg.Checkout.Auth, err = k.Verifier(a.skew); err != nil {
 			return "", err
 		}
 		a.devKeyLoaded = k
@@ -190,7 +190,7 @@ func (a *authFlags) apply(ctx context.Context, cfg *system.Config, dataDir strin
 	if err != nil {
 		return "", err
 	}
-	cfg.CheckoutAuth, err = authn.New(authn.Config{Keys: keys, Issuer: a.issuer, Audience: a.audience,
+	cfg.Checkout.Auth, err = authn.New(authn.Config{Keys: keys, Issuer: a.issuer, Audience: a.audience,
 		Algorithms: splitList(a.algorithms), Leeway: a.skew, CustomerClaim: strings.TrimSpace(a.claim)})
 	if err != nil {
 		return "", err

@@ -311,7 +311,7 @@ func TestUpResumesAfterSIGTERM(t *testing.T) {
 // the same data: every invariant holds once the replay is finished,
 // including one shipmentRequested per paid order for read_committed readers.
 // On the embedded broker this needs a fresh transactional id per start
-// (system.Config.TransactionalIDSuffix): kfake's crash recovery aborts the
+// (system.Config.Kafka.TransactionalIDSuffix): kfake's crash recovery aborts the
 // open transactions without markers, and readers then skipped the later
 // records of the restarted producers.
 //

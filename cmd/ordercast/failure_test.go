@@ -25,7 +25,7 @@ func TestRunExitsWhenServiceFails(t *testing.T) {
 	orig := startSystem
 	t.Cleanup(func() { startSystem = orig })
 	startSystem = func(ctx context.Context, cfg system.Config) (*system.System, error) {
-		cfg.TransactionalIDSuffix = strings.Repeat("x", 300)
+		cfg.Kafka.TransactionalIDSuffix = strings.Repeat("x", 300)
 		return orig(ctx, cfg)
 	}
 	err := exitWithin(t, 60*time.Second, "run", "fulfillment", "--brokers", strings.Join(brokers, ","), "--registry", reg.URL(),
@@ -96,7 +96,7 @@ func TestUpExitsWhenServiceFails(t *testing.T) {
 	orig := startSystem
 	t.Cleanup(func() { startSystem = orig })
 	startSystem = func(ctx context.Context, cfg system.Config) (*system.System, error) {
-		cfg.TransactionalIDSuffix = strings.Repeat("x", 300)
+		cfg.Kafka.TransactionalIDSuffix = strings.Repeat("x", 300)
 		return orig(ctx, cfg)
 	}
 	err := exitWithin(t, 60*time.Second, upQuick(t, "--partitions", "2", "--seed-data", oneDay)...)

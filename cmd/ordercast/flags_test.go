@@ -167,7 +167,7 @@ func TestDBFlag(t *testing.T) {
 	}
 }
 
-// --start-offset fills system.Config.StartOffset: earliest by default.
+// --start-offset fills system.Config.Consumers.StartOffset: earliest by default.
 func TestStartOffsetFlag(t *testing.T) {
 	parse := func(args ...string) processor.Start {
 		t.Helper()
@@ -181,7 +181,7 @@ func TestStartOffsetFlag(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
-		return cfg.StartOffset
+		return cfg.Consumers.StartOffset
 	}
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
@@ -214,7 +214,7 @@ func TestMemberIDAndSessionTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
-		return cfg.MemberID, cfg.SessionTimeout
+		return cfg.Consumers.MemberID, cfg.Consumers.SessionTimeout
 	}
 	if id, st := parse(); id != "" || st != 0 {
 		t.Errorf("no flag, no env: member id %q, session timeout %v; want the system's defaults", id, st)
@@ -250,11 +250,11 @@ func TestTransactionTimeoutAndSchemaVersionFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.TransactionTimeout != 15*time.Second {
-		t.Errorf("TransactionTimeout = %v, want 15s", cfg.TransactionTimeout)
+	if cfg.Consumers.TransactionTimeout != 15*time.Second {
+		t.Errorf("TransactionTimeout = %v, want 15s", cfg.Consumers.TransactionTimeout)
 	}
-	if want := map[string]int{"orderCreated": 1, "paymentProcessed": 1}; !maps.Equal(cfg.WriterSchemaVersions, want) || cfg.SchemaVersions != nil {
-		t.Errorf("WriterSchemaVersions = %v, SchemaVersions = %v; want %v and nil", cfg.WriterSchemaVersions, cfg.SchemaVersions, want)
+	if want := map[string]int{"orderCreated": 1, "paymentProcessed": 1}; !maps.Equal(cfg.Schema.WriterVersions, want) || cfg.Schema.Versions != nil {
+		t.Errorf("WriterSchemaVersions = %v, SchemaVersions = %v; want %v and nil", cfg.Schema.WriterVersions, cfg.Schema.Versions, want)
 	}
 }
 

@@ -71,11 +71,15 @@ func TestLoadEmbedded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sys, err := system.Start(ctx, system.Config{Brokers: stack.Brokers, RegistryURL: stack.RegistryURL, DSN: stack.DSN,
-		CheckoutAuth: verifier, CheckoutAuthRequired: true,
-		HTTPAddr: "127.0.0.1:0", SeedFile: "../../data/online-retail/online_retail_2010-12-01.csv",
-		Layout:                ops.Layout{Partitions: 3, ReplicationFactor: 1},
-		TransactionalIDSuffix: "-loadtest", OpeningCredit: system.DefaultOpeningCredit})
+	sys, err := system.Start(ctx, system.Config{
+		SeedFile:      "../../data/online-retail/online_retail_2010-12-01.csv",
+		OpeningCredit: system.DefaultOpeningCredit,
+		Kafka:         system.KafkaConfig{Brokers: stack.Brokers, Layout: ops.Layout{Partitions: 3, ReplicationFactor: 1}, TransactionalIDSuffix: "-loadtest"},
+		Schema:        system.SchemaConfig{RegistryURL: stack.RegistryURL},
+		DB:            system.DBConfig{DSN: stack.DSN},
+		Checkout:      system.CheckoutConfig{Auth: verifier, AuthRequired: true},
+		HTTP:          system.HTTPConfig{Addr: "127.0.0.1:0"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,16 +191,16 @@ func (c *common) config() (system.Config, error) {
 		return cfg, err
 	}
 	cfg.Logger = log
-	cfg.Brokers = splitList(c.brokers)
-	cfg.RegistryURL = c.registry
+	cfg.Kafka.Brokers = splitList(c.brokers)
+	cfg.Schema.RegistryURL = c.registry
 	if c.registryUser != "" {
-		cfg.RegistryOpts = append(cfg.RegistryOpts, sr.BasicAuth(c.registryUser, c.registryPass))
+		cfg.Schema.RegistryOpts = append(cfg.Schema.RegistryOpts, sr.BasicAuth(c.registryUser, c.registryPass))
 	}
-	if cfg.ClientOpts, err = c.sec.kafkaOpts(); err != nil {
+	if cfg.Kafka.ClientOpts, err = c.sec.kafkaOpts(); err != nil {
 		return cfg, err
 	}
 	if c.sec.saslUser != "" {
-		cfg.Principal = "User:" + c.sec.saslUser
+		cfg.Kafka.Principal = "User:" + c.sec.saslUser
 	}
 	if c.sec.registryCA != "" && !strings.HasPrefix(c.registry, "https://") {
 		return cfg, fmt.Errorf("--registry-tls-ca needs an https --registry (or SCHEMA_REGISTRY_URL); the registry here is %q", c.registry)
@@ -209,7 +209,7 @@ func (c *common) config() (system.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	cfg.RegistryOpts = append(cfg.RegistryOpts, regTLS...)
+	cfg.Schema.RegistryOpts = append(cfg.Schema.RegistryOpts, regTLS...)
 	if c.registry != "" {
 		if u, err := url.Parse(c.registry); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return cfg, fmt.Errorf("--registry %q: want the schema registry's URL, such as http://127.0.0.1:8081", c.registry)
@@ -218,15 +218,15 @@ func (c *common) config() (system.Config, error) {
 	if err := checkDSN(c.db, c.fs != nil && c.fs.Changed("db")); err != nil {
 		return cfg, err
 	}
-	cfg.DSN = c.db
+	cfg.DB.DSN = c.db
 	if err := checkListenAddr("http", c.httpAddr); err != nil {
 		return cfg, err
 	}
-	cfg.HTTPAddr = c.httpAddr
+	cfg.HTTP.Addr = c.httpAddr
 	if err := checkListenAddr("admin-http", c.adminAddr); err != nil {
 		return cfg, err
 	}
-	cfg.AdminAddr = c.adminAddr
+	cfg.HTTP.AdminAddr = c.adminAddr
 	if err := c.auth.check(c.httpAddr); err != nil {
 		return cfg, err
 	}
@@ -239,56 +239,56 @@ func (c *common) config() (system.Config, error) {
 	if c.minISR < 0 || c.minISR > int(c.rf) {
 		return cfg, fmt.Errorf("--min-insync-replicas %d: want 0 (the broker's default) to the replication factor (--replication-factor %d); RF-1 lets one replica fail without stopping acks=all writes", c.minISR, c.rf)
 	}
-	cfg.Layout = ops.Layout{Partitions: c.partitions, ReplicationFactor: c.rf, MinInsyncReplicas: c.minISR}
+	cfg.Kafka.Layout = ops.Layout{Partitions: c.partitions, ReplicationFactor: c.rf, MinInsyncReplicas: c.minISR}
 	for _, d := range splitList(c.retryDelays) {
 		v, err := time.ParseDuration(d)
 		if err != nil || v <= 0 {
 			return cfg, fmt.Errorf("--retry-delays %q: %q is not a positive duration like 1s or 500ms", c.retryDelays, d)
 		}
-		cfg.Layout.RetryDelays = append(cfg.Layout.RetryDelays, v)
+		cfg.Kafka.Layout.RetryDelays = append(cfg.Kafka.Layout.RetryDelays, v)
 	}
 	if cfg.Instances, err = parseInstances(c.instances); err != nil {
 		return cfg, err
 	}
-	if cfg.Ordering, err = processor.ParseOrdering(c.ordering); err != nil {
+	if cfg.Consumers.Ordering, err = processor.ParseOrdering(c.ordering); err != nil {
 		return cfg, fmt.Errorf("--ordering: %w", err)
 	}
 	if c.concurrency < 1 {
 		return cfg, fmt.Errorf("--concurrency %d: want >= 1", c.concurrency)
 	}
-	cfg.Concurrency = c.concurrency
+	cfg.Consumers.Concurrency = c.concurrency
 	if c.dbConns < 0 {
 		return cfg, fmt.Errorf("--db-conns %d: want >= 0 (0: the default, 16)", c.dbConns)
 	}
-	cfg.DBConns = c.dbConns
+	cfg.DB.Conns = c.dbConns
 	if c.checkoutConns < 0 {
 		return cfg, fmt.Errorf("--checkout-db-conns %d: want >= 0 (0: the default, %d)", c.checkoutConns, system.DefaultCheckoutDBConns)
 	}
-	cfg.CheckoutDBConns = c.checkoutConns
+	cfg.DB.CheckoutConns = c.checkoutConns
 	if c.checkoutBatch < 0 {
 		return cfg, fmt.Errorf("--checkout-max-batch %d: want >= 0 (0: the default, %d)", c.checkoutBatch, checkout.DefaultMaxBatch)
 	}
-	cfg.CheckoutMaxBatch = c.checkoutBatch
+	cfg.Checkout.MaxBatch = c.checkoutBatch
 	switch {
 	case c.maxBatch < 0:
 		return cfg, fmt.Errorf("--max-batch %d: want >= 0 (0: no batching)", c.maxBatch)
 	case c.maxBatch == 0:
-		cfg.MaxBatch = -1
+		cfg.Consumers.MaxBatch = -1
 	default:
-		cfg.MaxBatch = c.maxBatch
+		cfg.Consumers.MaxBatch = c.maxBatch
 	}
 	if c.fetchMinBytes < 1 || c.fetchMinBytes > math.MaxInt32 {
 		return cfg, fmt.Errorf("--fetch-min-bytes %d: want from 1 (Kafka's default: answer at the first record) to %d", c.fetchMinBytes, math.MaxInt32)
 	}
-	cfg.FetchMinBytes = int32(c.fetchMinBytes)
+	cfg.Consumers.FetchMinBytes = int32(c.fetchMinBytes)
 	if err := system.CheckFetchMaxWait(c.fetchMaxWait); err != nil {
 		return cfg, fmt.Errorf("--fetch-max-wait %w", err)
 	}
-	cfg.FetchMaxWait = c.fetchMaxWait
+	cfg.Consumers.FetchMaxWait = c.fetchMaxWait
 	if c.maxAttempts < 1 {
 		return cfg, fmt.Errorf("--max-attempts %d: want >= 1", c.maxAttempts)
 	}
-	cfg.MaxAttempts = c.maxAttempts
+	cfg.Consumers.MaxAttempts = c.maxAttempts
 	credit, err := order.ParseMoney(c.openingCredit)
 	if err != nil || credit < 0 {
 		return cfg, fmt.Errorf("--opening-credit %q: want a non-negative amount in GBP such as 2000 or 150.50", c.openingCredit)
@@ -308,9 +308,9 @@ func (c *common) config() (system.Config, error) {
 	if c.fs.Changed("member-id") && strings.TrimSpace(c.memberID) == "" {
 		return cfg, fmt.Errorf("--member-id %q: want a non-empty name for this process, such as f1 (leave the flag out for the host name)", c.memberID)
 	}
-	cfg.MemberID = strings.TrimSpace(c.memberID)
-	if len(cfg.MemberID) > system.MaxMemberIDLen {
-		return cfg, fmt.Errorf("--member-id (or %s) of %d bytes: want at most %d; it becomes part of Kafka client ids and transactional ids (ordercast-fulfillment-<id>-<n>), which Kafka clients limit to 256 bytes", system.EnvMemberID, len(cfg.MemberID), system.MaxMemberIDLen)
+	cfg.Consumers.MemberID = strings.TrimSpace(c.memberID)
+	if len(cfg.Consumers.MemberID) > system.MaxMemberIDLen {
+		return cfg, fmt.Errorf("--member-id (or %s) of %d bytes: want at most %d; it becomes part of Kafka client ids and transactional ids (ordercast-fulfillment-<id>-<n>), which Kafka clients limit to 256 bytes", system.EnvMemberID, len(cfg.Consumers.MemberID), system.MaxMemberIDLen)
 	}
 	if c.sessionTO != "" {
 		d, err := time.ParseDuration(c.sessionTO)
@@ -324,18 +324,18 @@ func (c *common) config() (system.Config, error) {
 		if d > system.MaxSessionTimeout {
 			return cfg, fmt.Errorf("--session-timeout %v: want at most %v, Kafka's default group.max.session.timeout.ms (a broker answers longer ones with INVALID_SESSION_TIMEOUT at every join)", d, system.MaxSessionTimeout)
 		}
-		cfg.SessionTimeout = d
+		cfg.Consumers.SessionTimeout = d
 	} else if c.fs.Changed("session-timeout") {
 		return cfg, fmt.Errorf("--session-timeout \"\": want a positive duration such as 10s (leave the flag out for 45s)")
 	}
-	if cfg.StartOffset, err = processor.ParseStart(c.startOffset); err != nil {
+	if cfg.Consumers.StartOffset, err = processor.ParseStart(c.startOffset); err != nil {
 		return cfg, fmt.Errorf("--start-offset: %w", err)
 	}
 	if c.txnTimeout < 0 || (c.txnTimeout > 0 && c.txnTimeout < time.Second) {
 		return cfg, fmt.Errorf("--transaction-timeout %v: want a duration of 1s or more, such as 15s (0: Kafka's default, 60s)", c.txnTimeout)
 	}
-	cfg.TransactionTimeout = c.txnTimeout
-	if cfg.WriterSchemaVersions, err = parseSchemaVersions(c.schemaVers); err != nil {
+	cfg.Consumers.TransactionTimeout = c.txnTimeout
+	if cfg.Schema.WriterVersions, err = parseSchemaVersions(c.schemaVers); err != nil {
 		return cfg, err
 	}
 	return cfg, nil

@@ -45,13 +45,13 @@ set them to an empty string to be told what is missing.`,
 			}
 			// Every missing one at once, not one per attempt.
 			var missing []string
-			if len(cfg.Brokers) == 0 {
+			if len(cfg.Kafka.Brokers) == 0 {
 				missing = append(missing, "--brokers (or KAFKA_BROKERS): the Kafka bootstrap servers, e.g. 127.0.0.1:9092")
 			}
-			if cfg.RegistryURL == "" {
+			if cfg.Schema.RegistryURL == "" {
 				missing = append(missing, "--registry (or SCHEMA_REGISTRY_URL): the schema registry URL, e.g. http://127.0.0.1:8081")
 			}
-			if cfg.DSN == "" {
+			if cfg.DB.DSN == "" {
 				missing = append(missing, "--db (or ORDERCAST_DB): sqlite:PATH or postgres://user:pass@host/db")
 			}
 			switch len(missing) {
@@ -66,7 +66,7 @@ set them to an empty string to be told what is missing.`,
 					return fmt.Errorf("--instances names %s, which this process does not run (it runs %s)", svc, strings.Join(args, ", "))
 				}
 			}
-			if cfg.TransactionTimeout > 0 && !slices.Contains(args, system.ServiceFulfillment) {
+			if cfg.Consumers.TransactionTimeout > 0 && !slices.Contains(args, system.ServiceFulfillment) {
 				return fmt.Errorf("--transaction-timeout applies only to %s, which this process does not run (it runs %s)", system.ServiceFulfillment, strings.Join(args, ", "))
 			}
 			if !slices.ContainsFunc(args, func(svc string) bool { return svc != system.ServiceCheckout }) {

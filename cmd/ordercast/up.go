@@ -238,7 +238,7 @@ func runUp(parent context.Context, f *upFlags) error {
 	if err := checkListenAddr("registry-addr", f.registryAddr); err != nil {
 		return err
 	}
-	embedded := len(cfg.Brokers) == 0 || cfg.RegistryURL == ""
+	embedded := len(cfg.Kafka.Brokers) == 0 || cfg.Schema.RegistryURL == ""
 	if embedded {
 		// Before anything is created: the embedded broker and registry
 		// take any client without credentials.
@@ -283,7 +283,7 @@ func runUp(parent context.Context, f *upFlags) error {
 	}
 	// The data directory holds the embedded stack, the SQLite database or
 	// the development key: made 0700, an existing one checked.
-	if embedded || cfg.DSN == "" || (f.auth.mode == authDev && f.auth.devKey == "") {
+	if embedded || cfg.DB.DSN == "" || (f.auth.mode == authDev && f.auth.devKey == "") {
 		if err := devstack.PrepareDataDir(f.dataDir, cfg.Logger); err != nil {
 			return fmt.Errorf("--data-dir: %w", err)
 		}
@@ -295,7 +295,7 @@ func runUp(parent context.Context, f *upFlags) error {
 		return err
 	}
 	if f.replayUnlimited {
-		cfg.CheckoutRateLimit, cfg.CheckoutRateBurst = 0, 0
+		cfg.Checkout.RateLimit, cfg.Checkout.RateBurst = 0, 0
 		cfg.Logger.Info("--replay without --rate-limit: checkout's per-client rate limit is off for this run (the replay's guest orders are all one client, its address); the replay is paced by --rate and --replay-concurrency")
 	}
 	var stack *devstack.Stack
@@ -306,21 +306,21 @@ func runUp(parent context.Context, f *upFlags) error {
 		}
 		warnUnclean(stack, f.dataDir)
 		defer stack.Close()
-		if len(cfg.Brokers) == 0 {
-			cfg.Brokers = stack.Brokers
+		if len(cfg.Kafka.Brokers) == 0 {
+			cfg.Kafka.Brokers = stack.Brokers
 		}
-		if cfg.RegistryURL == "" {
-			cfg.RegistryURL = stack.RegistryURL
+		if cfg.Schema.RegistryURL == "" {
+			cfg.Schema.RegistryURL = stack.RegistryURL
 		}
 		if len(f.common.brokers) == 0 {
 			// The embedded broker dies with this process: a fresh
 			// transactional id per start (see
-			// system.Config.TransactionalIDSuffix).
-			cfg.TransactionalIDSuffix = fmt.Sprintf("-boot%d", time.Now().UnixNano())
+			// system.Config.Kafka.TransactionalIDSuffix).
+			cfg.Kafka.TransactionalIDSuffix = fmt.Sprintf("-boot%d", time.Now().UnixNano())
 		}
 	}
-	if cfg.DSN == "" {
-		cfg.DSN = "sqlite:" + filepath.Join(f.dataDir, "ordercast.db")
+	if cfg.DB.DSN == "" {
+		cfg.DB.DSN = "sqlite:" + filepath.Join(f.dataDir, "ordercast.db")
 	}
 	sys, err := startSystem(ctx, cfg)
 	if err != nil {
@@ -340,7 +340,7 @@ func runUp(parent context.Context, f *upFlags) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "ordercast up: checkout on http://%s (POST /orders, GET /orders/{id}), admin on http://%s (/metrics, /readyz, /debug/pprof); brokers %v, registry %s, db %s\n",
-		sys.HTTPAddr(), sys.AdminAddr(), cfg.Brokers, cfg.RegistryURL, system.RedactDSN(cfg.DSN))
+		sys.HTTPAddr(), sys.AdminAddr(), cfg.Kafka.Brokers, cfg.Schema.RegistryURL, system.RedactDSN(cfg.DB.DSN))
 	fmt.Fprintf(os.Stderr, "ordercast up: checkout %s\n", authLine)
 
 	if f.replayFile == "" {

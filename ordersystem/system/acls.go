@@ -413,7 +413,7 @@ func checkTxnWrite(ctx context.Context, kopts []kgo.Opt, cfg Config, txnID strin
 	case err == nil:
 		return nil
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
-		return &MissingRightsError{Principal: principalName(cfg.Principal), Services: []string{ServicePayments},
+		return &MissingRightsError{Principal: principalName(cfg.Kafka.Principal), Services: []string{ServicePayments},
 			Missing: []Right{{Type: kmsg.ACLResourceTypeTransactionalId, Name: txnID, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationWrite}}}
 	}
 	cfg.Logger.Warn("could not check WRITE on the outbox relay's transactional id at start; the relay will report it", "transactional_id", txnID, "error", err)

@@ -174,7 +174,9 @@ func TestCheckTxnWrite(t *testing.T) {
 	if err := checkRights(ctx, cl, principal, []string{ServicePayments}, rights, "m1"); err != nil {
 		t.Fatalf("checkRights: %v (the gap this test is about: it cannot see WRITE)", err)
 	}
-	cfg := Config{Principal: principal}
+	cfg := Config{
+		Kafka: KafkaConfig{Principal: principal},
+	}
 	cfg.defaults()
 	err := checkTxnWrite(ctx, kopts, cfg, txnID)
 	var me *MissingRightsError
@@ -200,11 +202,12 @@ func startAs(t *testing.T, addrs []string, svc string) (*System, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	return Start(ctx, Config{
-		Brokers: addrs, Services: []string{svc}, RegistryURL: reg.URL(), HTTPAddr: "127.0.0.1:0",
-		DSN:        "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
-		Layout:     aclLayout,
-		ClientOpts: testkafka.Login("ordercast-"+svc, "pw-"+svc),
-		Principal:  "User:ordercast-" + svc, MemberID: "m1", SessionTimeout: time.Second,
+		Services:  []string{svc},
+		Kafka:     KafkaConfig{Brokers: addrs, Layout: aclLayout, ClientOpts: testkafka.Login("ordercast-"+svc, "pw-"+svc), Principal: "User:ordercast-" + svc},
+		Schema:    SchemaConfig{RegistryURL: reg.URL()},
+		HTTP:      HTTPConfig{Addr: "127.0.0.1:0"},
+		DB:        DBConfig{DSN: "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db")},
+		Consumers: ConsumerConfig{MemberID: "m1", SessionTimeout: time.Second},
 	})
 }
 

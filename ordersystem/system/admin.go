@@ -18,8 +18,8 @@ import (
 
 // The process's two HTTP listeners:
 //
-//	public (Config.HTTPAddr, --http):       checkout's API (POST /orders, GET /orders/{id}, GET /openapi.json), GET /healthz, GET /readyz (no reasons)
-//	admin (Config.AdminAddr, --admin-http): GET /metrics, GET /readyz (with its reasons), GET /healthz, /debug/pprof/
+//	public (Config.HTTP.Addr, --http):       checkout's API (POST /orders, GET /orders/{id}, GET /openapi.json), GET /healthz, GET /readyz (no reasons)
+//	admin (Config.HTTP.AdminAddr, --admin-http): GET /metrics, GET /readyz (with its reasons), GET /healthz, /debug/pprof/
 //
 // What the admin listener shows (host and client ids, members and their
 // assignments, refusal counts, the database errors behind a 503, profiles)
@@ -28,12 +28,12 @@ import (
 // (netutil.LimitListener: one more waits in the listen backlog) and bounds
 // how long an answer may take to write.
 
-// DefaultAdminAddr is the CLI's default --admin-http. Config.AdminAddr left
+// DefaultAdminAddr is the CLI's default --admin-http. Config.HTTP.AdminAddr left
 // empty is "127.0.0.1:0" (a free loopback port, System.AdminAddr says
 // which), so that processes and tests never collide on it.
 const DefaultAdminAddr = "127.0.0.1:9180"
 
-// DefaultMaxHTTPConns is Config.MaxHTTPConns by default: the connections
+// DefaultMaxHTTPConns is Config.HTTP.MaxConns by default: the connections
 // the public listener serves at once.
 const DefaultMaxHTTPConns = 1024
 
@@ -58,9 +58,9 @@ const adminWriteTimeout = 90 * time.Second
 // (all GETs without a body).
 const adminReadTimeout = 10 * time.Second
 
-// serveHTTP starts the public listener on Config.HTTPAddr with mux (checkout's
+// serveHTTP starts the public listener on Config.HTTP.Addr with mux (checkout's
 // routes, if checkout runs) and /healthz, and the admin listener on
-// Config.AdminAddr. Errors name the address and its flag.
+// Config.HTTP.AdminAddr. Errors name the address and its flag.
 func (s *System) serveHTTP(mux *http.ServeMux) error {
 	cfg := s.cfg
 	healthz := getOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }))
@@ -68,12 +68,12 @@ func (s *System) serveHTTP(mux *http.ServeMux) error {
 	// method gets 405 with Allow, not checkout's catch-all 404.
 	mux.Handle("/healthz", healthz)
 	mux.Handle("/readyz", getOnly(http.HandlerFunc(s.readyzPublic)))
-	ln, err := listen(cfg.HTTPAddr, "--http", "http")
+	ln, err := listen(cfg.HTTP.Addr, "--http", "http")
 	if err != nil {
 		return err
 	}
 	s.httpAddr = ln.Addr().String()
-	maxConns := cfg.MaxHTTPConns
+	maxConns := cfg.HTTP.MaxConns
 	if maxConns <= 0 {
 		maxConns = DefaultMaxHTTPConns
 	}
@@ -91,7 +91,7 @@ func (s *System) serveHTTP(mux *http.ServeMux) error {
 	s.httpSrv = newDrainServer(srv, netutil.LimitListener(ln, maxConns), onDrain...)
 	go func() { _ = s.httpSrv.Serve() }()
 
-	adminAddr := cfg.AdminAddr
+	adminAddr := cfg.HTTP.AdminAddr
 	if adminAddr == "" {
 		adminAddr = "127.0.0.1:0"
 	}
@@ -113,7 +113,7 @@ func (s *System) serveHTTP(mux *http.ServeMux) error {
 // adminMux routes the admin listener.
 func (s *System) adminMux(healthz http.Handler) http.Handler {
 	m := http.NewServeMux()
-	m.Handle("/metrics", getOnly(promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{Registry: s.cfg.Registry})))
+	m.Handle("/metrics", getOnly(promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{Registry: s.cfg.Metrics})))
 	m.Handle("/readyz", getOnly(http.HandlerFunc(s.readyz)))
 	m.Handle("/healthz", healthz)
 	m.HandleFunc("/debug/pprof/", pprof.Index)

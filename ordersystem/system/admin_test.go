@@ -23,8 +23,11 @@ func TestPublicListenerServesOnlyTheAPI(t *testing.T) {
 	for _, services := range [][]string{{system.ServiceCheckout}, {system.ServiceOrders}} {
 		t.Run(services[0], func(t *testing.T) {
 			_, brokers := testkafka.Fake(t, nil)
-			sys, err := startOn(t, brokers, system.Config{Services: services,
-				SeedFile: "../../data/online-retail/online_retail_2010-12-01.csv", Layout: ops.Layout{Partitions: 2, ReplicationFactor: 1}})
+			sys, err := startOn(t, brokers, system.Config{
+				Services: services,
+				SeedFile: "../../data/online-retail/online_retail_2010-12-01.csv",
+				Kafka:    system.KafkaConfig{Layout: ops.Layout{Partitions: 2, ReplicationFactor: 1}},
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +85,9 @@ func TestPublicListenerServesOnlyTheAPI(t *testing.T) {
 func TestPublicListenerConnectionCap(t *testing.T) {
 	_, brokers := testkafka.Fake(t, nil)
 	const maxConns = 8
-	sys, err := startOn(t, brokers, system.Config{MaxHTTPConns: maxConns})
+	sys, err := startOn(t, brokers, system.Config{
+		HTTP: system.HTTPConfig{MaxConns: maxConns},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +141,11 @@ func TestPublicListenerConnectionCap(t *testing.T) {
 // its header in the body and none of the database error's text.
 func TestDatabaseDownAnswerNamesNoInternals(t *testing.T) {
 	_, brokers := testkafka.Fake(t, nil)
-	sys, err := startOn(t, brokers, system.Config{Services: []string{system.ServiceCheckout},
-		SeedFile: "../../data/online-retail/online_retail_2010-12-01.csv", Layout: ops.Layout{Partitions: 2, ReplicationFactor: 1}})
+	sys, err := startOn(t, brokers, system.Config{
+		Services: []string{system.ServiceCheckout},
+		SeedFile: "../../data/online-retail/online_retail_2010-12-01.csv",
+		Kafka:    system.KafkaConfig{Layout: ops.Layout{Partitions: 2, ReplicationFactor: 1}},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // batchOpts returns the processor options that make group apply up to max
-// records per database transaction with h (Config.MaxBatch: 0 the default,
+// records per database transaction with h (Config.Consumers.MaxBatch: 0 the default,
 // negative none), wrapped with the after-effect crash point: it fires after
 // the batch's transaction committed, before the runtime marks its records
 // done.

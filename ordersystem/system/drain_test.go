@@ -43,8 +43,11 @@ func TestStopDrainsKeepAliveClients(t *testing.T) {
 	// 1 round in 5 fails then).
 	// One database for every round, seeded once from one day of the data
 	// set (the embedded full seed takes seconds under -race).
-	cfg := system.Config{Services: []string{system.ServiceCheckout}, DSN: "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
-		SeedFile: "../../data/online-retail/online_retail_2010-12-01.csv"}
+	cfg := system.Config{
+		Services: []string{system.ServiceCheckout},
+		SeedFile: "../../data/online-retail/online_retail_2010-12-01.csv",
+		DB:       system.DBConfig{DSN: "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db")},
+	}
 	var published int
 	for round := range drainRounds {
 		published = stopUnderLoad(t, brokers, cfg, round, published)

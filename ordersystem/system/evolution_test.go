@@ -73,16 +73,14 @@ func TestRollingUpgradeSideBySide(t *testing.T) {
 		t.Helper()
 		mreg := prometheus.NewRegistry()
 		sys, err := system.Start(ctx, system.Config{
-			Brokers:        brokers,
-			RegistryURL:    reg.URL(),
-			DSN:            dsn,
-			HTTPAddr:       "127.0.0.1:0",
-			Layout:         ops.Layout{Partitions: evoPartitions, ReplicationFactor: testkafka.ReplicationFactor(t)},
-			SeedFile:       "../../data/online-retail/online_retail_2010-12-01.csv",
-			OpeningCredit:  system.DefaultOpeningCredit,
-			Registry:       mreg,
-			MemberID:       name,
-			SchemaVersions: versions,
+			SeedFile:      "../../data/online-retail/online_retail_2010-12-01.csv",
+			OpeningCredit: system.DefaultOpeningCredit,
+			Metrics:       mreg,
+			Kafka:         system.KafkaConfig{Brokers: brokers, Layout: ops.Layout{Partitions: evoPartitions, ReplicationFactor: testkafka.ReplicationFactor(t)}},
+			Schema:        system.SchemaConfig{RegistryURL: reg.URL(), Versions: versions},
+			DB:            system.DBConfig{DSN: dsn},
+			HTTP:          system.HTTPConfig{Addr: "127.0.0.1:0"},
+			Consumers:     system.ConsumerConfig{MemberID: name},
 		})
 		if err != nil {
 			t.Fatalf("start %s: %v", name, err)

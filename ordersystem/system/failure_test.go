@@ -16,8 +16,8 @@ import (
 func startFulfillment(t *testing.T, brokers []string, cfg system.Config) (*system.System, error) {
 	t.Helper()
 	cfg.Services = []string{system.ServiceFulfillment}
-	cfg.Layout = ops.Layout{Partitions: 2, ReplicationFactor: 1}
-	cfg.MemberID = "f1"
+	cfg.Kafka.Layout = ops.Layout{Partitions: 2, ReplicationFactor: 1}
+	cfg.Consumers.MemberID = "f1"
 	return startOn(t, brokers, cfg)
 }
 
@@ -27,7 +27,9 @@ func startFulfillment(t *testing.T, brokers []string, cfg system.Config) (*syste
 // process then exits instead of serving /healthz as a zombie.
 func TestWaitReportsFailedService(t *testing.T) {
 	_, brokers := testkafka.Fake(t, nil)
-	sys, err := startFulfillment(t, brokers, system.Config{TransactionalIDSuffix: strings.Repeat("x", 300)})
+	sys, err := startFulfillment(t, brokers, system.Config{
+		Kafka: system.KafkaConfig{TransactionalIDSuffix: strings.Repeat("x", 300)},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +79,9 @@ func TestWaitWithoutFailure(t *testing.T) {
 func TestTransactionTimeoutAboveBrokerMax(t *testing.T) {
 	testkafka.SkipIfReal(t, "sets the embedded broker's transaction.max.timeout.ms")
 	_, brokers := testkafka.Fake(t, nil, kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "10000"}))
-	sys, err := startFulfillment(t, brokers, system.Config{TransactionTimeout: 20 * time.Second})
+	sys, err := startFulfillment(t, brokers, system.Config{
+		Consumers: system.ConsumerConfig{TransactionTimeout: 20 * time.Second},
+	})
 	if err == nil {
 		_ = sys.Stop(context.Background())
 		t.Fatal("Start accepted a transaction timeout above the broker's maximum")
@@ -88,7 +92,9 @@ func TestTransactionTimeoutAboveBrokerMax(t *testing.T) {
 		}
 	}
 	// Within the maximum it starts.
-	sys, err = startFulfillment(t, brokers, system.Config{TransactionTimeout: 5 * time.Second})
+	sys, err = startFulfillment(t, brokers, system.Config{
+		Consumers: system.ConsumerConfig{TransactionTimeout: 5 * time.Second},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +104,10 @@ func TestTransactionTimeoutAboveBrokerMax(t *testing.T) {
 // TestDSNPasswordRedacted: the password of a postgres --db never appears
 // in Start's error.
 func TestDSNPasswordRedacted(t *testing.T) {
-	_, err := system.Start(context.Background(), system.Config{DSN: "postgres://app:S3cretPW@127.0.0.1:1/x?connect_timeout=1", HTTPAddr: "127.0.0.1:0"})
+	_, err := system.Start(context.Background(), system.Config{
+		DB:   system.DBConfig{DSN: "postgres://app:S3cretPW@127.0.0.1:1/x?connect_timeout=1"},
+		HTTP: system.HTTPConfig{Addr: "127.0.0.1:0"},
+	})
 	if err == nil {
 		t.Fatal("Start succeeded without a database")
 	}
@@ -122,7 +131,9 @@ func TestDSNPasswordRedacted(t *testing.T) {
 
 // TestMemberIDTooLong: Start refuses a member id longer than MaxMemberIDLen.
 func TestMemberIDTooLong(t *testing.T) {
-	_, err := system.Start(context.Background(), system.Config{MemberID: strings.Repeat("m", system.MaxMemberIDLen+1)})
+	_, err := system.Start(context.Background(), system.Config{
+		Consumers: system.ConsumerConfig{MemberID: strings.Repeat("m", system.MaxMemberIDLen+1)},
+	})
 	if err == nil || !strings.Contains(err.Error(), "--member-id") {
 		t.Fatalf("Start: %v; want an error naming --member-id", err)
 	}

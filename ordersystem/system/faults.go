@@ -34,10 +34,10 @@ const (
 	// probability. Test-only.
 	EnvFault = "ORDERCAST_FAULT"
 	// EnvMemberID names this process among processes running the same
-	// services (see Config.MemberID).
+	// services (see Config.Consumers.MemberID).
 	EnvMemberID = "ORDERCAST_MEMBER_ID"
 	// EnvSessionTimeout sets every member's group session timeout (a Go
-	// duration, e.g. "6s"; see Config.SessionTimeout).
+	// duration, e.g. "6s"; see Config.Consumers.SessionTimeout).
 	EnvSessionTimeout = "ORDERCAST_SESSION_TIMEOUT"
 )
 

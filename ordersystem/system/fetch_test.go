@@ -14,7 +14,7 @@ import (
 )
 
 // TestConsumersFetchSettings: every consumer group member's client fetches
-// with Config.FetchMinBytes and FetchMaxWait (fetch.min.bytes,
+// with Config.Consumers.FetchMinBytes and FetchMaxWait (fetch.min.bytes,
 // fetch.max.wait.ms), DefaultFetchMinBytes and DefaultFetchMaxWait when
 // they are zero; values out of range are refused by Start before anything
 // runs.
@@ -26,10 +26,12 @@ func TestConsumersFetchSettings(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		return Start(ctx, Config{
-			Brokers: brokers, Services: []string{ServiceOrders, ServiceNotifications}, RegistryURL: reg.URL(),
-			HTTPAddr: "127.0.0.1:0", DSN: "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db"),
-			Layout:        ops.Layout{Partitions: 1, ReplicationFactor: testkafka.ReplicationFactor(t)},
-			FetchMinBytes: minBytes, FetchMaxWait: maxWait,
+			Services:  []string{ServiceOrders, ServiceNotifications},
+			Kafka:     KafkaConfig{Brokers: brokers, Layout: ops.Layout{Partitions: 1, ReplicationFactor: testkafka.ReplicationFactor(t)}},
+			Schema:    SchemaConfig{RegistryURL: reg.URL()},
+			HTTP:      HTTPConfig{Addr: "127.0.0.1:0"},
+			DB:        DBConfig{DSN: "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db")},
+			Consumers: ConsumerConfig{FetchMinBytes: minBytes, FetchMaxWait: maxWait},
 		})
 	}
 	for _, c := range []struct {

@@ -34,7 +34,9 @@ func TestForgedPaidOnEmbeddedStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	forgedPaid(t, st.Brokers, system.Config{RegistryURL: st.RegistryURL})
+	forgedPaid(t, st.Brokers, system.Config{
+		Schema: system.SchemaConfig{RegistryURL: st.RegistryURL},
+	})
 }
 
 func forgedPaid(t *testing.T, brokers []string, cfg system.Config) {

@@ -19,23 +19,23 @@ import (
 // stopping the system is the caller's.
 func startOn(t *testing.T, brokers []string, cfg system.Config) (*system.System, error) {
 	t.Helper()
-	cfg.Brokers = brokers
-	if cfg.RegistryURL == "" {
+	cfg.Kafka.Brokers = brokers
+	if cfg.Schema.RegistryURL == "" {
 		reg := srfake.New()
 		t.Cleanup(reg.Close)
-		cfg.RegistryURL = reg.URL()
+		cfg.Schema.RegistryURL = reg.URL()
 	}
-	if cfg.DSN == "" {
-		cfg.DSN = "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db")
+	if cfg.DB.DSN == "" {
+		cfg.DB.DSN = "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db")
 	}
 	if len(cfg.Services) == 0 {
 		cfg.Services = []string{system.ServiceOrders}
 	}
-	if cfg.HTTPAddr == "" {
-		cfg.HTTPAddr = "127.0.0.1:0"
+	if cfg.HTTP.Addr == "" {
+		cfg.HTTP.Addr = "127.0.0.1:0"
 	}
-	if cfg.Layout.Partitions == 0 {
-		cfg.Layout = ops.Layout{Partitions: 2, ReplicationFactor: testkafka.ReplicationFactor(t)}
+	if cfg.Kafka.Layout.Partitions == 0 {
+		cfg.Kafka.Layout = ops.Layout{Partitions: 2, ReplicationFactor: testkafka.ReplicationFactor(t)}
 	}
 	return system.Start(context.Background(), cfg)
 }

@@ -132,7 +132,7 @@ func (r replacing) MustRegister(cs ...prometheus.Collector) {
 // ordercast_group_members{group}). Collectors already registered (a Registry
 // shared by two Starts) are kept.
 func (s *System) registerOpsMetrics() {
-	reg := s.cfg.Registry
+	reg := s.cfg.Metrics
 	cs := []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
 	var groups []string
 	for _, g := range order.Groups {

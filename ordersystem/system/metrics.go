@@ -18,7 +18,7 @@ import (
 //	ordercast_outbox_step_seconds_total{phase="load|produce|commit|confirm|mark"}
 //	ordercast_txn_transactions_total{group,result="committed|aborted"}
 func (s *System) registerMetrics() {
-	reg := s.cfg.Registry
+	reg := s.cfg.Metrics
 	if r := s.Relay; r != nil {
 		cf := func(name, help string, labels prometheus.Labels, f func() int64) {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},

@@ -112,8 +112,11 @@ func TestReadyzSaysWhyBrokerIsUnreachable(t *testing.T) {
 // when checkout (whose catch-all answers unknown paths 404) runs.
 func TestProbePathsRefuseOtherMethods(t *testing.T) {
 	_, brokers := testkafka.Fake(t, nil)
-	sys, err := startOn(t, brokers, system.Config{Services: []string{system.ServiceCheckout},
-		SeedFile: "../../data/online-retail/online_retail_2010-12-01.csv", Layout: ops.Layout{Partitions: 2, ReplicationFactor: 1}}) // an embedded broker, whatever the environment
+	sys, err := startOn(t, brokers, system.Config{
+		Services: []string{system.ServiceCheckout},
+		SeedFile: "../../data/online-retail/online_retail_2010-12-01.csv",
+		Kafka:    system.KafkaConfig{Layout: ops.Layout{Partitions: 2, ReplicationFactor: 1}},
+	}) // an embedded broker, whatever the environment
 	if err != nil {
 		t.Fatal(err)
 	}
