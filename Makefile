@@ -1,4 +1,4 @@
-# Targets named in the README. CI runs `make ci` through .ci/run.
+# Targets named in README.md and docs/testing.md. CI runs `make lint` and these targets through .ci/run.
 GO ?= go
 
 .PHONY: build test test-race test-short test-kafka test-kafka-3 test-kafka-secure chaos-kafka-3 bench bench-compare lint ci
@@ -16,7 +16,7 @@ test:
 
 # The same suite against a running real Kafka (internal/testkit/testkafka): starts nothing. The tests share
 # the cluster and empty it of topics and groups, so one package at a time (-p 1); no -race, to keep
-# time down. Start the broker with scripts/kafka.sh (see the README, "Test against real Kafka").
+# time down. Start the broker with scripts/kafka.sh (see docs/testing.md).
 ORDERCAST_TEST_BROKERS ?= 127.0.0.1:19092
 test-kafka:
 	ORDERCAST_TEST_BROKERS=$(ORDERCAST_TEST_BROKERS) $(GO) test -p 1 -count=1 -timeout 25m ./...

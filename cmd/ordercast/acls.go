@@ -50,7 +50,7 @@ by default User:ordercast-payments and so on): what system.Rights derives from t
 groups and transactional ids the services use. Nothing else is needed, no cluster right and
 no CREATE on the system topics (an admin creates those: 'ordercast topics create --system').
 Run each service as its principal: ordercast run payments --sasl-mechanism SCRAM-SHA-512
---sasl-user ordercast-payments ... (see README, Security).
+--sasl-user ordercast-payments ... (see docs/security.md).
 
 With --apply it creates the ACLs on the cluster (an admin's --sasl-user: one allowed to
 alter the cluster's ACLs; creating an ACL that exists is a no-op), and with --create-users

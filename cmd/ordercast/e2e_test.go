@@ -146,7 +146,7 @@ func checkConsistent(t *testing.T, r Report) {
 	}
 }
 
-// TestUpReplayOneDay runs the README's command on the one-day file: every
+// TestUpReplayOneDay runs docs/running.md's replay command on the one-day file: every
 // sale invoice ends as an accepted order or a counted rejection, every
 // accepted order goes through every service, and the invariants recomputed
 // from the database and the topics hold.
@@ -320,7 +320,7 @@ func TestUpResumesAfterSIGTERM(t *testing.T) {
 // writes a transaction's commit markers partition by partition with no
 // prepare record (kfake txns.go endTx), so a kill in the middle leaves the
 // relay's progress marker committed and its paymentProcessed aborted. Not a
-// guarantee of the embedded stack (README, Run it). On a real cluster (the
+// guarantee of the embedded stack (docs/running.md, "A hard kill of the embedded broker"). On a real cluster (the
 // broker survives the kill) it always runs and must pass.
 func TestUpResumesAfterSIGKILL(t *testing.T) {
 	if testing.Short() {

@@ -42,8 +42,8 @@ func (w *logWriter) Write(p []byte) (int, error) {
 // SIGTERM, SIGSTOP past the session timeout, scaling 1 -> 4 -> 1, broker
 // restarts, crashes between effect and offset commit, inside fulfillment's
 // transaction and between the relay's Kafka commit and its marking), then
-// the drain and every invariant. The long soak is `ordercast chaos` (README,
-// "Crash testing").
+// the drain and every invariant. The long soak is `ordercast chaos`
+// (docs/crash-testing.md).
 func TestChaosShort(t *testing.T) {
 	testkafka.SkipIfReal(t, "the harness runs and restarts its own embedded broker (ordercast devstack); it runs in make test")
 	if testing.Short() {

@@ -142,8 +142,8 @@ func TestScanCatalogOneDay(t *testing.T) {
 // Full-file figures from the same Python script: 3,958 normalized codes, of
 // which 3,828 have a positive price, 3,818 once the 10 charge codes
 // (order.FeeStockCodes) are left out; 4,339 customers with sales, 4,335
-// with a product in them (4 only ever paid charges; the README's 4,372 also
-// counts customers who only cancelled); 85123A has 2,374 priced rows, 1,741
+// with a product in them (4 only ever paid charges; the 4,372 of system/seed.go
+// also count customers who only cancelled); 85123A has 2,374 priced rows, 1,741
 // of them at 2.95.
 func TestScanCatalogFullFile(t *testing.T) {
 	skipFullFile(t)

@@ -194,7 +194,7 @@ func (e *MissingRightsError) Error() string {
 	for i, r := range e.Missing {
 		parts[i] = r.String()
 	}
-	return fmt.Sprintf("kafka principal %s lacks %s, which %s needs (grant the set with `ordercast acls --apply` as an admin; see README, Security)",
+	return fmt.Sprintf("kafka principal %s lacks %s, which %s needs (grant the set with `ordercast acls --apply` as an admin; see docs/security.md)",
 		e.Principal, strings.Join(parts, ", "), strings.Join(e.Services, ", "))
 }
 
