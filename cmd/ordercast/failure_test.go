@@ -69,7 +69,7 @@ func TestRunExitsWhenBrokerRefusesMember(t *testing.T) {
 	}
 }
 
-// Flags found by a user review: each is refused at once, naming the flag,
+// Flags out of range: each is refused at once, naming the flag,
 // the limit and the Kafka setting behind it.
 func TestReviewFlagLimits(t *testing.T) {
 	run := func(svc string, extra ...string) []string {

@@ -12,7 +12,7 @@ import (
 // TestReadProgressCountsAcceptedOrdersOnly: a payment (or notification,
 // or shipment) of an order whose checkout row is not yet marked published
 // is not counted, so the counts of one reading never exceed the orders
-// accepted in it (issue 13: 9,107 payments decided of 9,093 accepted).
+// accepted in it (without that rule a reading once showed 9,107 payments decided of 9,093 accepted).
 func TestReadProgressCountsAcceptedOrdersOnly(t *testing.T) {
 	ctx := context.Background()
 	db := storetest.SQLite(t)

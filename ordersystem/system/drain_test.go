@@ -22,7 +22,7 @@ import (
 	"github.com/ordercast/ordercast/ordersystem/system"
 )
 
-// TestStopDrainsKeepAliveClients (issue 13 item 13: about 1 in 1,500
+// TestStopDrainsKeepAliveClients (without it, about 1 in 1,500
 // requests during SIGTERM got a connection reset): 32 clients, each on its
 // own keep-alive connection, post orders back to back (without an
 // Idempotency-Key, so net/http's client does not retry a reset for them)
@@ -171,7 +171,7 @@ func stopUnderLoad(t *testing.T, brokers []string, cfg system.Config, round, bef
 // in a client's pool (after a GET of /openapi.json), and a request whose body stalls after one byte, do
 // not hold Stop to its 10 s deadline: the idle connection is closed after a
 // second of the drain, the body is ended then and answered 408
-// request_timeout (issue 13 item 2: shutdown does not wait on a slow body).
+// request_timeout (shutdown does not wait on a slow body).
 func TestStopDoesNotWaitForIdleOrSlowClients(t *testing.T) {
 	brokers := testkafka.Cluster(t, nil)
 	sys, err := startOn(t, brokers, system.Config{Services: []string{system.ServiceCheckout}, SeedFile: "../../data/online-retail/online_retail_2010-12-01.csv"})
