@@ -104,8 +104,8 @@ func TestRouting(t *testing.T) {
 }
 
 // An OffsetCommit held past the client's request timeout is applied by the
-// broker after a later commit: the stale commit that lands late (issue 10,
-// case 1). The client has closed the held request's connection by then.
+// broker after a later commit: the stale commit that lands late (scenario S15 in
+// docs/scenarios.md). The client has closed the held request's connection by then.
 func TestHoldRequestLandsAfterLaterCommit(t *testing.T) {
 	p, addrs := setup(t)
 	cl := client(t, p, addrs)
