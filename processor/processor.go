@@ -298,62 +298,32 @@ func New(opts ...Opt) (*Processor, error) {
 	topics := append(append([]string{}, c.topics...), p.retryTopics...)
 	c.metrics.initGroup(c.group, c.topics, p.retryTopics, c.dlqTarget())
 
-	// Kafka's fetch.max.wait.ms default (franz-go's is 5s): a partition
-	// resumed after a pause joins the next fetch only once the fetch in
-	// flight returns, which on idle partitions takes this long. ClientOpts
-	// may override it.
-	//
-	// Heartbeats every third of the session timeout, at most every 3s
-	// (Kafka's heartbeat.interval.ms default): with franz-go's fixed 3s, a
-	// SessionTimeout under 3s would expire the session between heartbeats.
-	//
 	// Fetch sizes follow the compression ratio of what is read (see
 	// fetchSizer): the processor takes a whole fetch at a time and holds it
 	// aside until there is room (see enqueue), while the client may buffer
 	// the next one, so these bound the memory held beyond MaxInFlight.
 	sizer := newFetchSizer(c.maxBytes)
-	kopts := []kgo.Opt{
-		kgo.FetchMaxWait(500 * time.Millisecond),
-		kgo.HeartbeatInterval(min(3*time.Second, c.sessionTimeout/3)),
+	kopts := append(c.memberOpts(),
 		kgo.FetchMaxBytes(sizer.fetch),
 		kgo.FetchMaxPartitionBytes(sizer.part),
 		kgo.WithHooks(sizer),
-	}
+	)
 	kopts = append(kopts, c.clientOpts...)
 	kopts = append(kopts, c.consumerOpts...)
 	start := newStarter(&c, p.retryTopics, p.groupStart)
 	kopts = append(kopts, start.opts()...)
+	kopts = append(kopts, c.groupOpts()...) // client.go
 	kopts = append(kopts,
-		kgo.SeedBrokers(c.brokers...),
-		kgo.ClientID(c.clientID),
-		kgo.ConsumerGroup(c.group),
 		// No ConsumeTopics here: franz-go joins the group as soon as
 		// its client knows a topic, and New must not join (Run checks
 		// the DLQ and retry topics first, then adds them: consumeTopics).
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),
-		// Transaction markers are returned so the commit point can pass
-		// them: without them a partition written transactionally would
-		// keep a lag of 1 (the marker after its last record) forever.
-		kgo.KeepControlRecords(),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.SessionTimeout(c.sessionTimeout),
-		kgo.RebalanceTimeout(c.rebalanceTO),
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),
 		kgo.WithHooks(p.reach),
 	)
-	if c.instanceID != "" {
-		kopts = append(kopts, kgo.InstanceID(c.instanceID))
-	}
-	if c.groupProtocol == "consumer" {
-		// KIP-848: the broker assigns; franz-go needs a server-side
-		// assignor name (uniform, the broker's default, via sticky).
-		kopts = append(kopts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
-	} else {
-		kopts = append(kopts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
-	}
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, fmt.Errorf("processor: consumer client: %w", err)

@@ -122,30 +122,18 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 
 func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	c := t.cfg
-	// Heartbeats every third of the session timeout, at most every 3s, as
-	// New's members do (franz-go's fixed 3s would expire a shorter session
-	// between heartbeats); ClientOpts may override it.
-	opts := []kgo.Opt{kgo.HeartbeatInterval(min(3*time.Second, c.sessionTimeout/3))}
-	opts = append(append(append(opts, c.clientOpts...), c.consumerOpts...), c.producerOpts...)
+	opts := append(c.memberOpts(), c.clientOpts...) // client.go
+	opts = append(append(opts, c.consumerOpts...), c.producerOpts...)
 	start := newStarter(&c, nil, t.groupStart)
 	opts = append(opts, start.opts()...)
+	opts = append(opts, c.groupOpts()...)
 	opts = append(opts,
-		kgo.SeedBrokers(c.brokers...),
-		kgo.ClientID(c.clientID),
 		kgo.TransactionalID(t.txnID),
 		kgo.TransactionTimeout(c.txnTimeout),
-		kgo.ConsumerGroup(c.group),
 		kgo.ConsumeTopics(c.topics...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
-		kgo.KeepControlRecords(), // see New: lets the committed offset pass a final transaction marker
-		kgo.SessionTimeout(c.sessionTimeout),
-		kgo.RebalanceTimeout(c.rebalanceTO),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
-	if c.instanceID != "" {
-		opts = append(opts, kgo.InstanceID(c.instanceID))
-	}
 	// The session wraps these two to abort its open transaction first, then
 	// calls ours; they only keep Health's view of the assignment.
 	opts = append(opts,
@@ -160,11 +148,6 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 		}),
 	)
 	opts = append(opts, kgo.WithHooks(lateCommitHook{t}))
-	if c.groupProtocol == "consumer" {
-		opts = append(opts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
-	} else {
-		opts = append(opts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
-	}
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return nil, err
