@@ -405,8 +405,8 @@ func TestBatchOptions(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "MaxBatch: 0") {
 		t.Fatalf("MaxBatch(0): %v, want an error naming MaxBatch", err)
 	}
-	if _, err := NewTransactional("t", func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil }, append(base, bh)...); err == nil {
-		t.Fatal("NewTransactional accepted a BatchHandler")
+	if _, ok := bh.(TxnOpt); ok {
+		t.Fatal("WithBatchHandler is a TxnOpt: NewTransactional would take it")
 	}
 	_, err = New(append(base, MaxBatch(5))...)
 	if err == nil || !strings.Contains(err.Error(), "WithHandler") {

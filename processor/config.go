@@ -71,10 +71,31 @@ func ParseOrdering(s string) (Ordering, error) {
 	return 0, fmt.Errorf("ordering %q: want partition, key or unordered", s)
 }
 
-// Opt configures a Processor.
+// Opt configures a Processor made with New. Every option is an Opt; those
+// the exactly-once mode takes as well are also a TxnOpt.
 type Opt interface{ apply(*cfg) }
 
-type opt func(*cfg)
+// TxnOpt is an option NewTransactional takes, as New does: the group, the
+// topics, timeouts, attempts and backoff, the DLQ topic, the client
+// options, logging and metrics. The options of the at-least-once mode alone
+// (WithHandler, WithOrdering, Concurrency, RetryTopics, RetryTopicPrefix,
+// DeadLetter, CommitRefreshInterval, CommitMetadataMaxBytes, Producer,
+// CreateTopics, HandleTopic, WithBatchHandler, MaxBatch) are an Opt only,
+// so passing one to NewTransactional does not compile, as franz-go's kgo
+// keeps ProducerOpt, ConsumerOpt and GroupOpt apart.
+type TxnOpt interface {
+	Opt
+	txnOpt()
+}
+
+// opt is an option of New only; bothOpt one of both modes.
+type (
+	opt     func(*cfg)
+	bothOpt func(*cfg)
+)
+
+func (o bothOpt) apply(c *cfg) { o(c) }
+func (bothOpt) txnOpt()        {}
 
 // applyOpts applies opts to c in order. It returns an error naming the
 // position (from 1) of every nil Opt, such as a nil Opt variable or a
@@ -98,8 +119,13 @@ func applyOpts(c *cfg, opts []Opt) error {
 // isNilOpt reports whether o holds a nil func (an Opt interface holding a
 // typed nil, such as opt(nil)).
 func isNilOpt(o Opt) bool {
-	f, ok := o.(opt)
-	return ok && f == nil
+	switch f := o.(type) {
+	case opt:
+		return f == nil
+	case bothOpt:
+		return f == nil
+	}
+	return false
 }
 
 func (o opt) apply(c *cfg) { o(c) }
@@ -311,16 +337,16 @@ func (c *cfg) validate() error {
 // Brokers sets the seed brokers ("host:port"). Required. Kafka setting:
 // bootstrap.servers. An empty (or blank) address is refused at New, naming
 // its position: strings.Split of an unset variable gives [""].
-func Brokers(brokers ...string) Opt { return opt(func(c *cfg) { c.brokers = brokers }) }
+func Brokers(brokers ...string) TxnOpt { return bothOpt(func(c *cfg) { c.brokers = brokers }) }
 
 // Group sets the consumer group. Required. Kafka setting: group.id. By
 // default the group's retry topics are "<group>.retry.<n>" and its DLQ is
 // "<group>.dlq" (RetryTopicPrefix, DeadLetterTopic).
-func Group(group string) Opt { return opt(func(c *cfg) { c.group = group }) }
+func Group(group string) TxnOpt { return bothOpt(func(c *cfg) { c.group = group }) }
 
 // Topics sets the topics to consume. Required. The group's retry topics, if
 // any, are consumed in addition and need not be listed.
-func Topics(topics ...string) Opt { return opt(func(c *cfg) { c.topics = topics }) }
+func Topics(topics ...string) TxnOpt { return bothOpt(func(c *cfg) { c.topics = topics }) }
 
 // WithHandler sets the record handler. Required, unless every topic has
 // its own (HandleTopic); with HandleTopic options it handles the records of
@@ -369,8 +395,8 @@ func Concurrency(n int) Opt { return opt(func(c *cfg) { c.concurrency = n }) }
 // Records of a failing key (see Concurrency) have a room of their own of the
 // same size: they do not use up this one, and when theirs is full only the
 // partitions holding them pause.
-func MaxInFlight(records int, bytes int64) Opt {
-	return opt(func(c *cfg) { c.maxRecords, c.maxBytes = records, bytes })
+func MaxInFlight(records int, bytes int64) TxnOpt {
+	return bothOpt(func(c *cfg) { c.maxRecords, c.maxBytes = records, bytes })
 }
 
 // HandlerTimeout sets how long one attempt of one record may run before its
@@ -380,19 +406,19 @@ func MaxInFlight(records int, bytes int64) Opt {
 // deadline is measured from a clock refreshed every millisecond, so it is
 // precise to about a millisecond; the context arms a timer only when the
 // handler waits on Done.
-func HandlerTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.handlerTimeout = d }) }
+func HandlerTimeout(d time.Duration) TxnOpt { return bothOpt(func(c *cfg) { c.handlerTimeout = d }) }
 
 // MaxAttempts sets how many times a record is tried in place (the first try
 // included) before it moves to the next retry topic or to the DLQ. Default 3.
-func MaxAttempts(n int) Opt { return opt(func(c *cfg) { c.maxAttempts = n }) }
+func MaxAttempts(n int) TxnOpt { return bothOpt(func(c *cfg) { c.maxAttempts = n }) }
 
 // Backoff sets the in-place retry delay: exponential from min, doubling per
 // attempt, capped at max, with full jitter in [d/2, d]. Defaults 100ms and 5s.
 // A record waiting out its backoff does not hold a Concurrency slot, and only
 // delays the records behind it in its partition (OrderPartition) or key
 // (OrderKey).
-func Backoff(min, max time.Duration) Opt {
-	return opt(func(c *cfg) { c.backoffMin, c.backoffMax = min, max })
+func Backoff(min, max time.Duration) TxnOpt {
+	return bothOpt(func(c *cfg) { c.backoffMin, c.backoffMax = min, max })
 }
 
 // RetryTopics enables retry topics with the given delays, one topic per delay:
@@ -420,7 +446,7 @@ func DeadLetter(enabled bool) Opt { return opt(func(c *cfg) { c.dlq = enabled })
 // Commits are also made on revoke and on shutdown. Kafka setting:
 // auto.commit.interval.ms (auto-commit itself is disabled: offsets are
 // committed only after records are processed).
-func CommitInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.commitInterval = d }) }
+func CommitInterval(d time.Duration) TxnOpt { return bothOpt(func(c *cfg) { c.commitInterval = d }) }
 
 // CommitRefreshInterval sets how often the commit point of every held
 // partition is committed again although it has not moved. Default 5s
@@ -492,8 +518,8 @@ func (c *cfg) mapMaxBytes() int {
 // more, whatever the brokers do; a transaction not ended by then is left to
 // the coordinator, which aborts it after TransactionTimeout (a restart with
 // the same transactional id fences it at once).
-func DrainTimeout(d time.Duration) Opt {
-	return opt(func(c *cfg) { c.drainTimeout, c.drainSet = d, true })
+func DrainTimeout(d time.Duration) TxnOpt {
+	return bothOpt(func(c *cfg) { c.drainTimeout, c.drainSet = d, true })
 }
 
 // DefaultSessionTimeout is the group session timeout (session.timeout.ms)
@@ -507,10 +533,10 @@ const DefaultSessionTimeout = 45 * time.Second
 // heartbeat.interval.ms), so a slow handler never expires the session; the
 // rebalance timeout must cover DrainTimeout plus a commit. The broker bounds
 // the session timeout (group.min/max.session.timeout.ms).
-func SessionTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.sessionTimeout = d }) }
+func SessionTimeout(d time.Duration) TxnOpt { return bothOpt(func(c *cfg) { c.sessionTimeout = d }) }
 
 // RebalanceTimeout: see SessionTimeout.
-func RebalanceTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.rebalanceTO = d }) }
+func RebalanceTimeout(d time.Duration) TxnOpt { return bothOpt(func(c *cfg) { c.rebalanceTO = d }) }
 
 // TransactionTimeout sets transaction.timeout.ms for the exactly-once mode
 // (NewTransactional; ignored by New). Default 60s, Kafka's default. It is
@@ -526,16 +552,16 @@ func RebalanceTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.rebalan
 // broker refuses values above transaction.max.timeout.ms (default 15 min);
 // the error then names the setting. A restarted member with the same
 // transactional id fences the old transaction at once, whatever this is.
-func TransactionTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.txnTimeout = d }) }
+func TransactionTimeout(d time.Duration) TxnOpt { return bothOpt(func(c *cfg) { c.txnTimeout = d }) }
 
 // InstanceID sets a static group member id (KIP-345, group.instance.id).
 // Default empty: dynamic membership.
-func InstanceID(id string) Opt { return opt(func(c *cfg) { c.instanceID = id }) }
+func InstanceID(id string) TxnOpt { return bothOpt(func(c *cfg) { c.instanceID = id }) }
 
 // ClientID sets the Kafka client.id, used in logs and metric labels. Default
 // "<group>-<random>" (8 hex digits) for New, the transactional id for
 // NewTransactional.
-func ClientID(id string) Opt { return opt(func(c *cfg) { c.clientID = id }) }
+func ClientID(id string) TxnOpt { return bothOpt(func(c *cfg) { c.clientID = id }) }
 
 // dlqTarget is the DLQ topic, or "" when the DLQ is disabled.
 func (c *cfg) dlqTarget() string {
@@ -555,7 +581,7 @@ func randomID() string {
 // GroupProtocol selects "classic" (default: JoinGroup/SyncGroup with the
 // cooperative-sticky assignor, KIP-429) or "consumer" (KIP-848 server-side
 // assignment; needs Kafka 4.0+).
-func GroupProtocol(p string) Opt { return opt(func(c *cfg) { c.groupProtocol = p }) }
+func GroupProtocol(p string) TxnOpt { return bothOpt(func(c *cfg) { c.groupProtocol = p }) }
 
 // Logger sets the slog logger. Default: a logger that discards everything
 // (slog.DiscardHandler). The runtime logs at WARN a failed handler call,
@@ -563,11 +589,11 @@ func GroupProtocol(p string) Opt { return opt(func(c *cfg) { c.groupProtocol = p
 // partition is then held), a record NewTransactional could not dead-letter
 // and a transactional session replaced; INFO is about rebalances, start
 // offsets and shutdown. Keys used: group, topic, partition, offset, error.
-func Logger(l *slog.Logger) Opt { return opt(func(c *cfg) { c.logger = l }) }
+func Logger(l *slog.Logger) TxnOpt { return bothOpt(func(c *cfg) { c.logger = l }) }
 
 // WithMetrics sets the Prometheus metrics the processor updates. Default none.
 // One *Metrics may be shared by every processor of a process.
-func WithMetrics(m *Metrics) Opt { return opt(func(c *cfg) { c.metrics = m }) }
+func WithMetrics(m *Metrics) TxnOpt { return bothOpt(func(c *cfg) { c.metrics = m }) }
 
 // ClientOpts adds franz-go options to both clients of New, the consumer and
 // the producer of retry-topic and DLQ records (unless Producer gives one),
@@ -593,8 +619,8 @@ func WithMetrics(m *Metrics) Opt { return opt(func(c *cfg) { c.metrics = m }) }
 // set, New applies them to two franz-go clients that are never started (no
 // dial, no request) and closed at once; hooks in opts (kgo.WithHooks) see
 // those clients created and closed.
-func ClientOpts(opts ...kgo.Opt) Opt {
-	return opt(func(c *cfg) { c.clientOpts = append(c.clientOpts, opts...) })
+func ClientOpts(opts ...kgo.Opt) TxnOpt {
+	return bothOpt(func(c *cfg) { c.clientOpts = append(c.clientOpts, opts...) })
 }
 
 // ConsumerOpts adds franz-go options to the consumer client only (after
@@ -604,8 +630,8 @@ func ClientOpts(opts ...kgo.Opt) Opt {
 // way (on probe clients that hooks see created and closed). With
 // NewTransactional, whose one client consumes and produces, ConsumerOpts and
 // ProducerOpts both go to that client.
-func ConsumerOpts(opts ...kgo.Opt) Opt {
-	return opt(func(c *cfg) { c.consumerOpts = append(c.consumerOpts, opts...) })
+func ConsumerOpts(opts ...kgo.Opt) TxnOpt {
+	return bothOpt(func(c *cfg) { c.consumerOpts = append(c.consumerOpts, opts...) })
 }
 
 // ProducerOpts adds franz-go options to the producer client New creates for
@@ -616,8 +642,8 @@ func ConsumerOpts(opts ...kgo.Opt) Opt {
 // wrapping ErrClientOpt that names the option. It is an error
 // together with Producer, whose client is used as given. See ConsumerOpts
 // for NewTransactional.
-func ProducerOpts(opts ...kgo.Opt) Opt {
-	return opt(func(c *cfg) { c.producerOpts = append(c.producerOpts, opts...) })
+func ProducerOpts(opts ...kgo.Opt) TxnOpt {
+	return bothOpt(func(c *cfg) { c.producerOpts = append(c.producerOpts, opts...) })
 }
 
 // Producer sets the client used to write retry-topic and DLQ records. Default:
@@ -628,7 +654,7 @@ func Producer(cl *kgo.Client) Opt { return opt(func(c *cfg) { c.producer = cl })
 // DeadLetterTopic sets the DLQ topic. Default DLQTopic(group),
 // "<group>.dlq". Kafka has no setting of its own for it (Kafka Connect's is
 // errors.deadletterqueue.topic.name).
-func DeadLetterTopic(name string) Opt { return opt(func(c *cfg) { c.dlqTopic = name }) }
+func DeadLetterTopic(name string) TxnOpt { return bothOpt(func(c *cfg) { c.dlqTopic = name }) }
 
 // RetryTopicPrefix sets the prefix of the retry topics: RetryTopics' n-th
 // delay uses "<prefix><n>" (n from 1). Default "<group>.retry.", as

@@ -33,8 +33,8 @@ import (
 // different partitions or keys (New): fn must be safe for concurrent use.
 // A panic in fn is recovered and logged at ERROR; it does not affect the
 // record.
-func OnDeadLetter(fn func(r *kgo.Record, reason error)) Opt {
-	return opt(func(c *cfg) { c.onDeadLetter = fn })
+func OnDeadLetter(fn func(r *kgo.Record, reason error)) TxnOpt {
+	return bothOpt(func(c *cfg) { c.onDeadLetter = fn })
 }
 
 // deadLetter is a record written to the DLQ and the handler error that sent

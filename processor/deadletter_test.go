@@ -66,7 +66,7 @@ func TestOnDeadLetter(t *testing.T) {
 						return nil, Permanentf("bad")
 					}
 					return nil, nil
-				}, common...)
+				}, mustTxnOpts(t, common)...)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -59,7 +59,7 @@ func newHeaderNames(prefix string) headerNames {
 // retry-topic and DLQ records (see HeaderOriginalTopic and the others) and
 // replaces on every hop. Default DefaultHeaderPrefix ("ordercast-"). Every
 // member of a group, and every tool reading its DLQ, must use the same.
-func HeaderPrefix(prefix string) Opt { return opt(func(c *cfg) { c.headerPrefix = prefix }) }
+func HeaderPrefix(prefix string) TxnOpt { return bothOpt(func(c *cfg) { c.headerPrefix = prefix }) }
 
 // forward writes it to its retry topic or the DLQ with the original key,
 // value (a null value stays null) and headers, plus the runtime's headers.

@@ -160,7 +160,7 @@ func (s Start) validate() error {
 // default like Kafka's metadata.max.age.ms; kgo.MetadataMaxAge with
 // kgo.MetadataMinAge in ClientOpts to see it sooner). The zero Start is
 // Earliest.
-func StartOffset(s Start) Opt { return opt(func(c *cfg) { c.start = s }) }
+func StartOffset(s Start) TxnOpt { return bothOpt(func(c *cfg) { c.start = s }) }
 
 // groupStart is the group's first start as this member knows it (see
 // StartOffset): the time, in Unix milliseconds, from which Latest reads a

@@ -37,7 +37,7 @@ func s18Modes(t *testing.T, run func(t *testing.T, start func(seen *history, opt
 				seen.add(string(r.Value))
 				return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
 			}
-			tp, err := NewTransactional("s18-txn", h, append([]Opt{CommitInterval(20 * time.Millisecond)}, opts...)...)
+			tp, err := NewTransactional("s18-txn", h, mustTxnOpts(t, append([]Opt{CommitInterval(20 * time.Millisecond)}, opts...))...)
 			if err != nil {
 				t.Fatal(err)
 			}

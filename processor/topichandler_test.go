@@ -84,9 +84,8 @@ func TestHandleTopicRefusedAtNew(t *testing.T) {
 	}
 	p.Client().Close()
 	p.prod.Close()
-	if _, err := NewTransactional("tx", func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
-		append(append([]Opt{}, base...), HandleTopic("a", noop))...); err == nil || !strings.Contains(err.Error(), "HandleTopic") {
-		t.Fatalf("NewTransactional with HandleTopic: %v, want it refused", err)
+	if _, ok := HandleTopic("a", noop).(TxnOpt); ok {
+		t.Fatal("HandleTopic is a TxnOpt: NewTransactional would take it")
 	}
 }
 

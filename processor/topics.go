@@ -67,7 +67,7 @@ func (e *MissingTopicError) Unwrap() error { return ErrMissingTopic }
 // broker that has just restarted can answer before it has caught up with
 // the cluster's metadata, and one that has just created the topic before
 // its metadata has it).
-func CreateTopics(create bool) Opt { return opt(func(c *cfg) { c.createTopics = create }) }
+func CreateTopics(create bool) TxnOpt { return bothOpt(func(c *cfg) { c.createTopics = create }) }
 
 // topicCheckTimeout bounds the start check of the runtime's topics.
 const topicCheckTimeout = 30 * time.Second

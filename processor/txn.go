@@ -78,20 +78,22 @@ type TxnProcessor struct {
 
 // NewTransactional creates the exactly-once processor. transactionalID must
 // be unique per member and stable across its restarts (so a restarted member
-// fences its zombie predecessor). The same options as New apply (Brokers,
-// Group, Topics, MaxAttempts, Backoff, CommitInterval, MaxInFlight, Logger,
-// ClientOpts, WithMetrics...) plus TransactionTimeout; WithHandler is not
-// used. With WithMetrics the member reports the runtime's series as New's
+// fences its zombie predecessor). It takes the options of both modes
+// (TxnOpt: Brokers, Group, Topics, MaxAttempts, Backoff, CommitInterval,
+// MaxInFlight, Logger, ClientOpts, WithMetrics, TransactionTimeout...);
+// those of New alone (WithHandler, WithOrdering, Concurrency, RetryTopics,
+// ...) do not compile here: it handles one record at a time per partition,
+// in offset order, and retries in place. With WithMetrics the member reports the runtime's series as New's
 // members do (consumed, processed, failed, retried, dead-lettered,
 // rebalances, committed_offset and lag after each committed transaction,
 // commit_duration_seconds for ending one); handler calls of aborted
 // transactions are counted too, as they ran.
-func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnProcessor, error) {
+func NewTransactional(transactionalID string, h TxnHandler, opts ...TxnOpt) (*TxnProcessor, error) {
 	c := defaultCfg()
 	c.commitInterval = 100 * time.Millisecond
 	c.handler = func(context.Context, *kgo.Record) error { return nil }
 	c.txn = true
-	if err := applyOpts(&c, opts); err != nil {
+	if err := applyOpts(&c, txnOpts(opts)); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if transactionalID == "" {
@@ -99,15 +101,6 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 	}
 	if h == nil {
 		return nil, errors.New("processor: NewTransactional: a TxnHandler is required")
-	}
-	if len(c.topicHandlers) > 0 {
-		return nil, errors.New("processor: NewTransactional: HandleTopic is not used by the exactly-once mode: dispatch on r.Topic in the TxnHandler")
-	}
-	if c.batch != nil && c.batch.handler != nil {
-		return nil, errors.New("processor: NewTransactional: WithBatchHandler is for New only")
-	}
-	if c.batch != nil {
-		return nil, fmt.Errorf("processor: NewTransactional: MaxBatch(%d) is not used by the exactly-once mode (it does not batch; MaxBatch is for New with WithBatchHandler): drop it", c.batch.max)
 	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
@@ -118,6 +111,15 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...Opt) (*TxnPr
 	c.logger = c.logger.With("group", c.group, "transactional_id", transactionalID)
 	c.metrics.initGroup(c.group, c.topics, nil, c.dlqTopic)
 	return &TxnProcessor{cfg: c, txnID: transactionalID, handler: h, groupStart: newGroupStart(&c)}, nil
+}
+
+// txnOpts is opts as Opts, for applyOpts.
+func txnOpts(opts []TxnOpt) []Opt {
+	out := make([]Opt, len(opts))
+	for i, o := range opts {
+		out[i] = o
+	}
+	return out
 }
 
 func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {

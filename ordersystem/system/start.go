@@ -213,16 +213,14 @@ func (s *System) newProducer(context.Context) error {
 	return nil
 }
 
-// memberOpts are the runtime options of one member of group, reading
-// topics in the given ordering, with the group's retry topics if retries.
-func (s *System) memberOpts(group string, topics []string, ordering processor.Ordering, retries bool) []processor.Opt {
+// memberOpts are the runtime options of one member of group reading
+// topics, those of both modes (processor.TxnOpt).
+func (s *System) memberOpts(group string, topics []string) []processor.TxnOpt {
 	cfg := &s.cfg
-	o := []processor.Opt{
+	o := []processor.TxnOpt{
 		processor.Brokers(cfg.Kafka.Brokers...), processor.Group(group), processor.Topics(topics...),
-		processor.WithOrdering(ordering), processor.Concurrency(cfg.Consumers.Concurrency),
 		processor.MaxAttempts(cfg.Consumers.MaxAttempts), processor.Logger(cfg.Logger),
 		processor.WithMetrics(s.procMetric), processor.ClientOpts(cfg.Kafka.ClientOpts...),
-		processor.Producer(s.Producer),
 		processor.ClientOpts(kafkaHooks(cfg.Metrics)), // one kprom per member client
 		processor.StartOffset(cfg.Consumers.StartOffset),
 		processor.ClientOpts(kgo.FetchMinBytes(cfg.Consumers.FetchMinBytes), kgo.FetchMaxWait(cfg.Consumers.FetchMaxWait)),
@@ -231,7 +229,21 @@ func (s *System) memberOpts(group string, topics []string, ordering processor.Or
 		o = append(o, processor.SessionTimeout(cfg.Consumers.SessionTimeout), processor.RebalanceTimeout(2*cfg.Consumers.SessionTimeout),
 			processor.ClientOpts(kgo.HeartbeatInterval(cfg.Consumers.SessionTimeout/6)))
 	}
-	if retries && len(cfg.Kafka.Layout.RetryDelays) > 0 {
+	return o
+}
+
+// consumerOpts are memberOpts and the at-least-once mode's own: the
+// ordering, the records in flight, the shared producer for retry and DLQ
+// writes, and the group's retry topics.
+func (s *System) consumerOpts(group string, topics []string) []processor.Opt {
+	cfg := &s.cfg
+	var o []processor.Opt
+	for _, m := range s.memberOpts(group, topics) {
+		o = append(o, m)
+	}
+	o = append(o, processor.WithOrdering(cfg.Consumers.Ordering), processor.Concurrency(cfg.Consumers.Concurrency),
+		processor.Producer(s.Producer))
+	if len(cfg.Kafka.Layout.RetryDelays) > 0 {
 		o = append(o, processor.RetryTopics(cfg.Kafka.Layout.RetryDelays...))
 	}
 	return o
@@ -279,7 +291,7 @@ func (s *System) startConsumers(context.Context) error {
 			continue
 		}
 		for i := range cfg.instances(c.name) {
-			p, err := processor.New(append(append(s.memberOpts(c.name, c.topics, cfg.Consumers.Ordering, true), s.flt.batchOpts(c.name, c.batch, cfg.Consumers.MaxBatch)...),
+			p, err := processor.New(append(append(s.consumerOpts(c.name, c.topics), s.flt.batchOpts(c.name, c.batch, cfg.Consumers.MaxBatch)...),
 				processor.WithHandler(s.flt.handler(c.name, c.handler)), processor.ClientID(fmt.Sprintf("%s-%d-%s", c.name, i+1, order.NewID("")[:6])))...)
 			if err != nil {
 				return err
@@ -311,7 +323,7 @@ func (s *System) startFulfillment(ctx context.Context) error {
 			cfg.Logger.Warn("could not fence the previous incarnation's transactions; they end at their timeout", "transactional_id", txnID, "error", err)
 		}
 		t, err := processor.NewTransactional(txnID, s.flt.txnHandler(txnID, f.Transform),
-			append(s.memberOpts(ServiceFulfillment, consumes[ServiceFulfillment], processor.OrderPartition, false), processor.ClientOpts(s.flt.txnHooks(txnID)...), txnTimeout(cfg.Consumers.TransactionTimeout))...)
+			append(s.memberOpts(ServiceFulfillment, consumes[ServiceFulfillment]), processor.ClientOpts(s.flt.txnHooks(txnID)...), txnTimeout(cfg.Consumers.TransactionTimeout))...)
 		if err != nil {
 			return err
 		}

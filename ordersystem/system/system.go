@@ -280,7 +280,7 @@ func (s *System) close() {
 
 // txnTimeout is processor.TransactionTimeout(d), or no option for d == 0
 // (the runtime's default).
-func txnTimeout(d time.Duration) processor.Opt {
+func txnTimeout(d time.Duration) processor.TxnOpt {
 	if d == 0 {
 		return processor.ClientOpts()
 	}

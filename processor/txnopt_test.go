@@ -1,0 +1,77 @@
+package processor
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// asTxnOpts returns opts as TxnOpts, and false if one of them is an option
+// of New only (a nil Opt stays a nil TxnOpt).
+func asTxnOpts(opts []Opt) ([]TxnOpt, bool) {
+	out := make([]TxnOpt, len(opts))
+	for i, o := range opts {
+		if o == nil {
+			continue
+		}
+		to, ok := o.(TxnOpt)
+		if !ok {
+			return nil, false
+		}
+		out[i] = to
+	}
+	return out, true
+}
+
+// mustTxnOpts is asTxnOpts for options the test knows to be TxnOpts.
+func mustTxnOpts(t testing.TB, opts []Opt) []TxnOpt {
+	t.Helper()
+	out, ok := asTxnOpts(opts)
+	if !ok {
+		t.Fatalf("an option of New only among %d options meant for NewTransactional", len(opts))
+	}
+	return out
+}
+
+// TestTxnOptSplit: the options NewTransactional ignores or refuses are an
+// Opt only, so that passing one to it does not compile; the options it
+// takes are a TxnOpt, and New takes them too. A New-only option that became
+// a TxnOpt (or a shared one that lost it) fails here.
+func TestTxnOptSplit(t *testing.T) {
+	nop := func(context.Context, *kgo.Record) error { return nil }
+	newOnly := map[string]Opt{
+		"WithHandler":            WithHandler(nop),
+		"WithOrdering":           WithOrdering(OrderKey),
+		"Concurrency":            Concurrency(4),
+		"RetryTopics":            RetryTopics(time.Second),
+		"RetryTopicPrefix":       RetryTopicPrefix("x"),
+		"DeadLetter":             DeadLetter(false),
+		"CommitRefreshInterval":  CommitRefreshInterval(time.Second),
+		"CommitMetadataMaxBytes": CommitMetadataMaxBytes(1 << 10),
+		"Producer":               Producer(nil),
+		"HandleTopic":            HandleTopic("a", nop),
+		"WithBatchHandler":       WithBatchHandler(func(context.Context, []*kgo.Record) error { return nil }),
+		"MaxBatch":               MaxBatch(10),
+	}
+	for name, o := range newOnly {
+		if _, ok := o.(TxnOpt); ok {
+			t.Errorf("%s is a TxnOpt: NewTransactional would take it and ignore it", name)
+		}
+	}
+	shared := map[string]Opt{
+		"Brokers": Brokers("a:1"), "Group": Group("g"), "Topics": Topics("t"), "MaxInFlight": MaxInFlight(1, 1),
+		"HandlerTimeout": HandlerTimeout(time.Second), "MaxAttempts": MaxAttempts(2), "Backoff": Backoff(time.Millisecond, time.Second),
+		"CommitInterval": CommitInterval(time.Second), "DrainTimeout": DrainTimeout(time.Second), "SessionTimeout": SessionTimeout(time.Minute),
+		"RebalanceTimeout": RebalanceTimeout(time.Minute), "TransactionTimeout": TransactionTimeout(time.Minute), "InstanceID": InstanceID("i"),
+		"ClientID": ClientID("c"), "GroupProtocol": GroupProtocol("consumer"), "Logger": Logger(nil), "WithMetrics": WithMetrics(nil),
+		"ClientOpts": ClientOpts(), "ConsumerOpts": ConsumerOpts(), "ProducerOpts": ProducerOpts(), "DeadLetterTopic": DeadLetterTopic("d"),
+		"OnDeadLetter": OnDeadLetter(nil), "HeaderPrefix": HeaderPrefix("x-"), "StartOffset": StartOffset(Latest), "CreateTopics": CreateTopics(true),
+	}
+	for name, o := range shared {
+		if _, ok := o.(TxnOpt); !ok {
+			t.Errorf("%s is not a TxnOpt: NewTransactional cannot take it", name)
+		}
+	}
+}
