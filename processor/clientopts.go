@@ -18,7 +18,7 @@ import (
 // instead of being silently ignored. The error names the processor option
 // that carried it (ClientOpts, ConsumerOpts or ProducerOpts), the franz-go
 // option and what to use instead.
-var ErrClientOpt = errors.New("option set by the runtime")
+var ErrClientOpt = errors.New("processor: option set by the runtime")
 
 // runtimeOpt is a franz-go option that the runtime sets itself.
 type runtimeOpt struct {

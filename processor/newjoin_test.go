@@ -13,7 +13,7 @@ import (
 // holds no partition, so a running member of the same group gets them all
 // and commits every record. Without it (ConsumeTopics given to the client
 // in New) the idle member took a partition at New and held it for the
-// life of the process (found by a team adopting the runtime).
+// life of the process.
 func TestNewDoesNotJoin(t *testing.T) {
 	addrs := testCluster(t, map[string]int32{"in": 2})
 	idle, err := New(Brokers(addrs...), Group("g"), Topics("in"), WithHandler(func(context.Context, *kgo.Record) error { return nil }))

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Review tests (issue 10): sibling cases of docs/scenarios.md S15-S19 that the
+// Sibling cases of docs/scenarios.md S15-S19 that the
 // scenario tests do not cover.
 
 // TestReviewS17_MapSurvivesSecondHandover: key order, 1 partition, 10 keys

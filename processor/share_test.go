@@ -13,8 +13,8 @@ import (
 // TestPartitionShareOfMaxInFlight: a partition holds at most its share of
 // MaxInFlight (MaxInFlight / assigned partitions, rounded up; holdShare), so
 // a fetch that brings one partition's backlog does not fill the room with
-// that partition and stop polling while the others have nothing (issue 11:
-// with a slow handler one or two partitions were handled at a time). In
+// that partition and stop polling while the others have nothing (without
+// it, with a slow handler one or two partitions were handled at a time). In
 // OrderPartition the share counts the partition's records; in OrderKey the
 // records queued behind an earlier record of their key (here partition 0's
 // backlog has two keys). Partition 0's backlog is written first and its

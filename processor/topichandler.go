@@ -12,7 +12,7 @@ import (
 // ErrNoTopicHandler is wrapped, as a permanent error (so the record goes to
 // the DLQ), by the handler ByTopic returns for a record of a topic it has
 // no handler for and no fallback.
-var ErrNoTopicHandler = errors.New("no handler for the record's topic")
+var ErrNoTopicHandler = errors.New("processor: no handler for the record's topic")
 
 // HandleTopic gives the records of topic their own handler: a Processor
 // made with HandleTopic options calls h for the records of topic (and for
