@@ -45,57 +45,6 @@ type batchCfg struct {
 	maxSet  bool // MaxBatch was given
 }
 
-// WithBatchHandler sets a handler that receives several records at once, as
-// an alternative to WithHandler (one of the two is required; with both, h
-// takes the batches and the Handler the records handled one at a time,
-// below). New only: NewTransactional refuses it.
-//
-// Batching does not linger: when a worker is free it takes what is ready at
-// that moment (the next record of each key or partition that is not in
-// flight, and the records queued behind it in that lane), up to MaxBatch
-// records, and calls h with them. Under a light load batches hold one
-// record, so latency does not grow; they fill up when records queue while
-// the workers are busy.
-//
-// Commit: the records of a batch complete together, under one lock, after h
-// returned nil: an offset commit covers all of them or none, and never a
-// record of a batch still running.
-//
-// Failure: when h returns an error or panics (or a batch's deadline
-// passes), no record of the batch is completed and each of them is handled
-// again one at a time, through the normal path: the Handler (or, without
-// one, h with a one-record slice), with in-place retries, retry topics and
-// the DLQ as configured (MaxAttempts, RetryTopics, DeadLetter). So a poison
-// record goes to the DLQ alone and the others are applied; since a failed
-// batch may have had effects before failing, effects must be idempotent or
-// transactional (an inbox, package inbox, applied in the batch's own
-// transaction: a rolled-back batch leaves nothing). The batch failure does
-// not count as an attempt of its records. Records that wait for a retry
-// (their lane is failing), records of retry topics and records that fell
-// back are never put in a batch.
-func WithBatchHandler(h BatchHandler) Opt {
-	return opt(func(c *cfg) {
-		if c.batch == nil {
-			c.batch = &batchCfg{max: DefaultMaxBatch}
-		}
-		c.batch.handler = h
-	})
-}
-
-// MaxBatch sets the most records one BatchHandler call receives. Default
-// DefaultMaxBatch (100); it has no effect without WithBatchHandler. Must be
-// >= 1 (1 makes every batch one record): New refuses a smaller value
-// whether or not WithBatchHandler is given. NewTransactional refuses
-// MaxBatch (it does not batch).
-func MaxBatch(n int) Opt {
-	return opt(func(c *cfg) {
-		if c.batch == nil {
-			c.batch = &batchCfg{}
-		}
-		c.batch.max, c.batch.maxSet = n, true
-	})
-}
-
 // adoptBatch completes the batch configuration before validation: without a
 // Handler, records handled one at a time go to the BatchHandler as
 // one-record batches. It returns the configuration's errors.

@@ -686,3 +686,196 @@ func RetryTopicNames(group string, n int) []string {
 // withHooks installs test hooks. It is an option (not a field set after New)
 // because the group may call OnPartitionsAssigned before New returns.
 func withHooks(h hooks) Opt { return opt(func(c *cfg) { c.hooks = h }) }
+
+// WithBatchHandler sets a handler that receives several records at once, as
+// an alternative to WithHandler (one of the two is required; with both, h
+// takes the batches and the Handler the records handled one at a time,
+// below). New only: NewTransactional refuses it.
+//
+// Batching does not linger: when a worker is free it takes what is ready at
+// that moment (the next record of each key or partition that is not in
+// flight, and the records queued behind it in that lane), up to MaxBatch
+// records, and calls h with them. Under a light load batches hold one
+// record, so latency does not grow; they fill up when records queue while
+// the workers are busy.
+//
+// Commit: the records of a batch complete together, under one lock, after h
+// returned nil: an offset commit covers all of them or none, and never a
+// record of a batch still running.
+//
+// Failure: when h returns an error or panics (or a batch's deadline
+// passes), no record of the batch is completed and each of them is handled
+// again one at a time, through the normal path: the Handler (or, without
+// one, h with a one-record slice), with in-place retries, retry topics and
+// the DLQ as configured (MaxAttempts, RetryTopics, DeadLetter). So a poison
+// record goes to the DLQ alone and the others are applied; since a failed
+// batch may have had effects before failing, effects must be idempotent or
+// transactional (an inbox, package inbox, applied in the batch's own
+// transaction: a rolled-back batch leaves nothing). The batch failure does
+// not count as an attempt of its records. Records that wait for a retry
+// (their lane is failing), records of retry topics and records that fell
+// back are never put in a batch.
+func WithBatchHandler(h BatchHandler) Opt {
+	return opt(func(c *cfg) {
+		if c.batch == nil {
+			c.batch = &batchCfg{max: DefaultMaxBatch}
+		}
+		c.batch.handler = h
+	})
+}
+
+// MaxBatch sets the most records one BatchHandler call receives. Default
+// DefaultMaxBatch (100); it has no effect without WithBatchHandler. Must be
+// >= 1 (1 makes every batch one record): New refuses a smaller value
+// whether or not WithBatchHandler is given. NewTransactional refuses
+// MaxBatch (it does not batch).
+func MaxBatch(n int) Opt {
+	return opt(func(c *cfg) {
+		if c.batch == nil {
+			c.batch = &batchCfg{}
+		}
+		c.batch.max, c.batch.maxSet = n, true
+	})
+}
+
+// OnDeadLetter sets a function called after a record was written to the DLQ,
+// with the record as the handler saw it (for a record that came through
+// retry topics: its original topic, partition, offset and timestamp) and
+// the handler's last error, the reason it was dead-lettered (IsPermanent and
+// ErrorClass tell which kind). Default none. Use it to alert, count by
+// reason or keep an audit trail; the DLQ record itself carries the same as
+// headers.
+//
+// New: fn runs on the worker goroutine that wrote the record, once the
+// broker acknowledged the write (acks=all) and before the record's offset
+// may be committed, with no lock of the runtime held. While it runs it
+// holds that worker's Concurrency slot and the record's partition
+// (OrderPartition) or key (OrderKey) waits; it may block briefly, and may
+// call Health. A record written again after a crash or a rebalance (the
+// commit had not passed it) is reported again: at-least-once, like the
+// DLQ write.
+//
+// NewTransactional: fn runs on Run's goroutine after the transaction that
+// wrote the record committed, before the next transaction begins, so
+// blocking delays all of this member's processing. An aborted transaction
+// reports nothing: its DLQ records were never visible.
+//
+// Calls are never concurrent for one record, but are for records of
+// different partitions or keys (New): fn must be safe for concurrent use.
+// A panic in fn is recovered and logged at ERROR; it does not affect the
+// record.
+func OnDeadLetter(fn func(r *kgo.Record, reason error)) TxnOpt {
+	return bothOpt(func(c *cfg) { c.onDeadLetter = fn })
+}
+
+// HeaderPrefix sets the prefix of the headers the runtime writes on
+// retry-topic and DLQ records (see HeaderOriginalTopic and the others) and
+// replaces on every hop. Default DefaultHeaderPrefix ("ordercast-"). Every
+// member of a group, and every tool reading its DLQ, must use the same.
+func HeaderPrefix(prefix string) TxnOpt { return bothOpt(func(c *cfg) { c.headerPrefix = prefix }) }
+
+// StartOffset sets where the group begins reading an input partition for
+// which it has no committed offset. Default Earliest. Kafka setting:
+// auto.offset.reset (for a group without offsets; franz-go's
+// ConsumeStartOffset).
+//
+// It applies to input partitions only, and only once per partition: when a
+// member is first assigned a partition without a committed offset, it
+// resolves Latest or AtTime to an offset (ListOffsets, read_committed) and
+// commits that offset for the group before it fetches anything. A partition
+// that then receives no record while the group is down is read from that
+// committed offset on the next start, not resolved again: so with Latest no
+// record written after the group first started is skipped, whichever
+// partitions were quiet. A member that cannot resolve or commit the start
+// offset (a broker error, a rebalance) leaves its group session and rejoins,
+// so the partition is never read from an unresolved position. Earliest needs
+// no commit (the log start only moves forward by deleting records) and costs
+// nothing.
+//
+// It does not apply to a committed offset that is out of range (below the log
+// start after retention deleted records, or past the end after the broker
+// lost data). Kafka's consumer applies auto.offset.reset then too, so
+// "latest" would skip every record still in the log; this runtime resumes at
+// the log start instead, whatever StartOffset says: at-least-once, at the cost
+// of handling again the records kept past a broker's data loss.
+//
+// It does not apply to the group's retry topics: they are always read from
+// their start. Every record in "<group>.retry.<n>" was written by the group
+// itself after it had completed (and committed) the input record, so skipping
+// one would lose it; and in a new group's retry topics nothing older than the
+// group can be found, unless the group name is reused after its offsets
+// expired (offsets.retention.minutes) while the retry topics kept records: then
+// those are handled again. Delete and recreate the retry topics before reusing a
+// group name.
+//
+// With Latest, a partition added to an input topic after the group first
+// started (CreatePartitions while the group runs, or while it is down) has
+// no commit either, yet its records were all written after that start:
+// resolving it to its end would skip those written before a member is
+// assigned it (the flaw of Kafka's consumer with auto.offset.reset=latest,
+// which KIP-842 proposes to fix by resetting new partitions to earliest).
+// So Latest means "the records written after the group's first start, time
+// T" (Unix milliseconds, the clock of the member that started first). T
+// travels in the metadata of the commits the runtime makes for input
+// partitions ("oc1:<map>;t=<T>", see CommitMetadataMaxBytes; at most 22
+// bytes after the map, taken from that budget): the first time a member is assigned partitions,
+// it reads the group's committed offsets (one OffsetFetch) and keeps the
+// smallest T they carry. If none does and a partition needs resolving, the
+// group is at its first start: T is now and partitions start at their end.
+// Otherwise a partition without a commit is resolved as AtTime(T): the
+// first record whose timestamp is at or after T (ListOffsets by timestamp,
+// read_committed), or its end. Limits: a record of a new partition is
+// compared by its timestamp, so one stamped before T (a producer setting
+// old timestamps, a producer clock behind the member's) is skipped; commits
+// by other clients (or an admin offset reset, kafka-consumer-groups
+// --reset-offsets) carry no T, and once no commit of the group carries T
+// any more, a new partition is resolved to its end, as at a first start
+// (and that member's T, now, is carried from then on). Earliest and AtTime
+// need no T and read nothing more.
+//
+// NewTransactional: the same, the start offset being committed with an
+// OffsetCommit (outside any transaction) before the partition is fetched,
+// and T set in the metadata of every partition of the TxnOffsetCommit of
+// each transaction.
+//
+// A partition added to an input topic while the group runs is seen at the
+// client's next metadata refresh (franz-go's MetadataMaxAge, 5 minutes by
+// default like Kafka's metadata.max.age.ms; kgo.MetadataMaxAge with
+// kgo.MetadataMinAge in ClientOpts to see it sooner). The zero Start is
+// Earliest.
+func StartOffset(s Start) TxnOpt { return bothOpt(func(c *cfg) { c.start = s }) }
+
+// HandleTopic gives the records of topic their own handler: a Processor
+// made with HandleTopic options calls h for the records of topic (and for
+// those that come back from the group's retry topics with topic as their
+// original topic: the handler sees r.Topic == topic) and the WithHandler
+// handler for the records of the other topics. Ordering, retries, the DLQ,
+// MaxInFlight and Concurrency are shared by all topics, as with one
+// handler.
+//
+// New refuses (an error naming the topic) a HandleTopic for a topic not in
+// Topics, two HandleTopic for one topic, a nil h, and a topic of Topics that
+// has neither a HandleTopic nor a WithHandler to fall back on; WithHandler is
+// not required when every topic has its own. NewTransactional does not take
+// it (an Opt only; its TxnHandler sees r.Topic and can dispatch on it). See
+// ByTopic for the same dispatch as a Handler.
+func HandleTopic(topic string, h Handler) Opt {
+	return opt(func(c *cfg) { c.topicHandlers = append(c.topicHandlers, topicHandler{topic, h}) })
+}
+
+// CreateTopics makes Run create the DLQ and the retry topics when they do
+// not exist, before it joins the group: with the partition count of the
+// source topic (the largest, with several Topics) and the cluster's default
+// replication factor and configs (CreateTopics with replication factor -1,
+// KIP-464; Kafka 2.4+). Default false: a missing topic is a
+// *MissingTopicError from Run, since topic layout is usually the operator's.
+// Either way the runtime checks the topics once at start; a topic deleted
+// later makes the writes fail (see Health.Blocked). The check waits out a
+// cluster that is briefly unreachable (a transient error: a broker
+// restarting, a dropped connection; see internal/brokererr) for up to 30 s,
+// asking again with a backoff of 250 ms doubling to 2 s, and calls a topic
+// missing only when the answers lack it for 5 s, 3 answers at least (a
+// broker that has just restarted can answer before it has caught up with
+// the cluster's metadata, and one that has just created the topic before
+// its metadata has it).
+func CreateTopics(create bool) TxnOpt { return bothOpt(func(c *cfg) { c.createTopics = create }) }

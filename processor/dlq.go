@@ -55,12 +55,6 @@ func newHeaderNames(prefix string) headerNames {
 	}
 }
 
-// HeaderPrefix sets the prefix of the headers the runtime writes on
-// retry-topic and DLQ records (see HeaderOriginalTopic and the others) and
-// replaces on every hop. Default DefaultHeaderPrefix ("ordercast-"). Every
-// member of a group, and every tool reading its DLQ, must use the same.
-func HeaderPrefix(prefix string) TxnOpt { return bothOpt(func(c *cfg) { c.headerPrefix = prefix }) }
-
 // forward writes it to its retry topic or the DLQ with the original key,
 // value (a null value stays null) and headers, plus the runtime's headers.
 // The partition is chosen by the producer's partitioner from the key, never

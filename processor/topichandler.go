@@ -14,24 +14,6 @@ import (
 // no handler for and no fallback.
 var ErrNoTopicHandler = errors.New("processor: no handler for the record's topic")
 
-// HandleTopic gives the records of topic their own handler: a Processor
-// made with HandleTopic options calls h for the records of topic (and for
-// those that come back from the group's retry topics with topic as their
-// original topic: the handler sees r.Topic == topic) and the WithHandler
-// handler for the records of the other topics. Ordering, retries, the DLQ,
-// MaxInFlight and Concurrency are shared by all topics, as with one
-// handler.
-//
-// New refuses (an error naming the topic) a HandleTopic for a topic not in
-// Topics, two HandleTopic for one topic, a nil h, and a topic of Topics that
-// has neither a HandleTopic nor a WithHandler to fall back on; WithHandler is
-// not required when every topic has its own. NewTransactional refuses
-// HandleTopic (its TxnHandler sees r.Topic and can dispatch on it). See
-// ByTopic for the same dispatch as a Handler.
-func HandleTopic(topic string, h Handler) Opt {
-	return opt(func(c *cfg) { c.topicHandlers = append(c.topicHandlers, topicHandler{topic, h}) })
-}
-
 // topicHandler is one HandleTopic option.
 type topicHandler struct {
 	topic string

@@ -52,23 +52,6 @@ func (e *MissingTopicError) Error() string {
 
 func (e *MissingTopicError) Unwrap() error { return ErrMissingTopic }
 
-// CreateTopics makes Run create the DLQ and the retry topics when they do
-// not exist, before it joins the group: with the partition count of the
-// source topic (the largest, with several Topics) and the cluster's default
-// replication factor and configs (CreateTopics with replication factor -1,
-// KIP-464; Kafka 2.4+). Default false: a missing topic is a
-// *MissingTopicError from Run, since topic layout is usually the operator's.
-// Either way the runtime checks the topics once at start; a topic deleted
-// later makes the writes fail (see Health.Blocked). The check waits out a
-// cluster that is briefly unreachable (a transient error: a broker
-// restarting, a dropped connection; see internal/brokererr) for up to 30 s,
-// asking again with a backoff of 250 ms doubling to 2 s, and calls a topic
-// missing only when the answers lack it for 5 s, 3 answers at least (a
-// broker that has just restarted can answer before it has caught up with
-// the cluster's metadata, and one that has just created the topic before
-// its metadata has it).
-func CreateTopics(create bool) TxnOpt { return bothOpt(func(c *cfg) { c.createTopics = create }) }
-
 // topicCheckTimeout bounds the start check of the runtime's topics.
 const topicCheckTimeout = 30 * time.Second
 
