@@ -65,15 +65,20 @@ func (p *Processor) forward(ctx context.Context, it *item) error {
 		Topic:   it.fail.target,
 		Key:     it.rec.Key,
 		Value:   it.rec.Value,
-		Headers: p.forwardHeaders(it),
+		Headers: forwardHeaders(&p.cfg, p.retryIndex, it),
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return p.prod.ProduceSync(ctx, rec).FirstErr()
 }
 
-func (p *Processor) forwardHeaders(it *item) []kgo.RecordHeader {
-	hn := &p.cfg.hdr
+// forwardHeaders are the headers of it's record written to a retry topic or
+// the DLQ under c: the record's own (but for earlier runtime headers other
+// than the replay mark), then its origin, group, error and attempts, and for
+// a retry topic (retryIndex: topic -> hop, nil in the exactly-once mode) the
+// time it is due.
+func forwardHeaders(c *cfg, retryIndex map[string]int, it *item) []kgo.RecordHeader {
+	hn := &c.hdr
 	var hs []kgo.RecordHeader
 	for _, h := range it.rec.Headers {
 		if !strings.HasPrefix(h.Key, hn.prefix) || h.Key == hn.replayed {
@@ -87,23 +92,19 @@ func (p *Processor) forwardHeaders(it *item) []kgo.RecordHeader {
 	add(hn.originalPartition, strconv.Itoa(int(v.Partition)))
 	add(hn.originalOffset, strconv.FormatInt(v.Offset, 10))
 	add(hn.originalTS, ms(v.Timestamp))
-	add(hn.group, p.cfg.group)
+	add(hn.group, c.group)
 	f := it.fail // set: only a failed record is forwarded
 	add(hn.errorClass, ErrorClass(f.lastErr))
-	add(hn.errorMessage, trimMessage(f.lastErr.Error(), p.cfg.errorMsgMax))
+	add(hn.errorMessage, trimMessage(f.lastErr.Error(), c.errorMsgMax))
 	add(hn.attempts, strconv.Itoa(f.attempts))
 	add(hn.firstFailure, ms(f.first))
 	add(hn.lastFailure, ms(f.last))
-	if i, ok := p.retryIndexOf(f.target); ok {
-		add(hn.retryDue, ms(time.Now().Add(p.cfg.retryDelays[i])))
+	if i, ok := retryIndex[f.target]; ok {
+		add(hn.retryDue, ms(time.Now().Add(c.retryDelays[i])))
 	}
 	return hs
 }
 
-func (p *Processor) retryIndexOf(topic string) (int, bool) {
-	i, ok := p.retryIndex[topic]
-	return i, ok
-}
 
 // trimMessage cuts s to at most max bytes on a rune boundary, marking the cut.
 func trimMessage(s string, max int) string {

@@ -951,9 +951,8 @@ func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) (outs []*kg
 		f.last = now
 		if IsPermanent(err) || f.attempts >= t.cfg.maxAttempts {
 			t.cfg.logger.Warn("record dead-lettered inside the transaction", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
-			p := &Processor{cfg: t.cfg}
 			t.cfg.metrics.forwarded(t.cfg.group, t.cfg.dlqTopic, true)
-			return []*kgo.Record{{Topic: t.cfg.dlqTopic, Key: r.Key, Value: r.Value, Headers: p.forwardHeaders(it)}}, err, nil
+			return []*kgo.Record{{Topic: t.cfg.dlqTopic, Key: r.Key, Value: r.Value, Headers: forwardHeaders(&t.cfg, nil, it)}}, err, nil
 		}
 		t.cfg.metrics.retried(t.cfg.group, r.Topic)
 		ctxtime.Sleep(ctx, backoff(f.attempts, t.cfg.backoffMin, t.cfg.backoffMax))
