@@ -218,9 +218,8 @@ func (t *TxnProcessor) Pause(topic string, partitions ...int32) error {
 // partitions this member holds when none are given): the next polls bring
 // their records again, from where the member stopped. A resumed partition
 // joins the fetch after the one in flight, which on idle partitions takes
-// up to kgo.FetchMaxWait (franz-go's default 5s; ConsumerOpts sets it; New's
-// Processor uses 500ms). Resuming a partition
-// that is not paused does nothing. It returns an error wrapping
+// up to kgo.FetchMaxWait (500ms in both modes; ClientOpts or ConsumerOpts
+// set it). Resuming a partition that is not paused does nothing. It returns an error wrapping
 // ErrNotAssigned, and resumes nothing, if a named partition is not held (a
 // rebalance took it away and with it the pause). Safe for concurrent use.
 func (t *TxnProcessor) Resume(topic string, partitions ...int32) error {
