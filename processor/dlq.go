@@ -105,7 +105,6 @@ func forwardHeaders(c *cfg, retryIndex map[string]int, it *item) []kgo.RecordHea
 	return hs
 }
 
-
 // trimMessage cuts s to at most max bytes on a rune boundary, marking the cut.
 func trimMessage(s string, max int) string {
 	if len(s) <= max {
