@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ordercast/ordercast/internal/jsonlimit"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -616,7 +617,7 @@ func (r *Replayer) attempt(ctx context.Context, body []byte, key, token string) 
 				cause: fmt.Sprintf("http %d, body unreadable", status)}
 		}
 		var ok order.PlaceOrderResponse
-		_ = json.Unmarshal(data, &ok) // a 2xx is an acceptance even if its body is not as expected
+		_ = jsonlimit.Unmarshal(data, &ok, 0) // nesting bounded (jsonlimit); a 2xx is an acceptance even if its body is not as expected
 		return attemptResult{outcome: outcomeAccepted, answered: true, orderID: ok.OrderID}
 	case status == http.StatusTooManyRequests || status >= 500:
 		msg, cause := fmt.Sprintf("http %d", status), fmt.Sprintf("http %d", status)
@@ -685,7 +686,7 @@ func bodyStart(data []byte) string {
 
 func errorBody(data []byte) order.ErrorResponse {
 	var e order.ErrorResponse
-	if json.Unmarshal(data, &e) != nil {
+	if jsonlimit.Unmarshal(data, &e, 0) != nil { // nesting bounded, duplicates refused
 		return order.ErrorResponse{}
 	}
 	return e

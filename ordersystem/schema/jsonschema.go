@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ordercast/ordercast/internal/jsonlimit"
 	"io"
 	"slices"
 	"strconv"
@@ -125,7 +126,16 @@ func stringOrStrings(v any) ([]string, error) {
 
 // parseJSONObject parses b, which must hold exactly one JSON value (numbers
 // kept as json.Number), and returns it.
+//
+// Nesting deeper than jsonlimit.DefaultMaxDepth (32) is refused before
+// decoding (an event has 4 levels); a member twice in one object is
+// refused too, rather than the last one kept.
 func parseJSONObject(b []byte) (any, error) {
+	if err := jsonlimit.Check(b, 0); err != nil {
+		if e, ok := err.(*jsonlimit.Error); !ok || e.Kind != jsonlimit.Syntax {
+			return nil, err
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any

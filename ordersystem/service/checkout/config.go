@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/internal/jsonlimit"
 	"github.com/ordercast/ordercast/ordersystem/order"
 	"github.com/ordercast/ordercast/ordersystem/schema"
 	"github.com/ordercast/ordercast/ordersystem/service/checkout/authn"
@@ -48,6 +49,11 @@ const (
 	// MaxIdempotencyKeyLen is the longest Idempotency-Key accepted, in
 	// bytes (keys are printable ASCII).
 	MaxIdempotencyKeyLen = 200
+	// MaxJSONDepth is the deepest nesting of a POST /orders body: 32 levels
+	// (an order needs 3: the body, lines, a line); a deeper one is 400
+	// too_deep, refused before the rest of the body is read
+	// (internal/jsonlimit).
+	MaxJSONDepth = jsonlimit.DefaultMaxDepth
 )
 
 // Config configures a Service. DB, Serde and Producer are required; every

@@ -43,6 +43,9 @@ const (
 	// to U+009F, NUL included); the message names the member. Such input
 	// would otherwise be stored as U+FFFD or as invisible bytes. HTTP 400.
 	CodeBadText = "bad_text"
+	// CodeTooDeep: the body nests objects and arrays deeper than
+	// MaxJSONDepth levels. HTTP 400.
+	CodeTooDeep = "too_deep"
 	// CodeBadCountry: country is longer than MaxCountryLen characters.
 	// HTTP 422.
 	CodeBadCountry = "bad_country"

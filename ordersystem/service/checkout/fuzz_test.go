@@ -24,7 +24,7 @@ func FuzzParseRequest(f *testing.F) {
 	}
 	codes := map[string]bool{
 		order.ReasonMalformedJSON: true, order.ReasonUnknownField: true, order.ReasonBadCustomerID: true,
-		order.ReasonBadChannel: true, order.ReasonNoLines: true, order.ReasonTooManyLines: true, order.ReasonBadQuantity: true,
+		order.ReasonBadChannel: true, CodeTooDeep: true, CodeBadText: true, order.ReasonNoLines: true, order.ReasonTooManyLines: true, order.ReasonBadQuantity: true,
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, aerr := parseRequest(body)

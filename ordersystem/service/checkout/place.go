@@ -17,6 +17,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/ordercast/ordercast/internal/jsonlimit"
 	"github.com/ordercast/ordercast/ordersystem/order"
 )
 
@@ -212,6 +213,14 @@ func parseRequest(data []byte) (*order.PlaceOrderRequest, *apiError) {
 		}
 		return nil, reject(http.StatusBadRequest, CodeBadText, fmt.Sprintf("the request body is not valid UTF-8 (byte %d)", i))
 	}
+	// One bounded walk first: nesting deeper than MaxJSONDepth is refused
+	// before anything else reads the body, and duplicated members are
+	// found without a string per level.
+	limitErr := jsonlimit.Check(data, MaxJSONDepth)
+	if le, ok := errors.AsType[*jsonlimit.Error](limitErr); ok && le.Kind == jsonlimit.TooDeep {
+		return nil, reject(http.StatusBadRequest, CodeTooDeep, fmt.Sprintf(
+			"the request body nests objects and arrays deeper than %d levels (at %s); an order needs 3", MaxJSONDepth, pathOrTop(le.Path)))
+	}
 	var top map[string]json.RawMessage
 	// json.Unmarshal checks the whole input first: one value, nothing but
 	// white space after it.
@@ -221,8 +230,8 @@ func parseRequest(data []byte) (*order.PlaceOrderRequest, *apiError) {
 		}
 		return malformed("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	if dup := duplicateMember(data); dup != "" {
-		return malformed("member %q appears more than once; send each member once", truncate(dup, 100))
+	if le, ok := errors.AsType[*jsonlimit.Error](limitErr); ok && le.Kind == jsonlimit.Duplicate {
+		return malformed("member %q appears more than once; send each member once", truncate(le.Path, 100))
 	}
 	if aerr := checkMembers("", top, requestMembers, "a request has customerId, country, reference, channel and lines"); aerr != nil {
 		return nil, aerr
@@ -268,37 +277,59 @@ func parseRequest(data []byte) (*order.PlaceOrderRequest, *apiError) {
 		if jsonType(raw) != "an array" {
 			return malformed("lines must be an array of {stockCode, quantity} objects, got %s", jsonType(raw))
 		}
-		if err := json.Unmarshal(raw, &lines); err != nil { // cannot fail: raw is a valid array
-			return malformed("lines: %s", strings.TrimPrefix(err.Error(), "json: "))
-		}
-		if n := len(lines); n > MaxLines { // before decoding each of them
+		// Counted before the slice is made (1 MB of "0," is 500,000
+		// elements, 12 MB of slice).
+		if n := jsonlimit.ArrayLen(raw); n > MaxLines {
 			return nil, unprocessable(order.ReasonTooManyLines, fmt.Sprintf("the order has %d lines, more than %d", n, MaxLines))
 		}
-		req.Lines = make([]order.RequestLine, len(lines))
-		for i, lr := range lines {
-			at := fmt.Sprintf("lines[%d]", i)
-			if jsonType(lr) != "an object" {
-				return malformed("%s must be an object {stockCode, quantity}, got %s", at, jsonType(lr))
-			}
-			var lm map[string]json.RawMessage
-			if err := json.Unmarshal(lr, &lm); err != nil { // cannot fail either
-				return malformed("%s: %s", at, strings.TrimPrefix(err.Error(), "json: "))
-			}
+		line := func(i int, lm map[string]json.RawMessage) *apiError {
+			at := "lines[" + strconv.Itoa(i) + "]"
 			if aerr := checkMembers(at, lm, lineMembers, "a line has only stockCode and quantity; prices come from the catalog"); aerr != nil {
-				return nil, aerr
+				return aerr
 			}
 			code, _, aerr := stringMember(lm, at, "stockCode")
 			if aerr != nil {
-				return nil, aerr
+				return aerr
 			}
 			qty, hasQty, aerr := intMember(lm, at, "quantity")
 			if aerr != nil {
-				return nil, aerr
+				return aerr
 			}
 			if !hasQty {
 				missingQty = append(missingQty, i)
 			}
 			req.Lines[i] = order.RequestLine{StockCode: code, Quantity: qty}
+			return nil
+		}
+		// Every line an object, the usual case: decoded at once, each
+		// member copied once.
+		var lms []map[string]json.RawMessage
+		if json.Unmarshal(raw, &lms) == nil && !slices.ContainsFunc(lms, func(m map[string]json.RawMessage) bool { return m == nil }) {
+			req.Lines = make([]order.RequestLine, len(lms))
+			for i, lm := range lms {
+				if aerr := line(i, lm); aerr != nil {
+					return nil, aerr
+				}
+			}
+		} else {
+			// Some line is not an object: line by line, to name the
+			// first that is wrong.
+			if err := json.Unmarshal(raw, &lines); err != nil { // cannot fail: raw is a valid array
+				return malformed("lines: %s", strings.TrimPrefix(err.Error(), "json: "))
+			}
+			req.Lines = make([]order.RequestLine, len(lines))
+			for i, lr := range lines {
+				if jsonType(lr) != "an object" {
+					return malformed("lines[%d] must be an object {stockCode, quantity}, got %s", i, jsonType(lr))
+				}
+				var lm map[string]json.RawMessage
+				if err := json.Unmarshal(lr, &lm); err != nil { // cannot fail either
+					return malformed("lines[%d]: %s", i, strings.TrimPrefix(err.Error(), "json: "))
+				}
+				if aerr := line(i, lm); aerr != nil {
+					return nil, aerr
+				}
+			}
 		}
 	}
 
@@ -372,11 +403,17 @@ func stringMember(m map[string]json.RawMessage, at, name string) (string, bool, 
 		return "", false, nil
 	}
 	var v string
-	if jsonType(raw) != "a string" || json.Unmarshal(raw, &v) != nil {
+	if jsonType(raw) != "a string" {
 		return "", false, reject(http.StatusBadRequest, order.ReasonMalformedJSON,
 			fmt.Sprintf("%s must be a string or null, got %s", path(at, name), jsonType(raw)))
 	}
-	if why := badText(raw); why != "" {
+	if plain := raw[1 : len(raw)-1]; bytes.IndexByte(plain, '\\') < 0 {
+		v = string(plain) // no escapes: the string is its bytes (valid UTF-8, checked)
+	} else if json.Unmarshal(raw, &v) != nil {
+		return "", false, reject(http.StatusBadRequest, order.ReasonMalformedJSON,
+			fmt.Sprintf("%s must be a string or null, got %s", path(at, name), jsonType(raw)))
+	}
+	if why := badText(raw, v); why != "" {
 		return "", false, reject(http.StatusBadRequest, CodeBadText, fmt.Sprintf("%s %s", path(at, name), why))
 	}
 	return v, true, nil
@@ -402,53 +439,11 @@ func intMember(m map[string]json.RawMessage, at, name string) (int64, bool, *api
 	return v, true, nil
 }
 
-// duplicateMember returns the JSON path ("customerId", "lines[0].quantity")
-// of the first member that appears twice in one object of data, a valid
-// JSON value, or "" if none does. encoding/json would silently keep the
-// last one, so {"customerId":"a","customerId":"b"} would order as "b".
-func duplicateMember(data []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	dup, _ := walkDuplicates(dec, "")
-	return dup
-}
-
-// walkDuplicates reads one JSON value from dec (at path at) and returns the
-// path of its first duplicated member, if any.
-func walkDuplicates(dec *json.Decoder, at string) (string, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return "", err
+func pathOrTop(p string) string {
+	if p == "" {
+		return "the top level"
 	}
-	switch tok {
-	case json.Delim('{'):
-		seen := map[string]bool{}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return "", err
-			}
-			name, _ := kt.(string)
-			if seen[name] {
-				return path(at, name), nil
-			}
-			seen[name] = true
-			if dup, err := walkDuplicates(dec, path(at, name)); dup != "" || err != nil {
-				return dup, err
-			}
-		}
-		_, err = dec.Token() // '}'
-		return "", err
-	case json.Delim('['):
-		for i := 0; dec.More(); i++ {
-			if dup, err := walkDuplicates(dec, fmt.Sprintf("%s[%d]", at, i)); dup != "" || err != nil {
-				return dup, err
-			}
-		}
-		_, err = dec.Token() // ']'
-		return "", err
-	}
-	return "", nil
+	return p
 }
 
 // jsonType names the JSON type of a valid JSON value as messages do: "a
@@ -541,12 +536,10 @@ func checkContentHeaders(h http.Header) *apiError {
 }
 
 // badText says what is wrong with raw, a JSON string literal (quotes
-// included) from a valid UTF-8 body, or "" when nothing is: an escaped lone
-// surrogate (\ud800 without its pair: encoding/json would make it U+FFFD)
-// or a control character, escaped (\u0000) or not.
-func badText(raw []byte) string {
-	var v string
-	_ = json.Unmarshal(raw, &v)
+// included) from a valid UTF-8 body, decoded as v, or "" when nothing is:
+// an escaped lone surrogate (\ud800 without its pair: encoding/json would
+// make it U+FFFD) or a control character, escaped (\u0000) or not.
+func badText(raw []byte, v string) string {
 	for i, r := range v {
 		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
 			return fmt.Sprintf("has the control character U+%04X at byte %d; send printable text", r, i)

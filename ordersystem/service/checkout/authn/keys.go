@@ -9,10 +9,10 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/ordercast/ordercast/internal/jsonlimit"
 	"net/http"
 	"net/url"
 	"os"
@@ -63,7 +63,7 @@ func KeyFile(path string) (jwt.Keyfunc, error) {
 	}
 	if t := strings.TrimSpace(string(data)); strings.HasPrefix(t, "{") {
 		var set jwkset.JWKSMarshal
-		if err := json.Unmarshal(data, &set); err != nil {
+		if err := jsonlimit.Unmarshal(data, &set, 0); err != nil { // 32 levels at most, no member twice
 			return nil, fmt.Errorf("authn: key file %s: not a JWK Set: %w", path, err)
 		}
 		for _, k := range set.Keys {
