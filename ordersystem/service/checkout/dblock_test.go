@@ -11,7 +11,7 @@ import (
 	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 )
 
-// Issue 13 item 3. Another process holds the SQLite database's write lock:
+// Another process holds the SQLite database's write lock:
 // POST /orders answers 503 database_unavailable after DBTimeout instead of
 // waiting for the lock, nothing is recorded nor published, Ready says why,
 // and once the lock is released both recover.

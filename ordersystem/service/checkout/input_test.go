@@ -8,7 +8,7 @@ import (
 	"github.com/ordercast/ordercast/ordersystem/service/checkout"
 )
 
-// Issue 13 item 10: input that was accepted and should not be is refused
+// Input that was accepted and should not be is refused
 // with a 4xx whose code says why and whose message names the member.
 func TestPlaceOrderRefusesBadInput(t *testing.T) {
 	e := newEnv(t)

@@ -16,7 +16,7 @@ import (
 	"github.com/ordercast/ordercast/ordersystem/service/checkout"
 )
 
-// Issue 13 item 1. With the broker down, a request sent without an
+// With the broker down, a request sent without an
 // Idempotency-Key gets a 503 that says the outcome is unknown and names the
 // order, its status URL and a key the server issued; it is not told to
 // retry with a key it never sent. A retry with the issued key, once the

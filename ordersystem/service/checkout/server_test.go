@@ -62,7 +62,7 @@ func readError(t *testing.T, br *bufio.Reader) (int, string) {
 	return resp.StatusCode, e.Code
 }
 
-// Issue 13 item 2: a body that trickles in (or never completes its
+// A body that trickles in (or never completes its
 // Content-Length) is answered 408 request_timeout after BodyTimeout.
 func TestSlowBodyTimesOut(t *testing.T) {
 	e := newEnv(t, withBodyTimeout(300*time.Millisecond))
@@ -78,7 +78,7 @@ func TestSlowBodyTimesOut(t *testing.T) {
 	}
 }
 
-// Issue 13 item 2: Shutdown does not wait for a body being read: it ends
+// Shutdown does not wait for a body being read: it ends
 // the read (408) and returns at once.
 func TestShutdownDoesNotWaitForSlowBody(t *testing.T) {
 	e := newEnv(t, withBodyTimeout(time.Minute))
@@ -104,7 +104,7 @@ func TestShutdownDoesNotWaitForSlowBody(t *testing.T) {
 	}
 }
 
-// Issue 13 item 9: what ServeMux would answer in HTML or plain text is the
+// What ServeMux would answer in HTML or plain text is the
 // API's JSON: non-canonical paths are not redirected, CONNECT, a large
 // header.
 func TestServerAnswersJSON(t *testing.T) {

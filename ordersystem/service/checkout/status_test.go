@@ -161,7 +161,7 @@ func TestGetOrderDatabaseFails(t *testing.T) {
 
 // The history is in time order, checkout's "accepted" included: the orders
 // service may store the order before checkout records the broker's
-// Issue 13 item 11: the history is in causal order, whatever the services'
+// The history is in causal order, whatever the services'
 // clocks say: paid stamped before accepted and created still comes after
 // them; the unranked notified follows the pipeline's stages.
 func TestGetOrderHistoryCausalOrder(t *testing.T) {
