@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,24 +54,55 @@ type principal struct {
 	customer string
 }
 
-// admit authenticates r and applies the rate limit, in that order, so that
-// a valid token is limited as its customer and anything else as its
-// client IP (an invalid token counts against the IP before its 401). It
+// admit applies the rate limit and authenticates r. A request is charged
+// to its source (the client address: IPv4 by address, IPv6 by its /64)
+// before any bearer token is verified, so that a client sending tokens past
+// its limit costs no signature check; a token that verifies moves the charge
+// from its source to its customer, so a valid token is limited as its
+// customer and anything else (no token, an invalid one) as its source. It
 // answers 400 bad_authorization, 401 unauthorized (a token was sent and is
 // invalid; a missing one is for the caller to judge) or 429 rate_limited.
 func (s *Service) admit(w http.ResponseWriter, r *http.Request) (principal, *apiError) {
-	p, authErr := s.authenticate(r)
-	key := "ip:" + clientIP(r)
-	if authErr == nil && p.customer != "" {
-		key = "customer:" + p.customer
+	now := s.now()
+	src, wait, ok := s.limits.reserve(sourceKey(clientIP(r)), now)
+	if !ok {
+		return principal{}, s.rateLimited(w, wait)
 	}
-	if wait, ok := s.limits.allow(key, s.now()); !ok {
-		secs := int(math.Ceil(wait.Seconds()))
-		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-		return p, reject(http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf(
-			"too many requests from this client (more than %g per second); retry after %d s", s.cfg.RateLimit, max(secs, 1)))
+	p, authErr := s.authenticate(r)
+	if authErr == nil && p.customer != "" {
+		if src != nil {
+			src.CancelAt(now) // the token verified: its customer pays instead
+		}
+		if _, wait, ok := s.limits.reserve("customer:"+p.customer, now); !ok {
+			return p, s.rateLimited(w, wait)
+		}
 	}
 	return p, authErr
+}
+
+// rateLimited is the 429 answer, with Retry-After in whole seconds (at
+// least 1).
+func (s *Service) rateLimited(w http.ResponseWriter, wait time.Duration) *apiError {
+	secs := max(int(math.Ceil(wait.Seconds())), 1)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	return reject(http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf(
+		"too many requests from this client (more than %g per second); retry after %d s", s.cfg.RateLimit, secs))
+}
+
+// sourceKey is the rate limit bucket of a client address: an IPv4 address
+// alone, an IPv6 address by its /64 (one subscriber's allocation, RFC 6177:
+// a client owning a /64 would otherwise have 2^64 buckets).
+func sourceKey(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return "ip:" + ip
+	}
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return "ip:" + p.String()
+	}
+	return "ip:" + a.String()
 }
 
 // authenticate reads the Authorization header: no header is an anonymous
@@ -181,8 +213,8 @@ func clientIP(r *http.Request) string {
 
 // maxClients bounds the rate limiters kept; past it the idle ones (whose
 // bucket is full again, so forgetting them changes nothing) are dropped,
-// and if none is, every limiter (a flood of distinct clients then gets a
-// fresh burst each, the price of bounded memory).
+// then those with a token left; the throttled ones are kept, and while
+// they fill the map new clients share one bucket.
 const maxClients = 100_000
 
 // clientLimits is the per-client token buckets (golang.org/x/time/rate).
@@ -193,17 +225,21 @@ type clientLimits struct {
 	mu    sync.Mutex
 	m     map[string]*rate.Limiter
 	swept time.Time
+	// overflow is shared by new clients while the map is full of
+	// throttled ones (see reserve).
+	overflow *rate.Limiter
 }
 
 func newClientLimits(perSecond float64, burst int) *clientLimits {
 	return &clientLimits{limit: rate.Limit(perSecond), burst: burst, m: map[string]*rate.Limiter{}}
 }
 
-// allow takes one token of key's bucket at now, or says how long until
-// one is there (and takes none).
-func (c *clientLimits) allow(key string, now time.Time) (time.Duration, bool) {
+// reserve takes one token of key's bucket at now, or says how long until
+// one is there (and takes none). The reservation may be cancelled (CancelAt)
+// to give the token back; with no limit it is nil.
+func (c *clientLimits) reserve(key string, now time.Time) (*rate.Reservation, time.Duration, bool) {
 	if c.limit == 0 {
-		return 0, true
+		return nil, 0, true
 	}
 	c.mu.Lock()
 	lim, ok := c.m[key]
@@ -212,15 +248,28 @@ func (c *clientLimits) allow(key string, now time.Time) (time.Duration, bool) {
 			c.sweep(now)
 		}
 		lim = rate.NewLimiter(c.limit, c.burst)
-		c.m[key] = lim
+		if len(c.m) < maxClients {
+			c.m[key] = lim
+		} else {
+			lim = c.overflowLocked() // every bucket kept is throttled: new clients share one
+		}
 	}
 	c.mu.Unlock()
 	res := lim.ReserveN(now, 1)
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
-		return d, false
+		return nil, d, false
 	}
-	return 0, true
+	return res, 0, true
+}
+
+// overflowLocked is the one bucket new clients share while maxClients
+// throttled clients fill the map; c.mu is held.
+func (c *clientLimits) overflowLocked() *rate.Limiter {
+	if c.overflow == nil {
+		c.overflow = rate.NewLimiter(c.limit, c.burst)
+	}
+	return c.overflow
 }
 
 // sweep drops the limiters whose bucket is full at now; c.mu is held.
@@ -232,6 +281,13 @@ func (c *clientLimits) sweep(now time.Time) {
 		}
 	}
 	if len(c.m) >= maxClients {
-		clear(c.m)
+		// Next the clients with a token left (not throttled: forgetting
+		// them only gives them a fresh burst). A throttled client is
+		// never forgotten, or a flood of new addresses would free it.
+		for k, l := range c.m {
+			if l.TokensAt(now) >= 1 {
+				delete(c.m, k)
+			}
+		}
 	}
 }

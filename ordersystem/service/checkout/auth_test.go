@@ -330,6 +330,53 @@ func TestAuthRateLimit(t *testing.T) {
 	}
 }
 
+// Bad tokens past the limit cost no signature check: every request is
+// charged to its address before its token is verified, so of 10 requests
+// with forged tokens from one address and a burst of 3, 3 are verified (and
+// refused, 401) and 7 answered 429 without verification.
+func TestAuthBadTokensPastLimitNotVerified(t *testing.T) {
+	idp, forger := newIdP(t), newIdP(t)
+	e := newEnv(t, withAuth(idp.verifier(), false), withRateLimit(0.01, 3))
+	forged := bearer(forger.token("17850")) // signed by another key
+	var unauthorized, limited int
+	for range 10 {
+		switch r := e.post(guestOrder, forged...); r.status {
+		case http.StatusUnauthorized:
+			unauthorized++
+		case http.StatusTooManyRequests:
+			limited++
+		default:
+			t.Fatalf("forged token: %d %s, want 401 or 429", r.status, r.body)
+		}
+	}
+	if unauthorized != 3 || limited != 7 {
+		t.Fatalf("%d answered 401 and %d 429, want 3 and 7", unauthorized, limited)
+	}
+	if got := e.metric("ordercast_checkout_auth_failures_total"); got != 3 {
+		t.Fatalf("%v tokens verified and refused, want 3: the rest must be refused before verification", got)
+	}
+}
+
+// IPv6 clients are limited by their /64, IPv4 clients by their address.
+func TestAuthRateLimitSourceKey(t *testing.T) {
+	same := [][2]string{
+		{"2001:db8::1", "2001:db8::ffff:1"},
+		{"2001:db8:0:0:1:2:3:4", "2001:db8::"},
+		{"::ffff:192.0.2.1", "192.0.2.1"},
+	}
+	for _, p := range same {
+		if a, b := checkout.SourceKey(p[0]), checkout.SourceKey(p[1]); a != b {
+			t.Errorf("%s and %s: buckets %q and %q, want one", p[0], p[1], a, b)
+		}
+	}
+	differ := [][2]string{{"2001:db8::1", "2001:db8:0:1::1"}, {"192.0.2.1", "192.0.2.2"}}
+	for _, p := range differ {
+		if a, b := checkout.SourceKey(p[0]), checkout.SourceKey(p[1]); a == b {
+			t.Errorf("%s and %s share bucket %q, want two", p[0], p[1], a)
+		}
+	}
+}
+
 // An Idempotency-Key is scoped by its caller: customer A's key is A's alone
 // (another customer, or a guest, using it places their own order and never
 // learns A's order id; a guest taking it first does not block A); guests

@@ -49,3 +49,6 @@ func (s *Service) SetAfterWrite(f func() error) { s.afterWrite = f }
 // its INSERT (a window in which another instance may insert a key). Set it
 // before serving.
 func (s *Service) SetBeforeInsert(f func()) { s.beforeInsert = f }
+
+// SourceKey is the rate limit bucket of a client address.
+var SourceKey = sourceKey
