@@ -18,6 +18,8 @@ package authn
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/ordercast/ordercast/internal/jsonlimit"
 )
 
 // Defaults and bounds of Config.
@@ -95,7 +98,20 @@ type Config struct {
 	CacheTTL time.Duration
 	// Now is the clock; nil means time.Now. For tests.
 	Now func() time.Time
+	// MaxLifetime is the longest a token may be valid: exp - iat, or exp -
+	// now for a token without iat. Default DefaultMaxLifetime (24 h); a
+	// negative value turns the check off. A stolen token is useful at most
+	// this long.
+	MaxLifetime time.Duration
 }
+
+// MaxTokenBytes is the longest bearer token Verify reads; a longer one is
+// refused (ReasonTooLarge) before it is decoded. Identity providers' access
+// tokens are well under 2 KiB.
+const MaxTokenBytes = 8 << 10
+
+// DefaultMaxLifetime is Config.MaxLifetime by default.
+const DefaultMaxLifetime = 24 * time.Hour
 
 // Verifier verifies bearer tokens. Create it with New; it is safe for
 // concurrent use.
@@ -136,6 +152,9 @@ func New(cfg Config) (*Verifier, error) {
 	}
 	if cfg.Leeway == 0 {
 		cfg.Leeway = DefaultLeeway
+	}
+	if cfg.MaxLifetime == 0 {
+		cfg.MaxLifetime = DefaultMaxLifetime
 	}
 	if cfg.CustomerClaim == "" {
 		cfg.CustomerClaim = DefaultCustomerClaim
@@ -225,6 +244,9 @@ func minTime(a, b time.Time) time.Time {
 
 // verify checks raw in full and returns its customer and expiry (exp).
 func (v *Verifier) verify(ctx context.Context, raw string) (string, time.Time, error) {
+	if err := v.precheck(raw); err != nil {
+		return "", time.Time{}, err
+	}
 	claims := jwt.MapClaims{}
 	keys := v.cfg.Keys
 	_, err := v.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
@@ -250,8 +272,57 @@ func (v *Verifier) verify(ctx context.Context, raw string) (string, time.Time, e
 	return s, exp.Time, nil
 }
 
+// precheck refuses, before any signature is checked, what no valid token
+// is: a token over MaxTokenBytes, a JOSE header or claims set with a member
+// twice (RFC 7515 section 5.2 and RFC 7519 section 4 let a recipient refuse
+// them; the parser would take the last), a "crit" header (RFC 7515 section
+// 4.1.11: no extension is understood here, so the token must be refused),
+// and a lifetime over Config.MaxLifetime.
+func (v *Verifier) precheck(raw string) *TokenError {
+	if len(raw) > MaxTokenBytes {
+		return &TokenError{Reason: ReasonTooLarge, Description: fmt.Sprintf("the token is over %d bytes", MaxTokenBytes)}
+	}
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 {
+		return &TokenError{Reason: ReasonMalformed, Description: "the token is not a well-formed JWT"}
+	}
+	var hdr struct {
+		Crit json.RawMessage `json:"crit"`
+	}
+	var claims struct {
+		Exp *float64 `json:"exp"`
+		Iat *float64 `json:"iat"`
+	}
+	for i, dst := range []any{&hdr, &claims} {
+		what := [...]string{"header", "claims"}[i]
+		b, err := base64.RawURLEncoding.DecodeString(parts[i])
+		if err != nil {
+			return &TokenError{Reason: ReasonMalformed, Description: "the token's " + what + " is not base64url", Err: err}
+		}
+		if err := jsonlimit.Unmarshal(b, dst, 8); err != nil {
+			return &TokenError{Reason: ReasonMalformed, Description: "the token's " + what + " is not a JSON object with each member once", Err: err}
+		}
+	}
+	if hdr.Crit != nil {
+		return &TokenError{Reason: ReasonCritical, Description: `the token has a "crit" header: no extension is understood here`}
+	}
+	if v.cfg.MaxLifetime > 0 && claims.Exp != nil {
+		from := float64(v.cfg.Now().Unix())
+		if claims.Iat != nil {
+			from = *claims.Iat
+		}
+		if life := time.Duration((*claims.Exp - from) * float64(time.Second)); life > v.cfg.MaxLifetime {
+			return &TokenError{Reason: ReasonLifetime, Description: fmt.Sprintf("the token is valid for %v, longer than the %v allowed", life.Round(time.Second), v.cfg.MaxLifetime)}
+		}
+	}
+	return nil
+}
+
 // Reasons of a TokenError.
 const (
+	ReasonTooLarge     = "too_large"     // over MaxTokenBytes
+	ReasonCritical     = "crit"          // a "crit" header (RFC 7515 section 4.1.11)
+	ReasonLifetime     = "lifetime"      // exp more than Config.MaxLifetime after iat (or now)
 	ReasonMalformed    = "malformed"     // not a compact JWS, or undecodable header or claims
 	ReasonAlgorithm    = "bad_algorithm" // alg none, HMAC or another algorithm not allowed
 	ReasonSignature    = "bad_signature" // the signature does not verify with the key
