@@ -92,7 +92,7 @@ func (k *keyVersions) allDone(keys, versions int) bool {
 // The guarantee is the handover's (a revoke or a shutdown, whose final
 // commit carries the map), not a lost session's: a member whose session
 // expires cannot commit what it completed since its last commit (the broker
-// refuses it, S02), and the next owner handles those records again (README,
+// refuses it, S02), and the next owner handles those records again (docs/guarantees.md,
 // "Limit: a partition lost"). So the members' sessions must not expire
 // here: the session timeout is 30s (heartbeats every 50ms, so rebalances
 // are still noticed at once) rather than rebalanceOpts' 450ms, which a

@@ -185,7 +185,7 @@ func TestS16_UnknownOutcomeThroughProxy(t *testing.T) {
 
 // TestTxnProxyLostResponses: the requests of the transaction protocol whose
 // response a network can lose, on either broker through the fault proxy
-// (the rows of the README's exactly-once table a real broker can be driven into; the
+// (the rows of docs/guarantees.md's exactly-once table a real broker can be driven into; the
 // retry's answer is the broker's own). tv1 pins the client below KIP-890
 // part 2 (EndTxn v4), so that it sends AddPartitionsToTxn and
 // AddOffsetsToTxn: a TV2 client does not send them (the test checks it
