@@ -1,7 +1,7 @@
 # Targets named in README.md and docs/testing.md. CI runs `make lint` and these targets through .ci/run.
 GO ?= go
 
-.PHONY: build test test-race test-short test-kafka test-kafka-3 test-kafka-secure chaos-kafka-3 bench bench-compare lint ci
+.PHONY: build test test-race test-short test-kafka test-kafka-3 test-kafka-secure chaos-kafka-3 bench bench-compare fuzz lint ci
 
 build:
 	$(GO) build -o bin/ordercast ./cmd/ordercast
@@ -98,6 +98,16 @@ bench-compare:
 	scripts/kafka.sh start --clean --brokers 1 || exit 1; \
 	cd bench && $(GO) run . all --brokers 127.0.0.1:$(BENCH_KAFKA_PORT) --out $(BENCH_OUT) $(BENCH_FLAGS); rc=$$?; \
 	cd .. && scripts/kafka.sh stop --clean; exit $$rc
+
+# Every fuzz target for FUZZTIME each (go test -fuzz; the seed corpora also run in `make test`).
+FUZZTIME ?= 20s
+FUZZ_TARGETS = ./processor:FuzzOffsetTracker ./processor:FuzzDecodeOffsetMap ./processor:FuzzGroupStartSuffix \
+  ./ordersystem/schema:FuzzDecode ./ordersystem/service/checkout:FuzzParseRequest \
+  ./ordersystem/service/checkout/authn:FuzzVerify ./internal/jsonlimit:FuzzCheck
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "fuzz $$name ($$pkg, $(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 lint:
 	$(GO) vet ./...

@@ -71,3 +71,37 @@ func TestVerifyRefusesBeforeSignature(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// FuzzVerify: any bearer token is refused with a TokenError (or accepted,
+// for a token this test's key signed), never a panic, and a token over
+// MaxTokenBytes is always refused as too large.
+func FuzzVerify(f *testing.F) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	v, err := authn.New(authn.Config{Keys: func(*jwt.Token) (any, error) { return pub, nil },
+		Issuer: "i", Audience: "a", Algorithms: []string{"EdDSA"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, _ := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"iss": "i", "aud": "a", "sub": "17850",
+		"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}).SignedString(priv)
+	for _, s := range []string{good, "", ".", "..", "a.b.c", good + "x", strings.Repeat("e", 100),
+		"eyJhbGciOiJub25lIn0.e30.", "eyJhbGciOiJFZERTQSIsImFsZyI6Im5vbmUifQ.e30.x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, tok string) {
+		c, err := v.Verify(t.Context(), tok)
+		if err == nil {
+			if c == "" {
+				t.Fatal("accepted with no customer")
+			}
+			return
+		}
+		var te *authn.TokenError
+		if !errors.As(err, &te) {
+			t.Fatalf("Verify: %T %v, want a *TokenError", err, err)
+		}
+		if len(tok) > authn.MaxTokenBytes && te.Reason != authn.ReasonTooLarge {
+			t.Fatalf("a %d-byte token refused as %s, want %s", len(tok), te.Reason, authn.ReasonTooLarge)
+		}
+	})
+}
