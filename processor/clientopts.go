@@ -20,6 +20,13 @@ import (
 // option and what to use instead.
 var ErrClientOpt = errors.New("processor: option set by the runtime")
 
+// clientOptError is the error wrapping ErrClientOpt: its message names the
+// option and the refused settings without repeating the sentinel's.
+type clientOptError struct{ msg string }
+
+func (e *clientOptError) Error() string        { return e.msg }
+func (e *clientOptError) Is(target error) bool { return target == ErrClientOpt }
+
 // runtimeOpt is a franz-go option that the runtime sets itself.
 type runtimeOpt struct {
 	fn      any    // the kgo option function, as given to kgo.(*Client).OptValue
@@ -136,7 +143,7 @@ func refusedClientOpts(where string, opts []kgo.Opt, txn bool) error {
 			cl, err = probeClient(i, relaxed)
 		} else if cl, err = probeClient(i, opts); err != nil && i == 0 {
 			if refused := groupOnly(opts, txn); len(refused) > 0 {
-				return fmt.Errorf("%s: %w: %s", where, ErrClientOpt, strings.Join(refused, "; "))
+				return &clientOptError{where + ": option set by the runtime: " + strings.Join(refused, "; ")}
 			}
 			if rcl, rerr := probeClient(0, relaxed); rerr == nil {
 				probeErr, cl, err = err, rcl, nil
@@ -177,7 +184,7 @@ func refusedClientOpts(where string, opts []kgo.Opt, txn bool) error {
 	if len(refused) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s: %w: %s", where, ErrClientOpt, strings.Join(refused, "; "))
+	return &clientOptError{where + ": option set by the runtime: " + strings.Join(refused, "; ")}
 }
 
 // hint is what to use instead of r, in New's mode or NewTransactional's.
