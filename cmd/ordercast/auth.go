@@ -42,6 +42,7 @@ type authFlags struct {
 	keyFile    string
 	issuer     string
 	audience   string
+	types      string
 	algorithms string
 	skew       time.Duration
 	claim      string
@@ -65,6 +66,7 @@ func (a *authFlags) register(f *pflag.FlagSet, embedded bool) {
 	f.StringVar(&a.keyFile, "auth-key-file", "", "with --auth jwt: a file of verification keys, a JWK Set (JSON) or PEM public keys or certificates (instead of --auth-jwks-url)")
 	f.StringVar(&a.issuer, "auth-issuer", "", "with --auth jwt: the tokens' issuer (iss), exactly")
 	f.StringVar(&a.audience, "auth-audience", "", "with --auth jwt: the audience (aud) tokens must be for")
+	f.StringVar(&a.types, "auth-token-types", "", "with --auth jwt: the token types (the JOSE typ header, comma-separated, such as at+jwt for RFC 9068 access tokens) accepted; empty: any")
 	f.StringVar(&a.algorithms, "auth-algorithms", strings.Join(authn.DefaultAlgorithms, ","), "with --auth jwt: the signing algorithms accepted, comma separated, of "+strings.Join(authn.Algorithms, ", ")+" (none and HS* are never accepted)")
 	f.DurationVar(&a.skew, "auth-clock-skew", authn.DefaultLeeway, "clock skew allowed on a token's exp, nbf and iat, up to "+authn.MaxLeeway.String())
 	f.StringVar(&a.claim, "auth-customer-claim", authn.DefaultCustomerClaim, "with --auth jwt: the claim holding the customer id")
@@ -84,7 +86,7 @@ func (a *authFlags) check(httpAddr string) error {
 	for _, d := range []struct {
 		flag, mode string
 	}{
-		{"auth-jwks-url", authJWT}, {"auth-key-file", authJWT}, {"auth-issuer", authJWT}, {"auth-audience", authJWT},
+		{"auth-jwks-url", authJWT}, {"auth-key-file", authJWT}, {"auth-issuer", authJWT}, {"auth-audience", authJWT}, {"auth-token-types", authJWT},
 		{"auth-algorithms", authJWT}, {"auth-customer-claim", authJWT}, {"auth-dev-key", authDev},
 	} {
 		if a.fs.Changed(d.flag) && a.mode != d.mode {
@@ -191,7 +193,7 @@ func (a *authFlags) apply(ctx context.Context, cfg *system.Config, dataDir strin
 		return "", err
 	}
 	cfg.Checkout.Auth, err = authn.New(authn.Config{Keys: keys, Issuer: a.issuer, Audience: a.audience,
-		Algorithms: splitList(a.algorithms), Leeway: a.skew, CustomerClaim: strings.TrimSpace(a.claim)})
+		Algorithms: splitList(a.algorithms), Leeway: a.skew, CustomerClaim: strings.TrimSpace(a.claim), Types: splitList(a.types)})
 	if err != nil {
 		return "", err
 	}

@@ -103,6 +103,14 @@ type Config struct {
 	// negative value turns the check off. A stolen token is useful at most
 	// this long.
 	MaxLifetime time.Duration
+	// Types, if not empty, are the token types accepted: the JOSE "typ"
+	// header (RFC 7515 section 4.1.9), compared without case and with an
+	// "application/" prefix removed, such as "at+jwt" for RFC 9068 access
+	// tokens (which keeps an ID token or another JWT of the same issuer
+	// from being taken for an access token, RFC 8725 section 3.11). A token
+	// without typ or of another type is refused (ReasonType). Default
+	// empty: any type.
+	Types []string
 }
 
 // MaxTokenBytes is the longest bearer token Verify reads; a longer one is
@@ -288,6 +296,7 @@ func (v *Verifier) precheck(raw string) *TokenError {
 	}
 	var hdr struct {
 		Crit json.RawMessage `json:"crit"`
+		Typ  *string         `json:"typ"`
 	}
 	var claims struct {
 		Exp *float64 `json:"exp"`
@@ -306,6 +315,15 @@ func (v *Verifier) precheck(raw string) *TokenError {
 	if hdr.Crit != nil {
 		return &TokenError{Reason: ReasonCritical, Description: `the token has a "crit" header: no extension is understood here`}
 	}
+	if len(v.cfg.Types) > 0 {
+		typ := ""
+		if hdr.Typ != nil {
+			typ = strings.TrimPrefix(strings.ToLower(*hdr.Typ), "application/")
+		}
+		if !slices.ContainsFunc(v.cfg.Types, func(t string) bool { return strings.TrimPrefix(strings.ToLower(t), "application/") == typ }) {
+			return &TokenError{Reason: ReasonType, Description: fmt.Sprintf("the token's type (typ %q) is not one of %v", typ, v.cfg.Types)}
+		}
+	}
 	if v.cfg.MaxLifetime > 0 && claims.Exp != nil {
 		from := float64(v.cfg.Now().Unix())
 		if claims.Iat != nil {
@@ -323,6 +341,7 @@ const (
 	ReasonTooLarge     = "too_large"     // over MaxTokenBytes
 	ReasonCritical     = "crit"          // a "crit" header (RFC 7515 section 4.1.11)
 	ReasonLifetime     = "lifetime"      // exp more than Config.MaxLifetime after iat (or now)
+	ReasonType         = "bad_type"      // typ not one of Config.Types
 	ReasonMalformed    = "malformed"     // not a compact JWS, or undecodable header or claims
 	ReasonAlgorithm    = "bad_algorithm" // alg none, HMAC or another algorithm not allowed
 	ReasonSignature    = "bad_signature" // the signature does not verify with the key

@@ -72,6 +72,47 @@ func TestVerifyRefusesBeforeSignature(t *testing.T) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
+// With Config.Types set, only tokens of those types verify: an RFC 9068
+// access token (typ at+jwt, also as application/at+jwt) is accepted; a
+// token typed JWT, or without typ, is refused before its signature is
+// checked.
+func TestVerifyTypes(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	lookups := 0
+	v, err := authn.New(authn.Config{Keys: func(*jwt.Token) (any, error) { lookups++; return pub, nil },
+		Issuer: "i", Audience: "a", Algorithms: []string{"EdDSA"}, Types: []string{"at+jwt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(typ any) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"iss": "i", "aud": "a", "sub": "17850",
+			"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()})
+		if typ == nil {
+			delete(tok.Header, "typ")
+		} else {
+			tok.Header["typ"] = typ
+		}
+		s, err := tok.SignedString(priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, typ := range []any{"at+jwt", "application/at+JWT"} {
+		if _, err := v.Verify(t.Context(), sign(typ)); err != nil {
+			t.Errorf("typ %v: %v, want accepted", typ, err)
+		}
+	}
+	for _, typ := range []any{"JWT", nil} {
+		before := lookups
+		_, err := v.Verify(t.Context(), sign(typ))
+		var te *authn.TokenError
+		if !errors.As(err, &te) || te.Reason != authn.ReasonType || lookups != before {
+			t.Errorf("typ %v: %v (%d key lookups), want refused as %s before the signature", typ, err, lookups-before, authn.ReasonType)
+		}
+	}
+}
+
 // FuzzVerify: any bearer token is refused with a TokenError (or accepted,
 // for a token this test's key signed), never a panic, and a token over
 // MaxTokenBytes is always refused as too large.
