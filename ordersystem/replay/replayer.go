@@ -430,15 +430,11 @@ func waitToken(ctx context.Context, l *rate.Limiter) bool {
 	if d == 0 {
 		return ctx.Err() == nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
+	if !ctxtime.Sleep(ctx, d) {
 		res.Cancel()
 		return false
 	}
+	return true
 }
 
 // runState is the mutable state of one Run, shared by its workers.
