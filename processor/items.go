@@ -168,3 +168,18 @@ func (p *Processor) dropPendingLocked(s *partState) {
 	clear(p.pendingParts[len(kept):])
 	p.pendingParts = kept
 }
+
+// unaccountLocked takes it out of the records and bytes in flight of p, of
+// its partition ps and of its lane l, and out of the parked room when l is
+// failing: when it completes, or when its partition is revoked before it
+// ran. p.mu held.
+func (p *Processor) unaccountLocked(ps *partState, l *lane, it *item) {
+	p.inRecs--
+	p.inBytes -= it.size
+	ps.recs--
+	ps.bytes -= it.size
+	l.bytes -= it.size
+	if l.failing {
+		p.parkLocked(ps, -1, -it.size)
+	}
+}

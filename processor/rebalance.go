@@ -240,14 +240,7 @@ func (p *Processor) dropQueuedLocked(s *partState) {
 	for _, l := range s.lanes.lanes() {
 		keep := l.inFlight() // batch.go
 		for _, it := range l.queue[keep:] {
-			p.inRecs--
-			p.inBytes -= it.size
-			s.recs--
-			s.bytes -= it.size
-			l.bytes -= it.size
-			if l.failing {
-				p.parkLocked(s, -1, -it.size)
-			}
+			p.unaccountLocked(s, l, it)
 		}
 		clear(l.queue[keep:])
 		l.queue = l.queue[:keep]

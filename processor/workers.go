@@ -280,14 +280,7 @@ func (p *Processor) complete(l *lane, it *item) (more bool) {
 		}
 		h(it.rec, it.view, target)
 	}
-	p.inRecs--
-	p.inBytes -= it.size
-	ps.recs--
-	ps.bytes -= it.size
-	l.bytes -= it.size
-	if l.failing {
-		p.parkLocked(ps, -1, -it.size)
-	}
+	p.unaccountLocked(ps, l, it)
 	l.queue[0] = nil
 	if len(l.queue) == 1 {
 		l.queue = l.queue[:0] // empty: the next record reuses the array from its start
