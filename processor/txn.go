@@ -124,9 +124,10 @@ func txnOpts(opts []TxnOpt) []Opt {
 	return out
 }
 
-// newSession builds the member's transactional session: the shared client
-// options (client.go), the user's, the start position, then the
-// transactional ones and the rebalance hooks that keep Health's view.
+// newSession builds the member's transactional session: memberOpts
+// (client.go), the user's ClientOpts, ConsumerOpts and ProducerOpts, the
+// start position, groupOpts (client.go), then the transactional options and
+// the rebalance hooks that keep Health's view of the assignment.
 func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	c := t.cfg
 	opts := append(c.memberOpts(), c.clientOpts...) // client.go
