@@ -41,8 +41,8 @@ func TestDrainTimeoutFollowsRebalanceTimeout(t *testing.T) {
 	}
 }
 
-// TestConfigRefusedAtNew: option values that used to be
-// accepted are refused at New with an error naming the option,
+// TestConfigRefusedAtNew: option values out of their range are
+// refused at New with an error naming the option,
 // and a nil Opt is an error naming its position, not a panic.
 func TestConfigRefusedAtNew(t *testing.T) {
 	nop := func(context.Context, *kgo.Record) error { return nil }
