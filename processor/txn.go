@@ -48,9 +48,10 @@ type TxnHandler func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error)
 // re-committed if a stale copy landed late.
 //
 // The ordering mode is OrderPartition (records are transformed in offset
-// order); Concurrency, retry topics, DeadLetter(false) and RetryTopicPrefix
-// do not apply: a record that exhausts MaxAttempts, or fails permanently,
-// always goes to the DLQ. A record that cannot be written there stops Run
+// order); WithOrdering, Concurrency, RetryTopics, RetryTopicPrefix and
+// DeadLetter are New's alone (they are not TxnOpts, so NewTransactional does
+// not compile with them): a record that exhausts MaxAttempts, or fails
+// permanently, always goes to the DLQ. A record that cannot be written there stops Run
 // with a *DeadLetterError (see there why).
 type TxnProcessor struct {
 	cfg     cfg
