@@ -25,6 +25,7 @@ func FuzzParseRequest(f *testing.F) {
 	codes := map[string]bool{
 		order.ReasonMalformedJSON: true, order.ReasonUnknownField: true, order.ReasonBadCustomerID: true,
 		order.ReasonBadChannel: true, CodeTooDeep: true, CodeBadText: true, order.ReasonNoLines: true, order.ReasonTooManyLines: true, order.ReasonBadQuantity: true,
+		CodeBadCountry: true, CodeBadReference: true, order.ReasonUnknownStockCode: true, // a field too long, a line without a stock code
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, aerr := parseRequest(body)
