@@ -11,8 +11,8 @@ import (
 // (values and cancellation on revoke or shutdown) plus the HandlerTimeout
 // deadline. Unlike context.WithTimeout it arms a timer only when the handler
 // asks for Done, so a handler that never blocks on its context costs no
-// timer per record (a timer per record was the largest cost of the runtime
-// itself with a fast handler). Err reports the deadline from the clock, so
+// timer per record (a timer per record would be the largest cost of the
+// runtime itself with a fast handler). Err reports the deadline from the clock, so
 // it holds whether Done was asked for or not.
 type attemptCtx struct {
 	context.Context // the partition's context

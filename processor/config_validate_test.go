@@ -41,9 +41,10 @@ func TestDrainTimeoutFollowsRebalanceTimeout(t *testing.T) {
 	}
 }
 
-// TestConfigRefusedAtNew: option values that used to be
-// accepted are refused at New with an error naming the option,
-// and a nil Opt is an error naming its position, not a panic.
+// TestConfigRefusedAtNew: an option value outside what the option takes (an
+// unknown Ordering, a negative timeout, an empty broker address) is refused
+// at New and NewTransactional with an error naming the option, and a nil Opt
+// is an error naming its position, not a panic.
 func TestConfigRefusedAtNew(t *testing.T) {
 	nop := func(context.Context, *kgo.Record) error { return nil }
 	txnNop := func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil }

@@ -162,7 +162,7 @@ func (t *offsetTracker) encodeOffsetMap(base int64, maxBytes int) string {
 
 // errNotOffsetMap is returned by decodeOffsetMap for metadata this runtime did
 // not write.
-var errNotOffsetMap = errors.New("not an ordercast offset map")
+var errNotOffsetMap = errors.New("processor: not an ordercast offset map")
 
 // decodeOffsetMap returns the completed ranges of a map committed with offset
 // committed, ascending. Metadata in another format returns errNotOffsetMap; a

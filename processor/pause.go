@@ -11,7 +11,44 @@ import (
 // ErrNotAssigned is wrapped by the error of Pause and Resume when a named
 // partition is not held by this member (not assigned, or being released).
 // Kafka's Java consumer throws IllegalStateException in the same case.
-var ErrNotAssigned = errors.New("partition not assigned to this member")
+var ErrNotAssigned = errors.New("processor: partition not assigned to this member")
+
+// notAssignedError is the error wrapping ErrNotAssigned: its message names
+// the operation, the topic and the partitions without repeating the
+// sentinel's prefix.
+type notAssignedError struct{ msg string }
+
+func (e *notAssignedError) Error() string        { return e.msg }
+func (e *notAssignedError) Is(target error) bool { return target == ErrNotAssigned }
+
+// namedHeld is the partition check of both engines' Pause and Resume
+// (op "pause" or "resume"): with no partition named, all returns the held
+// partitions of topic, and none held is an error; else get reports for each
+// named partition whether it is held, and any not held is an error naming
+// them. The errors wrap ErrNotAssigned.
+func namedHeld[T any](op, topic string, partitions []int32, all func() []T, get func(int32) (T, bool)) ([]T, error) {
+	if len(partitions) == 0 {
+		list := all()
+		if len(list) == 0 {
+			return nil, &notAssignedError{fmt.Sprintf("processor: %s %s: no partition of the topic held: partition not assigned to this member", op, topic)}
+		}
+		return list, nil
+	}
+	var list []T
+	var missing []int32
+	for _, part := range partitions {
+		v, ok := get(part)
+		if !ok {
+			missing = append(missing, part)
+			continue
+		}
+		list = append(list, v)
+	}
+	if len(missing) > 0 {
+		return nil, &notAssignedError{fmt.Sprintf("processor: %s %s partitions %v: partition not assigned to this member", op, topic, missing)}
+	}
+	return list, nil
+}
 
 // pauseState is a partition's user pause (Pause): part of partState, so
 // it lives and dies with this member's hold of the partition.
@@ -121,33 +158,22 @@ func (p *Processor) Resume(topic string, partitions ...int32) error {
 }
 
 // heldLocked returns the partitions of topic named (all held ones of topic
-// when none are), or an error naming those not held. p.mu held.
+// when none are), or an error naming those not held (namedHeld). p.mu held.
 func (p *Processor) heldLocked(op, topic string, partitions []int32) ([]*partState, error) {
-	var list []*partState
-	if len(partitions) == 0 {
-		for k, ps := range p.parts {
-			if k.topic == topic && ps.state == partActive {
-				list = append(list, ps)
+	return namedHeld(op, topic, partitions,
+		func() []*partState {
+			var list []*partState
+			for k, ps := range p.parts {
+				if k.topic == topic && ps.state == partActive {
+					list = append(list, ps)
+				}
 			}
-		}
-		if len(list) == 0 {
-			return nil, fmt.Errorf("processor: %s %s: no partition of the topic held: %w", op, topic, ErrNotAssigned)
-		}
-		return list, nil
-	}
-	var missing []int32
-	for _, part := range partitions {
-		ps := p.parts[tp{topic, part}]
-		if ps == nil || ps.state != partActive {
-			missing = append(missing, part)
-			continue
-		}
-		list = append(list, ps)
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("processor: %s %s partitions %v: %w", op, topic, missing, ErrNotAssigned)
-	}
-	return list, nil
+			return list
+		},
+		func(part int32) (*partState, bool) {
+			ps := p.parts[tp{topic, part}]
+			return ps, ps != nil && ps.state == partActive
+		})
 }
 
 // setAsidePausedLocked is the worker's hook: if the partition of lane l is
@@ -237,32 +263,22 @@ func (t *TxnProcessor) Resume(topic string, partitions ...int32) error {
 }
 
 // heldLocked returns the named partitions of topic (all held ones when none
-// are), or an error naming those the current session does not hold. t.mu
-// held.
+// are), or an error naming those the current session does not hold
+// (namedHeld). t.mu held.
 func (t *TxnProcessor) heldLocked(op, topic string, partitions []int32) ([]int32, error) {
 	owned := t.owned[topic]
 	if t.sess == nil {
 		owned = nil
 	}
-	if len(partitions) == 0 {
-		for part := range owned {
-			partitions = append(partitions, part)
-		}
-		if len(partitions) == 0 {
-			return nil, fmt.Errorf("processor: %s %s: no partition of the topic held: %w", op, topic, ErrNotAssigned)
-		}
-		return partitions, nil
-	}
-	var missing []int32
-	for _, part := range partitions {
-		if !owned[part] {
-			missing = append(missing, part)
-		}
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("processor: %s %s partitions %v: %w", op, topic, missing, ErrNotAssigned)
-	}
-	return partitions, nil
+	return namedHeld(op, topic, partitions,
+		func() []int32 {
+			var list []int32
+			for part := range owned {
+				list = append(list, part)
+			}
+			return list
+		},
+		func(part int32) (int32, bool) { return part, owned[part] })
 }
 
 // forgetPauses is the session's revoke and loss hook: the pauses of the

@@ -15,7 +15,7 @@ import (
 // Sibling cases of docs/scenarios.md S15-S19 that the
 // scenario tests do not cover.
 
-// TestReviewS17_MapSurvivesSecondHandover: key order, 1 partition, 10 keys
+// TestS17_MapSurvivesSecondHandover: key order, 1 partition, 10 keys
 // interleaved (offset i has key k<i%10>, version i/10+1). On A the first
 // record of k0 blocks, so A completes every k1..k9 record and commits offset
 // 0 with a map of 900 completed offsets. A leaves; B takes the partition.
@@ -27,7 +27,7 @@ import (
 // completed, not only the part of A's map B admitted.
 // It runs in OrderKey and OrderUnordered (where every k0 record blocks on A
 // and B), under the classic group protocol and KIP-848's.
-func TestReviewS17_MapSurvivesSecondHandover(t *testing.T) {
+func TestS17_MapSurvivesSecondHandover(t *testing.T) {
 	parallel(t)
 	for _, ordering := range []Ordering{OrderKey, OrderUnordered} {
 		for _, protocol := range []string{"classic", "consumer"} {
@@ -118,11 +118,11 @@ func testMapSurvivesSecondHandover(t *testing.T, ordering Ordering, protocol str
 	}
 }
 
-// TestReviewEncodeOffsetMapCarriesEarlier: the map a member commits holds
+// TestEncodeOffsetMapCarriesEarlier: the map a member commits holds
 // the offsets an earlier owner completed beyond what the member admitted,
 // and stays within the budget when they do not all fit (the last ones are
 // left out, never the member's own).
-func TestReviewEncodeOffsetMapCarriesEarlier(t *testing.T) {
+func TestEncodeOffsetMapCarriesEarlier(t *testing.T) {
 	// Admitted so far: 0 (running), 1..9 (skipped as done earlier; one
 	// done entry at 9 stands for them), 10 (queued); 11..39 not admitted.
 	earlier := []offsetRange{{1, 9}, {11, 19}, {21, 29}, {31, 39}}
