@@ -360,6 +360,17 @@ func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 	ps.bytes += it.size
 	ps.m.consumed(it.size)
 	l := p.laneFor(ps, r)
+	if l.keyHeld && p.blockerLocked(it) != nil {
+		// The record its key is held behind (a replayed copy, or one
+		// its previous owner did not complete): ahead of the held ones.
+		l.queue = append(l.queue, nil)
+		copy(l.queue[1:], l.queue)
+		l.queue[0] = it
+		l.bytes += it.size
+		p.parkLocked(ps, 1, it.size)
+		p.unholdLaneLocked(l)
+		return
+	}
 	l.queue = append(l.queue, it)
 	l.bytes += it.size
 	if l.failing {
@@ -367,6 +378,10 @@ func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 	}
 	if !l.active {
 		l.active = true
+		if p.mustHoldLocked(ps, it) {
+			p.holdLaneLocked(l) // a later record of a blocked key (keyblock.go)
+			return
+		}
 		p.pushReady(l)
 	}
 }

@@ -145,6 +145,9 @@ type cfg struct {
 	backoffMin     time.Duration
 	backoffMax     time.Duration
 	retryDelays    []time.Duration
+	keyBlock       KeyBlock
+	maxBlockedKeys int
+	blockedTopic   string // resolved by validate: BlockedKeysTopicName(group) unless BlockedKeysTopic
 	dlq            bool
 	dlqTopic       string // resolved by validate: DLQTopic(group) unless DeadLetterTopic
 	createTopics   bool
@@ -211,6 +214,7 @@ func defaultCfg() cfg {
 		backoffMin:     100 * time.Millisecond,
 		backoffMax:     5 * time.Second,
 		dlq:            true,
+		maxBlockedKeys: DefaultMaxBlockedKeys,
 		commitInterval: time.Second,
 		commitRefresh:  5 * time.Second,
 		metaMaxBytes:   DefaultCommitMetadataMaxBytes,
@@ -331,6 +335,7 @@ func (c *cfg) validate() error {
 		errs = append(errs, fmt.Errorf("DeadLetterTopic: %q is also a source topic", c.dlqTopic))
 	}
 	c.hdr = newHeaderNames(c.headerPrefix)
+	errs = append(errs, c.validateKeyBlock()...)
 	return errors.Join(errs...)
 }
 
@@ -432,6 +437,35 @@ func Backoff(min, max time.Duration) TxnOpt {
 func RetryTopics(delays ...time.Duration) Opt {
 	return opt(func(c *cfg) { c.retryDelays = delays })
 }
+
+// BlockKeys keeps each key's order through the retry topics (see
+// keyblock.go and docs/runtime.md, "Key order through retry topics"): while
+// a record of a key waits in a retry topic (KeyBlockRetries), or also in the
+// DLQ until a replayed copy of it succeeds or it is purged
+// (KeyBlockDeadLetters), the group's later records of that key wait at
+// their source behind it, uncommitted and parked, and follow it in order
+// once it is released. Which keys are blocked is kept in the group's
+// compacted BlockedKeysTopic, so a hold survives rebalances and restarts.
+// Records with a null key are never held. Default KeyBlockOff. It needs
+// WithOrdering(OrderKey), and RetryTopics (KeyBlockRetries) or the DLQ
+// (KeyBlockDeadLetters); New refuses it otherwise.
+func BlockKeys(b KeyBlock) Opt { return opt(func(c *cfg) { c.keyBlock = b }) }
+
+// MaxBlockedKeys bounds the group's blocked-keys table (BlockKeys). Default
+// DefaultMaxBlockedKeys (10,000); it must be >= 1. When the table is full, a
+// failing record whose key is not blocked yet does not move on: a transient
+// failure is retried in place at the maximum backoff, holding its key in
+// memory (order kept, and its partition paused once the parked room is
+// full); a permanent failure is dead-lettered without holding its key
+// (order of that key not kept). Each such refusal counts in
+// <namespace>_key_blocks_refused_total.
+func MaxBlockedKeys(n int) Opt { return opt(func(c *cfg) { c.maxBlockedKeys = n }) }
+
+// BlockedKeysTopic sets the blocked-keys topic (BlockKeys). Default
+// BlockedKeysTopicName(group), "<group>.blocked-keys". It should be
+// compacted (cleanup.policy=compact); CreateTopics(true) creates it so,
+// with one partition.
+func BlockedKeysTopic(name string) Opt { return opt(func(c *cfg) { c.blockedTopic = name }) }
 
 // DeadLetter enables or disables the DLQ (DeadLetterTopic, by default
 // "<group>.dlq"). Default true; the topic must then exist when Run starts,
@@ -660,6 +694,37 @@ func DeadLetterTopic(name string) TxnOpt { return bothOpt(func(c *cfg) { c.dlqTo
 // delay uses "<prefix><n>" (n from 1). Default "<group>.retry.", as
 // RetryTopicNames.
 func RetryTopicPrefix(prefix string) Opt { return opt(func(c *cfg) { c.retryPrefix = prefix }) }
+
+// validateKeyBlock checks the BlockKeys options and resolves the
+// blocked-keys topic.
+func (c *cfg) validateKeyBlock() []error {
+	if c.keyBlock == KeyBlockOff {
+		return nil
+	}
+	var errs []error
+	if c.keyBlock > KeyBlockDeadLetters {
+		errs = append(errs, fmt.Errorf("BlockKeys: %v, want KeyBlockOff, KeyBlockRetries or KeyBlockDeadLetters", c.keyBlock))
+	}
+	if c.ordering != OrderKey {
+		errs = append(errs, fmt.Errorf("BlockKeys: needs WithOrdering(OrderKey), have %v", c.ordering))
+	}
+	if c.keyBlock == KeyBlockRetries && len(c.retryDelays) == 0 {
+		errs = append(errs, errors.New("BlockKeys(KeyBlockRetries): needs RetryTopics (without them no record waits in a retry topic)"))
+	}
+	if c.keyBlock == KeyBlockDeadLetters && !c.dlq {
+		errs = append(errs, errors.New("BlockKeys(KeyBlockDeadLetters): needs the DLQ (DeadLetter(true))"))
+	}
+	if c.maxBlockedKeys < 1 {
+		errs = append(errs, fmt.Errorf("MaxBlockedKeys: %d, want >= 1", c.maxBlockedKeys))
+	}
+	if c.blockedTopic == "" {
+		c.blockedTopic = BlockedKeysTopicName(c.group)
+	}
+	if c.blockedTopic == c.dlqTopic || slices.Contains(c.topics, c.blockedTopic) || slices.Contains(c.retryTopicNames(), c.blockedTopic) {
+		errs = append(errs, fmt.Errorf("BlockedKeysTopic: %q is also a source, retry or DLQ topic", c.blockedTopic))
+	}
+	return errs
+}
 
 // retryTopicNames returns the retry topics, one per delay.
 func (c *cfg) retryTopicNames() []string {

@@ -42,6 +42,8 @@ type itemFail struct {
 	hopTries int       // handler attempts in this hop
 	fwdTries int
 	target   string // retry topic or DLQ when stage == stageForward
+	holdKey  bool   // its forward blocks its key: hold the lane's later records (keyblock.go)
+	noBlock  bool   // forwarded without blocking its key (the blocked-keys table is full)
 	first    time.Time
 	last     time.Time
 	lastErr  error

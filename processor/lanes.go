@@ -47,6 +47,7 @@ type lane struct {
 	batchN  int  // records of queue in a running batch (batch.go)
 	waiting bool // a timer will put the lane back in the ready queue
 	failing bool // the lane's records are parked (see above)
+	keyHeld bool // held behind its blocked key (BlockKeys, keyblock.go): in no ready queue until released
 }
 
 func (p *Processor) laneFor(ps *partState, r *kgo.Record) *lane {

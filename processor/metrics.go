@@ -67,13 +67,22 @@ type Metrics struct {
 // ageCollector reports <namespace>_oldest_in_flight_seconds, computed
 // from the running processors at scrape time.
 type ageCollector struct {
-	desc  *prometheus.Desc
-	mu    sync.Mutex
-	procs map[*Processor]struct{}
+	desc *prometheus.Desc
+	// The key-block series (BlockKeys, keyblock.go), reported only by
+	// members with key blocking on.
+	blockedKeys, heldRecs, blockAge, blockRefused *prometheus.Desc
+	mu                                            sync.Mutex
+	procs                                         map[*Processor]struct{}
 }
 
 // Describe implements prometheus.Collector.
-func (c *ageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *ageCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+	ch <- c.blockedKeys
+	ch <- c.heldRecs
+	ch <- c.blockAge
+	ch <- c.blockRefused
+}
 
 // Collect implements prometheus.Collector.
 func (c *ageCollector) Collect(ch chan<- prometheus.Metric) {
@@ -86,6 +95,14 @@ func (c *ageCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
 	for _, p := range procs {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, p.oldestInFlight(now).Seconds(), p.cfg.group, p.cfg.clientID)
+		if p.kb == nil {
+			continue
+		}
+		keys, held, oldest, refused := p.keyBlockStats(now)
+		ch <- prometheus.MustNewConstMetric(c.blockedKeys, prometheus.GaugeValue, float64(keys), p.cfg.group, p.cfg.clientID)
+		ch <- prometheus.MustNewConstMetric(c.heldRecs, prometheus.GaugeValue, float64(held), p.cfg.group, p.cfg.clientID)
+		ch <- prometheus.MustNewConstMetric(c.blockAge, prometheus.GaugeValue, oldest.Seconds(), p.cfg.group, p.cfg.clientID)
+		ch <- prometheus.MustNewConstMetric(c.blockRefused, prometheus.CounterValue, float64(refused), p.cfg.group, p.cfg.clientID)
 	}
 }
 
@@ -173,6 +190,18 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOpt) *Metrics {
 		oldestAge: &ageCollector{
 			desc: prometheus.NewDesc(ns+"_oldest_in_flight_seconds",
 				"Age of the oldest record the member holds (fetched, not yet handled, forwarded or dropped); 0 when it holds none.",
+				[]string{"group", "client_id"}, nil),
+			blockedKeys: prometheus.NewDesc(ns+"_blocked_keys",
+				"Keys of the group held behind a record in a retry topic or the DLQ (BlockKeys), as this member reads the group's blocked-keys table: every member reports the group's count (use max, not sum).",
+				[]string{"group", "client_id"}, nil),
+			heldRecs: prometheus.NewDesc(ns+"_blocked_key_records",
+				"Records this member holds behind blocked keys (BlockKeys): fetched, not handled, not committed.",
+				[]string{"group", "client_id"}, nil),
+			blockAge: prometheus.NewDesc(ns+"_oldest_blocked_key_seconds",
+				"Age of the group's oldest key block (BlockKeys); 0 when no key is blocked.",
+				[]string{"group", "client_id"}, nil),
+			blockRefused: prometheus.NewDesc(ns+"_key_blocks_refused_total",
+				"Failing records that could not block their key because the blocked-keys table was full (MaxBlockedKeys).",
 				[]string{"group", "client_id"}, nil),
 			procs: make(map[*Processor]struct{}),
 		},

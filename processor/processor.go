@@ -154,6 +154,7 @@ type Processor struct {
 	// laneSeed hashes keys to lanes (laneKey); freeLanes are emptied
 	// lanes kept for reuse (freeLaneLocked).
 	laneSeed  maphash.Seed
+	kb        *keyBlocks // BlockKeys' table, nil when off (keyblock.go)
 	freeLanes []*lane
 	// Workers started (on demand, up to Concurrency; see
 	// wakeWorkerLocked), counted in workerWG, which Run waits for.
@@ -287,6 +288,7 @@ func New(opts ...Opt) (*Processor, error) {
 	p.workCond = sync.NewCond(&p.mu)
 	p.maxWakes = runtime.GOMAXPROCS(0)
 	p.laneSeed = maphash.MakeSeed()
+	p.kb = newKeyBlocks(&c)
 	p.mm = c.metrics.member(c.group, c.clientID)
 	p.clock = newCoarseClock()
 	p.reach = newReach(c.sessionTimeout / 3)
@@ -393,6 +395,18 @@ func (p *Processor) Run(ctx context.Context) error {
 		return err
 	}
 
+	if err := p.startKeyBlocks(ctx); err != nil {
+		p.cl.Close()
+		p.cancel()
+		if p.ownProd {
+			p.prod.Close()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
 	// Only now does the client learn its topics and join the group.
 	p.cl.AddConsumeTopics(p.consumeTopics...)
 	p.cfg.metrics.track(p)
@@ -423,6 +437,9 @@ func (p *Processor) Run(ctx context.Context) error {
 	wg.Wait()
 	p.cl.Close() // leaves the group; onRevoked finds nothing left to commit
 	p.cancel()
+	if p.kb != nil && p.kb.cl != nil {
+		p.kb.cl.Close()
+	}
 	if p.ownProd {
 		p.prod.Close()
 	}

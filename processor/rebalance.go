@@ -15,6 +15,7 @@ import (
 // partitions was enqueued before their state exists.
 func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	maps := p.fetchOffsetMaps(cl, assigned)
+	p.syncKeyBlocks(30 * time.Second) // keyblock.go
 	p.mu.Lock()
 	for topic, parts := range assigned {
 		_, retry := p.retryIndex[topic]
@@ -248,6 +249,10 @@ func (p *Processor) dropQueuedLocked(s *partState) {
 		if keep == 0 {
 			l.active = false
 			l.failing = false
+			if l.keyHeld {
+				l.keyHeld = false
+				delete(p.kb.held, l)
+			}
 			deleteLane(s, l)
 		}
 	}

@@ -81,8 +81,8 @@ func (p *Processor) worker() {
 			p.wakeWorkerLocked() // lanes left: the next worker
 		}
 		ps := l.part
-		if ps.state != partActive || len(l.queue) == 0 || l.waiting {
-			l = nil // dropped by a revoke
+		if ps.state != partActive || len(l.queue) == 0 || l.waiting || l.keyHeld {
+			l = nil // dropped by a revoke, or held behind its key until released
 			continue
 		}
 		if p.setAsidePausedLocked(l) {
@@ -118,12 +118,27 @@ func (p *Processor) worker() {
 			}
 			ps.forwarding++
 		}
+		var (
+			blocker *BlockedKey // it blocks its key (keyblock.go)
+			plan    blockPlan
+		)
+		if p.kb != nil {
+			if it.stage == stageHandle {
+				blocker = p.blockerLocked(it)
+			} else if !it.fail.noBlock {
+				plan = p.planForwardLocked(ps, it, it.fail.target)
+				it.fail.holdKey = plan.hold
+			}
+		}
 		p.mu.Unlock()
 		var err error
 		if it.stage == stageHandle {
 			err = p.handle(ps, it)
+			if err == nil && blocker != nil {
+				err = p.writeBlock(ps.ctx, it.rec.Key, &blockValue{State: stateReleased, ID: blocker.ID})
+			}
 		} else {
-			err = p.forward(ps.ctx, it)
+			err = p.forwardKeyed(ps.ctx, it, plan)
 			p.deadLettered(it, err)
 		}
 		p.mu.Lock()
@@ -223,7 +238,13 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 			p.cfg.metrics.forwarded(p.cfg.group, it.fail.target, p.isDLQ(it.fail.target))
 			ps.blocked = nil
 		}
-		return p.complete(l, it)
+		hold := it.stage == stageForward && it.fail.holdKey
+		more = p.complete(l, it)
+		if hold && more {
+			p.holdLaneLocked(l) // the key's later records wait for the one forwarded (keyblock.go)
+			return false
+		}
+		return more
 	}
 	if ps.state != partActive {
 		return false // draining: a failure is not retried here; the record stays uncommitted
@@ -258,6 +279,15 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 		return false
 	}
 	target := p.nextTarget(it, permanent)
+	if target != "" && !p.roomForBlockLocked(it, target) {
+		if !permanent {
+			// The blocked-keys table is full: the record stays here,
+			// holding its key, until there is room (MaxBlockedKeys).
+			p.waitLocked(l, p.cfg.backoffMax)
+			return false
+		}
+		f.noBlock = true // dead-lettered without holding its key
+	}
 	if target == "" {
 		// No DLQ: hold the record and keep retrying at the maximum backoff.
 		p.waitLocked(l, p.cfg.backoffMax)

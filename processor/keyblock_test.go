@@ -1,0 +1,228 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// s20 is the workload of docs/scenarios.md S20: 3 partitions, 30 keys of
+// 200 numbered records each, produced interleaved; every 17th record of 3
+// keys fails transiently twice (through both retry hops, each with a
+// delay), and one record of one key fails permanently until the test
+// "fixes" it and replays it from the DLQ.
+type s20 struct {
+	mu      sync.Mutex
+	handled map[string][]int // key -> sequence numbers handled successfully, in handling order
+	fails   map[string]int   // value -> failures so far
+	fixed   atomic.Bool      // the permanent failure is fixed (before the replay)
+	blockAt atomic.Int64     // when the permanent failure's key was last blocked (UnixNano)
+}
+
+const (
+	s20Keys    = 30
+	s20PerKey  = 200
+	s20Poison  = "k25:050"
+	s20Partits = 3
+)
+
+func s20Flaky(key string) bool { return key == "k03" || key == "k11" || key == "k19" }
+
+func (w *s20) handler(ctx context.Context, r *kgo.Record) error {
+	v := string(r.Value)
+	key, seqS, _ := strings.Cut(v, ":")
+	seq, _ := strconv.Atoi(seqS)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s20Flaky(key) && seq%17 == 0 && w.fails[v] < 2 {
+		w.fails[v]++
+		return fmt.Errorf("transient failure %d of %s", w.fails[v], v)
+	}
+	if v == s20Poison && !w.fixed.Load() {
+		w.fails[v]++
+		return Permanent(errors.New("poison"))
+	}
+	w.handled[key] = append(w.handled[key], seq)
+	return nil
+}
+
+func (w *s20) count(key string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.handled[key])
+}
+
+// inOrder fails t unless key's handled records are exactly 0..n-1 in order.
+func (w *s20) inOrder(t *testing.T, key string, n int) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	got := w.handled[key]
+	if len(got) != n {
+		t.Fatalf("key %s: %d records handled, want %d: %v", key, len(got), n, got)
+	}
+	for i, s := range got {
+		if s != i {
+			t.Fatalf("key %s handled out of order: position %d is record %d (%v)", key, i, s, got)
+		}
+	}
+}
+
+func s20Records() []*kgo.Record {
+	var recs []*kgo.Record
+	for i := 0; i < s20PerKey; i++ {
+		for k := 0; k < s20Keys; k++ {
+			key := fmt.Sprintf("k%02d", k)
+			recs = append(recs, &kgo.Record{Topic: "in", Partition: int32(k % s20Partits), Key: []byte(key),
+				Value: []byte(fmt.Sprintf("%s:%03d", key, i))})
+		}
+	}
+	return recs
+}
+
+func s20Opts(addrs []string, w *s20, extra ...Opt) []Opt {
+	return append([]Opt{Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderKey), Concurrency(8),
+		MaxAttempts(1), RetryTopics(100*time.Millisecond, 200*time.Millisecond), BlockKeys(KeyBlockDeadLetters),
+		CreateTopics(true), Backoff(time.Millisecond, 5*time.Millisecond), CommitInterval(20 * time.Millisecond),
+		SessionTimeout(time.Second), RebalanceTimeout(3 * time.Second), WithHandler(w.handler)}, extra...)
+}
+
+// replayPoison writes the DLQ record of the poison back to "in" as a replay
+// tool does (the DLQ record's key, value and own headers, plus the replay
+// mark), after fixing what made it fail.
+func replayPoison(t *testing.T, addrs []string, w *s20) {
+	t.Helper()
+	dl := readAll(t, addrs, "g.dlq", 1, 10*time.Second)
+	if len(dl) != 1 || string(dl[0].Value) != s20Poison {
+		t.Fatalf("DLQ holds %d records, want the poison alone", len(dl))
+	}
+	w.fixed.Store(true)
+	d := dl[0]
+	produce(t, addrs, &kgo.Record{Topic: "in", Partition: 25 % s20Partits, Key: d.Key, Value: d.Value,
+		Headers: []kgo.RecordHeader{{Key: HeaderReplayed, Value: []byte(fmt.Sprintf("g.dlq/%d/%d", d.Partition, d.Offset))}}})
+}
+
+// checkS20 waits for every key but the poisoned one to complete in order,
+// checks that key is held where the poison stopped it, replays the poison
+// and waits for that key to complete in order too.
+func checkS20(t *testing.T, addrs []string, w *s20, blocked func() []BlockedKey) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "every key but k25 handled", func() bool {
+		for k := 0; k < s20Keys; k++ {
+			if k != 25 && w.count(fmt.Sprintf("k%02d", k)) < s20PerKey {
+				return false
+			}
+		}
+		return w.count("k25") >= 50
+	})
+	for k := 0; k < s20Keys; k++ {
+		if key := fmt.Sprintf("k%02d", k); k != 25 {
+			w.inOrder(t, key, s20PerKey)
+		}
+	}
+	w.inOrder(t, "k25", 50) // held behind the poison: none of its later records handled
+	waitFor(t, 10*time.Second, "k25 shown blocked at the DLQ", func() bool {
+		b := blocked()
+		return len(b) == 1 && string(b[0].Key) == "k25" && b[0].At == "g.dlq" && b[0].ID != ""
+	})
+	replayPoison(t, addrs, w)
+	waitFor(t, 30*time.Second, "k25 handled after the replay", func() bool { return w.count("k25") >= s20PerKey })
+	w.inOrder(t, "k25", s20PerKey)
+	waitFor(t, 10*time.Second, "no key blocked", func() bool { return len(blocked()) == 0 })
+}
+
+func s20Cluster(t *testing.T) []string {
+	return testCluster(t, map[string]int32{"in": s20Partits, "g.retry.1": s20Partits, "g.retry.2": s20Partits, "g.dlq": 1})
+}
+
+func newS20() *s20 { return &s20{handled: map[string][]int{}, fails: map[string]int{}} }
+
+// TestS20_KeyOrderThroughRetryTopics: docs/scenarios.md S20 with one
+// member: each key's records are handled in exactly their produced order
+// although 3 keys go through two retry hops and one key is held at the DLQ
+// until its record is replayed; the other keys finish while it is held.
+func TestS20_KeyOrderThroughRetryTopics(t *testing.T) {
+	parallel(t)
+	addrs := s20Cluster(t)
+	produce(t, addrs, s20Records()...)
+	w := newS20()
+	m := startMember(t, s20Opts(addrs, w)...)
+	checkS20(t, addrs, w, m.p.BlockedKeys)
+	for _, k := range []string{"k03", "k11", "k19"} {
+		w.mu.Lock()
+		n := 0
+		for v, f := range w.fails {
+			if strings.HasPrefix(v, k+":") && f == 2 {
+				n++
+			}
+		}
+		w.mu.Unlock()
+		if n != 12 { // seq 0, 17, ..., 187
+			t.Errorf("key %s: %d records failed twice, want 12 (through both retry hops)", k, n)
+		}
+	}
+}
+
+// TestS20_KeyOrderAcrossRebalances: the same with members joining and
+// leaving while keys are held: a second member joins mid-run, then the
+// first leaves. Which keys are held is read back from the blocked-keys
+// topic by the new owners, so order still holds.
+func TestS20_KeyOrderAcrossRebalances(t *testing.T) {
+	parallel(t)
+	addrs := s20Cluster(t)
+	w := newS20()
+	a := startMember(t, s20Opts(addrs, w)...)
+	recs := s20Records()
+	produce(t, addrs, recs[:len(recs)/3]...)
+	waitFor(t, 30*time.Second, "some records handled", func() bool { return w.count("k25") >= 51/2 })
+	b := startMember(t, s20Opts(addrs, w)...)
+	produce(t, addrs, recs[len(recs)/3:2*len(recs)/3]...)
+	waitFor(t, 30*time.Second, "k25 held at the DLQ", func() bool {
+		bk := b.p.BlockedKeys()
+		return len(bk) > 0 && string(bk[len(bk)-1].Key) == "k25"
+	})
+	a.stop()
+	produce(t, addrs, recs[2*len(recs)/3:]...)
+	checkS20(t, addrs, w, b.p.BlockedKeys)
+}
+
+// TestBlockKeysRefused: the options BlockKeys needs are checked at New.
+func TestBlockKeysRefused(t *testing.T) {
+	h := func(context.Context, *kgo.Record) error { return nil }
+	base := []Opt{Brokers("127.0.0.1:1"), Group("g"), Topics("in"), WithHandler(h)}
+	for _, c := range []struct {
+		name string
+		opts []Opt
+		want string
+	}{
+		{"partition order", []Opt{BlockKeys(KeyBlockRetries), RetryTopics(time.Second)}, "needs WithOrdering(OrderKey)"},
+		{"no retry topics", []Opt{WithOrdering(OrderKey), BlockKeys(KeyBlockRetries)}, "needs RetryTopics"},
+		{"no DLQ", []Opt{WithOrdering(OrderKey), BlockKeys(KeyBlockDeadLetters), DeadLetter(false)}, "needs the DLQ"},
+		{"max", []Opt{WithOrdering(OrderKey), BlockKeys(KeyBlockDeadLetters), MaxBlockedKeys(0)}, "MaxBlockedKeys: 0"},
+		{"topic clash", []Opt{WithOrdering(OrderKey), BlockKeys(KeyBlockDeadLetters), BlockedKeysTopic("g.dlq")}, "BlockedKeysTopic"},
+	} {
+		_, err := New(append(base, c.opts...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: New: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+	if _, err := New(append(base, WithOrdering(OrderKey), BlockKeys(KeyBlockRetries), RetryTopics(time.Second))...); err != nil {
+		t.Errorf("a valid key-blocking configuration: %v", err)
+	}
+	for _, b := range []KeyBlock{KeyBlockOff, KeyBlockRetries, KeyBlockDeadLetters} {
+		if got, err := ParseKeyBlock(b.String()); err != nil || got != b {
+			t.Errorf("ParseKeyBlock(%q) = %v, %v", b.String(), got, err)
+		}
+	}
+	if _, err := ParseKeyBlock("on"); err == nil {
+		t.Error(`ParseKeyBlock("on"): no error`)
+	}
+}
