@@ -491,8 +491,9 @@ func (p *Processor) keyBlockStats(now time.Time) (keys, held int, oldest time.Du
 // ReadBlockedKeys reads a group's blocked-keys table (topic, see
 // BlockedKeysTopicName) to its end with a client of its own made with opts
 // (the seed brokers and any TLS or SASL options; no consumer or group
-// options), and returns the keys blocked now, sorted by key. It blocks
-// until the end is read or ctx is done.
+// options), and returns the keys blocked now, sorted by key: none, and no
+// error, when the topic does not exist (a group without BlockKeys). It
+// blocks until the end is read or ctx is done.
 func ReadBlockedKeys(ctx context.Context, topic string, opts ...kgo.Opt) ([]BlockedKey, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -502,6 +503,9 @@ func ReadBlockedKeys(ctx context.Context, topic string, opts ...kgo.Opt) ([]Bloc
 	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("processor: reading the end of %s: %w", topic, err)

@@ -217,7 +217,11 @@ func writeListing(out io.Writer, l *ops.Listing) error {
 			if r.OriginalTopic != "" {
 				orig = ops.Coord{Topic: r.OriginalTopic, Partition: r.OriginalPartition, Offset: r.OriginalOffset}.String()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Timestamp.Format(time.RFC3339), dash(clip(r.Key, 24)), orig,
+			key := dash(clip(r.Key, 24))
+			if r.BlocksKey {
+				key += " (blocked)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Timestamp.Format(time.RFC3339), key, orig,
 				dash(r.ErrorClass), r.Attempts, replayed, clip(r.ErrorMessage, 80))
 		}
 		if err := tw.Flush(); err != nil {
@@ -225,6 +229,16 @@ func writeListing(out io.Writer, l *ops.Listing) error {
 		}
 		if l.Truncated {
 			fmt.Fprintf(out, "... %d more (--limit 0 prints all, -o json for scripts)\n", l.Selected-len(l.Records))
+		}
+	}
+	if len(l.BlockedKeys) > 0 {
+		fmt.Fprintf(out, "\n%d keys of group %s are held behind a record (their later records wait; replaying the record, once its copy is handled, or purging it releases the key):\n", len(l.BlockedKeys), l.Group)
+		fmt.Fprintln(tw, "KEY\tBEHIND\tWAITING IN\tSINCE")
+		for _, b := range l.BlockedKeys {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clip(b.Key, 24), b.RecordID, b.At, b.Since.Format(time.RFC3339))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -97,6 +97,7 @@ type common struct {
 	minISR        int
 	instances     string
 	ordering      string
+	blockKeys     string
 	concurrency   int
 	maxBatch      int
 	fetchMinBytes int
@@ -154,6 +155,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.IntVar(&c.minISR, "min-insync-replicas", 0, "min.insync.replicas of topics created at start (0: broker default; 2 on a real cluster)")
 	f.StringVar(&c.instances, "instances", "", "group members per service, e.g. payments=3,orders=2 (default 1 each)")
 	f.StringVar(&c.ordering, "ordering", "key", "ordering mode of the consumer services: partition, key or unordered")
+	f.StringVar(&c.blockKeys, "block-keys", "retries", "payments and orders keep each customer's order through their retry topics (key ordering only): retries (a customer's later records wait while one waits in a retry topic), dead-letters (also while it is in the DLQ, until replayed or purged) or off")
 	f.IntVar(&c.concurrency, "concurrency", 16, "handler calls in parallel per group member")
 	f.IntVar(&c.dbConns, "db-conns", 0, "PostgreSQL connections in the pool this process's services share (0: 16)")
 	f.IntVar(&c.checkoutConns, "checkout-db-conns", 0, fmt.Sprintf("PostgreSQL connections in checkout's own pool, apart from the services' (0: %d; SQLite: checkout shares the services' database)", system.DefaultCheckoutDBConns))
@@ -253,6 +255,10 @@ func (c *common) config() (system.Config, error) {
 	if cfg.Consumers.Ordering, err = processor.ParseOrdering(c.ordering); err != nil {
 		return cfg, fmt.Errorf("--ordering: %w", err)
 	}
+	if _, err := processor.ParseKeyBlock(c.blockKeys); err != nil {
+		return cfg, fmt.Errorf("--block-keys %q: want off, retries or dead-letters", c.blockKeys)
+	}
+	cfg.Consumers.BlockKeys = c.blockKeys
 	if c.concurrency < 1 {
 		return cfg, fmt.Errorf("--concurrency %d: want >= 1", c.concurrency)
 	}

@@ -23,6 +23,11 @@ type Listing struct {
 	Records []DLQRecord `json:"records"`
 	// Truncated is true when more records were selected than returned.
 	Truncated bool `json:"truncated"`
+	// BlockedKeys are the group's keys held behind a record in a retry
+	// topic or this DLQ (processor.BlockKeys); a record of Records that
+	// holds one has BlocksKey set. Replaying that record (once its copy is
+	// handled) or purging it releases the key.
+	BlockedKeys []BlockedKey `json:"blockedKeys"`
 }
 
 // List reads the selected records of the DLQ (from the purge position to the
@@ -35,8 +40,13 @@ func (d *DLQ) List(ctx context.Context, sel Selection, limit int) (*Listing, err
 	if err != nil {
 		return nil, err
 	}
-	l := &Listing{Group: d.group, Topic: d.topic, ByClass: map[string]int{}, ByOriginalTopic: map[string]int{}, Records: []DLQRecord{}}
+	bks, err := d.BlockedKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l := &Listing{Group: d.group, Topic: d.topic, ByClass: map[string]int{}, ByOriginalTopic: map[string]int{}, Records: []DLQRecord{}, BlockedKeys: bks}
 	l.Partitions, err = d.scan(ctx, sel, st, func(r *DLQRecord) {
+		r.BlocksKey = d.blocking(bks, r) != nil
 		l.Selected++
 		l.ByClass[r.ErrorClass]++
 		l.ByOriginalTopic[r.OriginalTopic]++

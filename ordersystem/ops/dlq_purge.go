@@ -51,7 +51,8 @@ type PurgeResult struct {
 // o.Until (or their end), in one transaction on StateTopic. It never
 // deletes records: they stay in the DLQ topic until its retention.ms, and
 // Force can move a position back. List, Show and Replay start from the
-// position. It returns once read_committed readers see the new positions
+// position. A purged record that held its key (DLQRecord.BlocksKey) releases
+// it once the purge is committed: the group handles the records it held. It returns once read_committed readers see the new positions
 // (a List right after shows them): the commit is read back, and a
 // transaction found aborted is run again with a new client, at most
 // commitAttempts times (see errNotApplied). Errors: ErrBackwards without
@@ -93,6 +94,11 @@ func (d *DLQ) purgeOnce(ctx context.Context, o PurgeOptions) (*PurgeResult, bool
 	if err != nil {
 		return nil, false, err
 	}
+	bks, err := d.BlockedKeys(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	var release []BlockedKey // keys held by records this purge removes
 	res := &PurgeResult{Group: d.group, Topic: d.topic, DryRun: o.DryRun, Partitions: []PurgedPartition{}}
 	for _, s := range states {
 		to := s.End
@@ -116,6 +122,9 @@ func (d *DLQ) purgeOnce(ctx context.Context, o PurgeOptions) (*PurgeResult, bool
 		}
 		if _, err := d.scan(ctx, Selection{Partitions: []int32{s.Partition}, From: lo, Until: hi, IncludePurged: true}, st, func(r *DLQRecord) {
 			pp.Records += sign
+			if b := d.blocking(bks, r); b != nil && sign > 0 {
+				release = append(release, *b)
+			}
 			if r.Replay != nil {
 				pp.Replayed += sign
 			} else {
@@ -136,6 +145,11 @@ func (d *DLQ) purgeOnce(ctx context.Context, o PurgeOptions) (*PurgeResult, bool
 	applied, err := awaitCommitted(ctx, d.opts, lastState)
 	if err != nil {
 		return nil, false, fmt.Errorf("purge of %s: %w", d.topic, err)
+	}
+	if applied {
+		if err := d.releaseKeys(ctx, release); err != nil {
+			return nil, false, err
+		}
 	}
 	return res, applied, nil
 }

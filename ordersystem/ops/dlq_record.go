@@ -86,6 +86,12 @@ type DLQRecord struct {
 	// again: the ID of the DLQ record it was replayed from.
 	ReplayedFrom string `json:"replayedFrom,omitempty"`
 
+	// BlocksKey is set (by List) when the group's later records of Key are
+	// held behind this record (processor.BlockKeys with
+	// KeyBlockDeadLetters) until a replayed copy of it is handled or it is
+	// purged.
+	BlocksKey bool `json:"blocksKey,omitempty"`
+
 	// Replay is set when this record has been replayed.
 	Replay *ReplayMark `json:"replay,omitempty"`
 	// Purged is true when the record lies below its partition's purge

@@ -25,6 +25,9 @@ type TopicSpec struct {
 	Partitions        int32
 	ReplicationFactor int16
 	MinInsyncReplicas int
+	// Compact creates the topic with cleanup.policy=compact (a table
+	// keyed by record key, such as a group's blocked keys).
+	Compact bool
 }
 
 // Layout sizes the order system's topics. Defaults for a real cluster
@@ -41,7 +44,9 @@ type Layout struct {
 }
 
 // SystemTopics lists every topic of the order system: the three event topics
-// and, per consumer group, its retry topics and its DLQ. DLQ and retry topics
+// and, per consumer group, its retry topics and its DLQ, and for the groups
+// that hold keys behind their retry topics (KeyBlockGroups) their compacted
+// blocked-keys topic (processor.BlockedKeysTopicName, 1 partition). DLQ and retry topics
 // get as many partitions as the event topics (fewer would work: the DLQ
 // partition is chosen by key).
 func SystemTopics(l Layout) []TopicSpec {
@@ -55,10 +60,21 @@ func SystemTopics(l Layout) []TopicSpec {
 				out = append(out, spec(t))
 			}
 		}
+		if len(l.RetryDelays) > 0 && slices.Contains(KeyBlockGroups, g) {
+			s := spec(processor.BlockedKeysTopicName(g))
+			s.Partitions, s.Compact = 1, true
+			out = append(out, s)
+		}
 		out = append(out, spec(processor.DLQTopic(g)))
 	}
 	return out
 }
+
+// KeyBlockGroups are the consumer groups that keep each customer's order
+// through their retry topics (processor.BlockKeys) when the system runs in
+// key order: a customer's payments and order records are applied in the
+// order of that customer's orderCreated records.
+var KeyBlockGroups = []string{order.GroupPayments, order.GroupOrders}
 
 // DefaultReplication returns the replication factor and min.insync.replicas
 // for new topics on a cluster of brokers brokers: RF min(3, brokers) and
@@ -129,6 +145,9 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, conf
 		}
 		if s.MinInsyncReplicas > 0 {
 			want["min.insync.replicas"] = strconv.Itoa(s.MinInsyncReplicas)
+		}
+		if s.Compact {
+			want["cleanup.policy"] = "compact"
 		}
 		for k, v := range want {
 			cfg[k] = &v

@@ -108,7 +108,9 @@ func (r Right) TypeName() string {
 //     READ on its group (named as the service) and on the topics it
 //     consumes; READ and WRITE on its retry topics ("<group>.retry.<n>",
 //     not fulfillment, which retries in place); WRITE on its DLQ
-//     ("<group>.dlq") and on the event topics it produces.
+//     ("<group>.dlq") and on the event topics it produces; READ and WRITE
+//     on its blocked-keys topic ("<group>.blocked-keys": payments and
+//     orders, ops.KeyBlockGroups, when there are retry topics).
 //   - payments also: WRITE on its outbox relay's transactional id
 //     (outbox.TransactionalID: the relay keeps the default names) and READ,
 //     WRITE and CREATE on the relay's progress marker topic
@@ -144,6 +146,9 @@ func Rights(svc string, l ops.Layout) []Right {
 			for _, t := range processor.RetryTopicNames(svc, len(l.RetryDelays)) {
 				topic(t, read, write)
 			}
+		}
+		if len(l.RetryDelays) > 0 && slices.Contains(ops.KeyBlockGroups, svc) {
+			topic(processor.BlockedKeysTopicName(svc), read, write)
 		}
 		topic(processor.DLQTopic(svc), write)
 	}

@@ -132,6 +132,15 @@ type ConsumerConfig struct {
 	Ordering processor.Ordering
 	// Concurrency is each member's records in flight (default 16).
 	Concurrency int
+	// BlockKeys is how the payments and orders groups (ops.KeyBlockGroups)
+	// keep each customer's order through their retry topics
+	// (processor.BlockKeys, the --block-keys flag): "" or "retries" (the
+	// default: a customer's later records wait while one waits in a retry
+	// topic), "dead-letters" (also while it is in the DLQ, until replayed or
+	// purged), or "off". It applies only in key order (Ordering
+	// processor.OrderKey, the CLI's default) with retry topics; Start
+	// refuses another value.
+	BlockKeys string
 	// MaxBatch is the most records the orders, payments and notifications
 	// groups apply in one database transaction (processor.WithBatchHandler,
 	// processor.MaxBatch): 0 is processor.DefaultMaxBatch (100), a negative

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -49,7 +50,11 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &System{cfg: cfg, failed: make(chan struct{}), flt: flt}
+	kb, err := parseBlockKeys(cfg.Consumers.BlockKeys)
+	if err != nil {
+		return nil, fmt.Errorf("%w (--block-keys)", err)
+	}
+	s := &System{cfg: cfg, failed: make(chan struct{}), flt: flt, keyBlock: kb}
 	for _, step := range []func(context.Context) error{
 		s.openDB, s.openSerde, s.connectKafka, s.ensureTopics, s.seed, s.newProducer,
 		s.startConsumers, s.startFulfillment, s.startCheckout,
@@ -245,8 +250,23 @@ func (s *System) consumerOpts(group string, topics []string) []processor.Opt {
 		processor.Producer(s.Producer))
 	if len(cfg.Kafka.Layout.RetryDelays) > 0 {
 		o = append(o, processor.RetryTopics(cfg.Kafka.Layout.RetryDelays...))
+		if kb := s.keyBlock; kb != processor.KeyBlockOff && cfg.Consumers.Ordering == processor.OrderKey && slices.Contains(ops.KeyBlockGroups, group) {
+			o = append(o, processor.BlockKeys(kb))
+		}
 	}
 	return o
+}
+
+// parseBlockKeys reads Consumers.BlockKeys ("" is "retries").
+func parseBlockKeys(s string) (processor.KeyBlock, error) {
+	if s == "" {
+		return processor.KeyBlockRetries, nil
+	}
+	kb, err := processor.ParseKeyBlock(s)
+	if err != nil {
+		return 0, fmt.Errorf("system: Consumers.BlockKeys %q: want off, retries or dead-letters", s)
+	}
+	return kb, nil
 }
 
 // consumer is one at-least-once consumer service: its group (the

@@ -79,6 +79,7 @@ type System struct {
 	flt        *faults   // injected faults (EnvFault)
 	kopts      []kgo.Opt // every Kafka client's base options: ClientOpts, seed brokers, the probe's hooks
 	procMetric *processor.Metrics
+	keyBlock   processor.KeyBlock // Consumers.BlockKeys, parsed
 	svcMetric  *service.Metrics
 }
 
