@@ -32,7 +32,7 @@ import (
 // Every response carries securityHeaders: a Content-Security-Policy that
 // allows only the console's own stylesheet and images (no script at all,
 // no inline style), frame-ancestors 'none' against clickjacking, nosniff,
-// no referrer, no caching.
+// no referrer to other sites, no caching.
 
 const (
 	cookieName = "ordercast_console"
@@ -102,19 +102,24 @@ func (a *auth) checkToken(t string) bool {
 	return a.enabled() && subtle.ConstantTimeCompare([]byte(t), a.token) == 1
 }
 
-// sameOrigin reports whether a POST comes from the console's own origin:
-// its Origin header names r's host, or, without one, Sec-Fetch-Site is
-// same-origin or absent (a client that is not a browser).
+// sameOrigin reports whether a POST comes from the console's own origin.
+// A browser's Sec-Fetch-Site (Fetch Metadata) decides when present:
+// same-origin, or none (typed by the user); else the Origin header must
+// name r's host. A request with neither is not from a browser, and passes
+// (the session and CSRF checks still apply).
 func sameOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "same-origin", "none":
+		return true
+	case "":
+	default:
+		return false
+	}
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
 		return err == nil && u.Host == r.Host
 	}
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
-		return true
-	}
-	return false
+	return true
 }
 
 // action checks that r may act: same origin, an operator session and its
@@ -152,7 +157,7 @@ func securityHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", contentSecurityPolicy)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 }

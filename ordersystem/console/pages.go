@@ -67,7 +67,11 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusForbidden, errors.New("the console is read-only: no operator token is configured (--console-token or "+EnvToken+")"))
 		return
 	}
-	if !sameOrigin(r) || !c.auth.checkToken(r.PostFormValue("token")) {
+	if !sameOrigin(r) {
+		c.fail(w, r, http.StatusForbidden, errors.New("a login from another site is refused"))
+		return
+	}
+	if !c.auth.checkToken(r.PostFormValue("token")) {
 		c.cfg.Logger.Warn("console: login refused", "remote", r.RemoteAddr)
 		c.fail(w, r, http.StatusForbidden, errors.New("wrong operator token"))
 		return
