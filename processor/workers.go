@@ -123,8 +123,9 @@ func (p *Processor) worker() {
 		if it.stage == stageHandle {
 			err = p.handle(ps, it)
 		} else {
-			err = p.forward(ps.ctx, it)
-			p.deadLettered(it, err)
+			to, ferr := p.forward(ps.ctx, it)
+			p.deadLettered(it, to, ferr)
+			err = ferr
 		}
 		p.mu.Lock()
 		l.running = false
