@@ -12,26 +12,42 @@ import (
 type deadLetter struct {
 	rec    *kgo.Record
 	reason error
+	to     *kgo.Record // the DLQ record written (nil if unknown)
 }
 
-// deadLettered calls OnDeadLetter after a forward of it that returned err,
-// if it went to the DLQ. Called by the worker without p.mu.
-func (p *Processor) deadLettered(it *item, err error) {
-	if err != nil || p.cfg.onDeadLetter == nil || !p.isDLQ(it.fail.target) {
+// deadLettered logs the dead-lettering and calls OnDeadLetter after a
+// forward of it that wrote to (and returned err), if it went to the DLQ. Called by the worker without p.mu.
+func (p *Processor) deadLettered(it *item, to *kgo.Record, err error) {
+	if err != nil || !p.isDLQ(it.fail.target) {
 		return
 	}
-	callDeadLetter(&p.cfg, it.view, it.fail.lastErr)
+	logDeadLetter(&p.cfg, it.view, to, it.fail.lastErr)
+	if p.cfg.onDeadLetter != nil {
+		callDeadLetter(&p.cfg, it.view, it.fail.lastErr)
+	}
 }
 
-// notifyDead calls OnDeadLetter for each record of a committed transaction
-// that was dead-lettered in it.
+// notifyDead logs each record of a committed transaction that was
+// dead-lettered in it and calls OnDeadLetter for it.
 func (t *TxnProcessor) notifyDead(dead []deadLetter) {
-	if t.cfg.onDeadLetter == nil {
-		return
-	}
 	for _, d := range dead {
-		callDeadLetter(&t.cfg, d.rec, d.reason)
+		logDeadLetter(&t.cfg, d.rec, d.to, d.reason)
+		if t.cfg.onDeadLetter != nil {
+			callDeadLetter(&t.cfg, d.rec, d.reason)
+		}
 	}
+}
+
+// logDeadLetter logs, at level warn, that r was dead-lettered: where it was
+// consumed, the DLQ record written for it (to; nil when unknown), its error
+// class and the error.
+func logDeadLetter(c *cfg, r, to *kgo.Record, reason error) {
+	attrs := []any{"group", c.group, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+		"error_class", ErrorClass(reason), "error", reason}
+	if to != nil {
+		attrs = append(attrs, "dlq_topic", to.Topic, "dlq_partition", to.Partition, "dlq_offset", to.Offset)
+	}
+	c.logger.Warn("record dead-lettered", attrs...)
 }
 
 func callDeadLetter(c *cfg, r *kgo.Record, reason error) {

@@ -2,6 +2,8 @@ package processor
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,9 +47,11 @@ func TestOnDeadLetter(t *testing.T) {
 			addrs := testCluster(t, map[string]int32{"in": 1})
 			var mu sync.Mutex
 			var calls []deadCall
+			var logs syncBuffer
 			bad := func(r *kgo.Record) bool { return string(r.Value) == "bad" }
 			common := []Opt{Brokers(addrs...), Group("g"), Topics("in"), MaxAttempts(2), Backoff(time.Millisecond, time.Millisecond),
-				CommitInterval(20 * time.Millisecond), OnDeadLetter(recordDead(t, addrs, &mu, &calls))}
+				CommitInterval(20 * time.Millisecond), OnDeadLetter(recordDead(t, addrs, &mu, &calls)),
+				Logger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))}
 			var r testkafka.Runner
 			if mode == "plain" {
 				p, err := New(append(common, WithHandler(func(_ context.Context, r *kgo.Record) error {
@@ -92,6 +96,21 @@ func TestOnDeadLetter(t *testing.T) {
 			}
 			if mode != "plain" && c.committed < 2 {
 				t.Fatalf("committed %d when OnDeadLetter ran, want >= 2 (after the transaction)", c.committed)
+			}
+			// One log line names the record and the DLQ record written.
+			line := ""
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, `msg="record dead-lettered"`) {
+					if line != "" {
+						t.Fatalf("two dead-letter log lines:\n%s", logs.String())
+					}
+					line = l
+				}
+			}
+			for _, want := range []string{"group=g", "topic=in", "partition=0", "offset=1", "dlq_topic=g.dlq", "dlq_partition=0", "dlq_offset="} {
+				if !strings.Contains(line, want) {
+					t.Errorf("dead-letter log line %q lacks %s", line, want)
+				}
 			}
 		})
 	}

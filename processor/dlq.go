@@ -60,7 +60,10 @@ func newHeaderNames(prefix string) headerNames {
 // The partition is chosen by the producer's partitioner from the key, never
 // copied from the source partition, so a DLQ with fewer partitions than its
 // source works (docs/scenarios.md S11).
-func (p *Processor) forward(ctx context.Context, it *item) error {
+//
+// It returns the record written (with its partition and offset) or the
+// error of the write.
+func (p *Processor) forward(ctx context.Context, it *item) (*kgo.Record, error) {
 	rec := &kgo.Record{
 		Topic:   it.fail.target,
 		Key:     it.rec.Key,
@@ -69,7 +72,10 @@ func (p *Processor) forward(ctx context.Context, it *item) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return p.prod.ProduceSync(ctx, rec).FirstErr()
+	if err := p.prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // forwardHeaders are the headers of it's record written to a retry topic or

@@ -573,17 +573,21 @@ func ReleaseBlockedKey(ctx context.Context, cl *kgo.Client, topic string, key []
 
 // forwardKeyed forwards it as plan says: the block first, then the record,
 // then the release.
-func (p *Processor) forwardKeyed(ctx context.Context, it *item, plan blockPlan) error {
+// It returns the record written (nil if it was not).
+func (p *Processor) forwardKeyed(ctx context.Context, it *item, plan blockPlan) (*kgo.Record, error) {
 	if plan.block != nil {
 		if err := p.writeBlock(ctx, it.rec.Key, plan.block); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if err := p.forward(ctx, it); err != nil {
-		return err
+	to, err := p.forward(ctx, it)
+	if err != nil {
+		return nil, err
 	}
 	if plan.release != "" {
-		return p.writeBlock(ctx, it.rec.Key, &blockValue{State: stateReleased, ID: plan.release})
+		if err := p.writeBlock(ctx, it.rec.Key, &blockValue{State: stateReleased, ID: plan.release}); err != nil {
+			return nil, err
+		}
 	}
-	return nil
+	return to, nil
 }

@@ -70,6 +70,9 @@ type txnBatch struct {
 	// what can be retried, so such a record would fail every transaction
 	// again; the stage stops instead (see Run).
 	deadErr *DeadLetterError
+	// deadAt maps each dead-lettered source record to the DLQ record
+	// written for it (set by its promise, under mu).
+	deadAt map[*kgo.Record]*kgo.Record
 }
 
 // promise is the produce promise of an output record.
@@ -91,13 +94,17 @@ func (b *txnBatch) deadPromise(src *kgo.Record) func(*kgo.Record, error) {
 		if ae := b.t.txnAuthzError(err, "DLQ write", r); ae != nil {
 			err = ae // WRITE on the DLQ refused: named (authz.go)
 		}
-		if err != nil {
-			b.mu.Lock()
-			if b.deadErr == nil {
-				b.deadErr = &DeadLetterError{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset, DLQ: r.Topic, Err: err}
-			}
-			b.mu.Unlock()
+		b.mu.Lock()
+		if err != nil && b.deadErr == nil {
+			b.deadErr = &DeadLetterError{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset, DLQ: r.Topic, Err: err}
 		}
+		if err == nil {
+			if b.deadAt == nil {
+				b.deadAt = map[*kgo.Record]*kgo.Record{}
+			}
+			b.deadAt[src] = r
+		}
+		b.mu.Unlock()
 		b.promise(r, err)
 	}
 }
@@ -130,7 +137,7 @@ func (t *TxnProcessor) fill(ctx context.Context, sess *kgo.GroupTransactSession,
 			}
 			done := b.promise
 			if reason != nil {
-				b.dead = append(b.dead, deadLetter{r, reason})
+				b.dead = append(b.dead, deadLetter{rec: r, reason: reason})
 				done = b.deadPromise(r)
 			}
 			for _, o := range outs {
@@ -247,6 +254,11 @@ func (t *TxnProcessor) conclude(ctx context.Context, sess *kgo.GroupTransactSess
 	}
 	if committed {
 		t.count(true)
+		b.mu.Lock()
+		for i := range b.dead {
+			b.dead[i].to = b.deadAt[b.dead[i].rec]
+		}
+		b.mu.Unlock()
 		t.notifyDead(b.dead)
 		if t.atLateRisk() {
 			if err := t.repairLateCommits(sess, nil); err != nil {

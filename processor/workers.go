@@ -138,8 +138,9 @@ func (p *Processor) worker() {
 				err = p.writeBlock(ps.ctx, it.rec.Key, &blockValue{State: stateReleased, ID: blocker.ID})
 			}
 		} else {
-			err = p.forwardKeyed(ps.ctx, it, plan)
-			p.deadLettered(it, err)
+			to, ferr := p.forwardKeyed(ps.ctx, it, plan)
+			p.deadLettered(it, to, ferr)
+			err = ferr
 		}
 		p.mu.Lock()
 		l.running = false

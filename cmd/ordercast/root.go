@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/ordercast/ordercast/ordersystem/console"
 	"github.com/ordercast/ordercast/ordersystem/ops"
 	"github.com/ordercast/ordercast/ordersystem/order"
 	"github.com/ordercast/ordercast/ordersystem/schema"
@@ -32,7 +33,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newUp(), newRun(), newReplay(), newLoad())
-	root.AddCommand(newTopics(), newGroups(), newDLQ(), newACLs())
+	root.AddCommand(newTopics(), newGroups(), newDLQ(), newACLs(), newConsole())
 	root.AddCommand(newDevstack(), newChaos(), newVersion(), newToken())
 	// Inherited by every subcommand (cobra looks up the parents'), so
 	// that every numeric, duration and boolean flag of the CLI names
@@ -91,6 +92,7 @@ type common struct {
 	db            string
 	httpAddr      string
 	adminAddr     string
+	consoleToken  string
 	logLevel      string
 	partitions    int32
 	rf            int16
@@ -148,7 +150,8 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.registryPass, "registry-password", os.Getenv("SCHEMA_REGISTRY_PASSWORD"), "schema registry basic-auth password (env SCHEMA_REGISTRY_PASSWORD)")
 	f.StringVar(&c.db, "db", os.Getenv("ORDERCAST_DB"), "database: sqlite:PATH or postgres://... / postgresql://... (env ORDERCAST_DB)"+map[bool]string{true: "; empty uses SQLite in the data directory", false: ""}[embedded])
 	f.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "public listen address (host:port; port 0: a free one): checkout's API, /openapi.json, /healthz and /readyz (its verdict only)")
-	f.StringVar(&c.adminAddr, "admin-http", system.DefaultAdminAddr, "admin listen address (host:port; port 0: a free one): /metrics, /readyz with its reasons, /healthz and /debug/pprof; keep it on loopback (another address is logged as a warning): it shows client ids, group members and database errors")
+	f.StringVar(&c.adminAddr, "admin-http", system.DefaultAdminAddr, "admin listen address (host:port; port 0: a free one): /metrics, /readyz with its reasons, /healthz, /debug/pprof and the web console /console; keep it on loopback (another address is logged as a warning): it shows client ids, group members and database errors")
+	f.StringVar(&c.consoleToken, "console-token", os.Getenv(console.EnvToken), "operator token of the web console on the admin listener (/console), at least 16 bytes: with it an operator may replay and purge DLQ records and reset offsets (env "+console.EnvToken+"; empty: the console is read-only)")
 	f.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	f.Int32Var(&c.partitions, "partitions", 6, "partitions of topics created at start")
 	f.Int16Var(&c.rf, "replication-factor", 1, "replication factor of topics created at start (3 on a real cluster)")
@@ -229,6 +232,7 @@ func (c *common) config() (system.Config, error) {
 		return cfg, err
 	}
 	cfg.HTTP.AdminAddr = c.adminAddr
+	cfg.HTTP.ConsoleToken = c.consoleToken
 	if err := c.auth.check(c.httpAddr); err != nil {
 		return cfg, err
 	}

@@ -90,7 +90,7 @@ set them to an empty string to be told what is missing.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "ordercast run %s: serving on http://%s%s, admin (/metrics, /readyz, /debug/pprof) on http://%s\n", strings.Join(args, " "), sys.HTTPAddr(), authLine, sys.AdminAddr())
+			fmt.Fprintf(os.Stderr, "ordercast run %s: serving on http://%s%s, admin (/console, /metrics, /readyz, /debug/pprof) on http://%s\n", strings.Join(args, " "), sys.HTTPAddr(), authLine, sys.AdminAddr())
 			return waitAndStop(ctx, sys, "run "+strings.Join(args, " "))
 		},
 	}

@@ -339,7 +339,7 @@ func runUp(parent context.Context, f *upFlags) error {
 			cfg.Logger.Warn("saving the registry failed", "error", err)
 		}
 	}
-	fmt.Fprintf(os.Stderr, "ordercast up: checkout on http://%s (POST /orders, GET /orders/{id}), admin on http://%s (/metrics, /readyz, /debug/pprof); brokers %v, registry %s, db %s\n",
+	fmt.Fprintf(os.Stderr, "ordercast up: checkout on http://%s (POST /orders, GET /orders/{id}), admin on http://%s (/console, /metrics, /readyz, /debug/pprof); brokers %v, registry %s, db %s\n",
 		sys.HTTPAddr(), sys.AdminAddr(), cfg.Kafka.Brokers, cfg.Schema.RegistryURL, system.RedactDSN(cfg.DB.DSN))
 	fmt.Fprintf(os.Stderr, "ordercast up: checkout %s\n", authLine)
 

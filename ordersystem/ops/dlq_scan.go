@@ -33,6 +33,9 @@ type Selection struct {
 	// IncludePurged also selects records below the purge position: List
 	// marks them Purged, Replay refuses them (ErrPurged).
 	IncludePurged bool
+	// IDs selects records whose ID ("<dlq topic>/<partition>/<offset>") is
+	// one of these; empty means any. The other fields still apply.
+	IDs []string
 }
 
 func (s *Selection) matches(r *DLQRecord) bool {
@@ -40,6 +43,9 @@ func (s *Selection) matches(r *DLQRecord) bool {
 		return false
 	}
 	if len(s.Keys) > 0 && !slices.Contains(s.Keys, r.Key) {
+		return false
+	}
+	if len(s.IDs) > 0 && !slices.Contains(s.IDs, r.ID) {
 		return false
 	}
 	return true

@@ -47,6 +47,12 @@ var (
 	// the open transaction was aborted, so none of its records is visible
 	// to read_committed consumers or marked: replay again to finish.
 	ErrInterrupted = errors.New("replay interrupted")
+
+	// ErrGroupActive: ResetOffsets was asked to move the committed offsets
+	// of a group that has members. Kafka refuses such a commit from a
+	// non-member (UNKNOWN_MEMBER_ID), and a member would overwrite it at its
+	// next commit: stop the group's members first.
+	ErrGroupActive = errors.New("consumer group has members")
 )
 
 // RefusedError is returned by Replay when some selected records were not

@@ -7,19 +7,22 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 
+	"github.com/ordercast/ordercast/ordersystem/console"
 	"github.com/ordercast/ordercast/ordersystem/service/checkout"
 )
 
 // The process's two HTTP listeners:
 //
 //	public (Config.HTTP.Addr, --http):       checkout's API (POST /orders, GET /orders/{id}, GET /openapi.json), GET /healthz, GET /readyz (no reasons)
-//	admin (Config.HTTP.AdminAddr, --admin-http): GET /metrics, GET /readyz (with its reasons), GET /healthz, /debug/pprof/
+//	admin (Config.HTTP.AdminAddr, --admin-http): GET /metrics, GET /readyz (with its reasons), GET /healthz, /debug/pprof/,
+//	                                             the operators' web console under /console (ordersystem/console)
 //
 // What the admin listener shows (host and client ids, members and their
 // assignments, refusal counts, the database errors behind a 503, profiles)
@@ -104,6 +107,10 @@ func (s *System) serveHTTP(mux *http.ServeMux) error {
 			"admin_http", adminAddr)
 	}
 	s.adminAddr = aln.Addr().String()
+	if err := s.newConsole(); err != nil {
+		aln.Close()
+		return err
+	}
 	s.adminSrv = &http.Server{Handler: s.adminMux(healthz), ReadHeaderTimeout: adminReadTimeout, ReadTimeout: adminReadTimeout,
 		WriteTimeout: adminWriteTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
 	go func() { _ = s.adminSrv.Serve(netutil.LimitListener(aln, adminMaxConns)) }()
@@ -121,7 +128,57 @@ func (s *System) adminMux(healthz http.Handler) http.Handler {
 	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if s.console != nil {
+		m.Handle(console.Prefix+"/", s.console)
+		m.Handle(console.Prefix, s.console)
+	}
 	return m
+}
+
+// newConsole creates the web console over this process's cluster, registry
+// and services, and starts its lag sampler.
+func (s *System) newConsole() error {
+	cfg := console.Config{Kafka: s.kopts, Registry: s.registry, Serde: s.Serde, Token: s.cfg.HTTP.ConsoleToken, Logger: s.cfg.Logger,
+		Health: s.consoleHealth}
+	if s.Checkout != nil {
+		cfg.Order = s.Checkout.Order
+	}
+	c, err := console.New(cfg)
+	if err != nil {
+		return fmt.Errorf("%w (--console-token, %s)", err, console.EnvToken)
+	}
+	s.console = c
+	s.goRun("console", c.Run)
+	return nil
+}
+
+// consoleHealth is the console's view of Health: the broker, each member,
+// checkout's database and the outbox.
+func (s *System) consoleHealth(ctx context.Context) []console.ServiceHealth {
+	h := s.Health(ctx)
+	var out []console.ServiceHealth
+	for _, m := range h.Members {
+		d := fmt.Sprintf("group %s, %d partitions, %d in flight", m.Group, len(m.Partitions), m.InFlight)
+		if len(m.Blocked) > 0 {
+			d += fmt.Sprintf(", blocked %v", m.Blocked)
+		}
+		out = append(out, console.ServiceHealth{Name: m.ClientID, Ready: m.Joined && len(m.Blocked) == 0, Detail: d})
+	}
+	if s.Checkout != nil {
+		ch := console.ServiceHealth{Name: ServiceCheckout, Ready: true, Detail: "database answers"}
+		if err := s.Checkout.Ready(ctx); err != nil {
+			ch.Ready, ch.Detail = false, err.Error()
+		}
+		out = append(out, ch)
+	}
+	if s.Relay != nil {
+		out = append(out, console.ServiceHealth{Name: "payments outbox", Ready: true, Detail: fmt.Sprintf("%d messages pending", h.Outbox)})
+	}
+	pr := console.ServiceHealth{Name: "process", Ready: h.Ready, Detail: "ready"}
+	if !h.Ready {
+		pr.Detail = strings.Join(h.Reasons, "; ")
+	}
+	return append([]console.ServiceHealth{pr}, out...)
 }
 
 // AdminAddr is the address the admin listener (/metrics, /readyz,

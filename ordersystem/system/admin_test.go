@@ -49,6 +49,8 @@ func TestPublicListenerServesOnlyTheAPI(t *testing.T) {
 				{admin + "/metrics", http.StatusOK},
 				{admin + "/debug/pprof/", http.StatusOK},
 				{admin + "/healthz", http.StatusOK},
+				{public + "/console/", http.StatusNotFound},
+				{admin + "/console/", http.StatusOK},
 			} {
 				if code, body := get(t, c.url); code != c.want {
 					t.Errorf("GET %s: %d; want %d (%.200s)", c.url, code, c.want, body)

@@ -227,6 +227,11 @@ type HTTPConfig struct {
 	// more waits in the listen backlog until one closes. Default (0)
 	// DefaultMaxHTTPConns.
 	MaxConns int
+	// ConsoleToken is the operator token of the web console the admin
+	// listener serves under /console (--console-token, env
+	// console.EnvToken): at least console.MinTokenLen bytes. Empty: the
+	// console is read-only (no replay, purge or offset reset).
+	ConsoleToken string
 }
 
 // MaxMemberIDLen is the longest Config.MemberID (--member-id) in bytes. The

@@ -112,6 +112,7 @@ func (s *System) openSerde(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("schema registry %q (--registry): %w", cfg.Schema.RegistryURL, err)
 	}
+	s.registry = srCl
 	var serdeOpts []schema.Opt
 	for topic, n := range cfg.Schema.Versions {
 		serdeOpts = append(serdeOpts, schema.WithVersion(topic, n))

@@ -21,7 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/ordercast/ordercast/ordersystem/console"
 	"github.com/ordercast/ordercast/ordersystem/order"
 	"github.com/ordercast/ordercast/ordersystem/schema"
 	"github.com/ordercast/ordercast/ordersystem/service"
@@ -74,6 +76,8 @@ type System struct {
 
 	adminSrv  *http.Server // the admin listener's (admin.go)
 	adminAddr string
+	console   *console.Console // served on the admin listener under /console
+	registry  *sr.Client
 
 	// What the start steps (start.go) hand on to the later ones.
 	flt        *faults   // injected faults (EnvFault)
@@ -265,6 +269,9 @@ func (s *System) Stop(ctx context.Context) error {
 }
 
 func (s *System) close() {
+	if s.console != nil {
+		s.console.Close()
+	}
 	if s.Producer != nil {
 		s.Producer.Close()
 	}
