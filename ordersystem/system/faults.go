@@ -8,6 +8,7 @@ package system
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -61,9 +62,17 @@ const (
 	// shutdown that starts mid-transaction (not a crash: the process
 	// drains, ends the transaction and leaves the group).
 	FaultTermInTxn = "term-in-txn"
+	// FaultPaymentsTransient: not a crash. Each orderCreated record is
+	// picked for it with the probability (by a hash of its coordinates, so
+	// the pick is the same on every attempt and member), and the payments
+	// handler then fails it transiently on its first attempts: all of its
+	// first hop's (to the first retry topic) and, for every other picked
+	// record, the second hop's too; then it succeeds. It drives records
+	// through the retry topics while the key order must hold.
+	FaultPaymentsTransient = "payments-transient"
 )
 
-var faultPoints = []string{FaultAfterEffect, FaultAfterTxnProduce, FaultAfterTxnOffsets, FaultAfterRelayCommit, FaultTermInTxn}
+var faultPoints = []string{FaultAfterEffect, FaultAfterTxnProduce, FaultAfterTxnOffsets, FaultAfterRelayCommit, FaultTermInTxn, FaultPaymentsTransient}
 
 // faults are the armed crash points; the zero value arms none.
 type faults struct {
@@ -151,6 +160,64 @@ func (f *faults) txnHandler(txnID string, h processor.TxnHandler) processor.TxnH
 		}
 		return outs, err
 	}
+}
+
+// transient wraps the payments group's handler (and batch handler) with
+// the payments-transient point: a picked record fails with a transient
+// error on its first maxAttempts (one hop) or 2*maxAttempts (two hops)
+// attempts in this process.
+func (f *faults) transient(group string, maxAttempts int, h processor.Handler, b processor.BatchHandler) (processor.Handler, processor.BatchHandler) {
+	if !f.armed(FaultPaymentsTransient) || group != ServicePayments {
+		return h, b
+	}
+	if maxAttempts <= 0 {
+		maxAttempts = 3 // the runtime's default
+	}
+	var mu sync.Mutex
+	tries := map[string]int{}
+	pick := func(r *kgo.Record) (string, int, bool) {
+		id := fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)
+		sum := fnv.New64a()
+		sum.Write([]byte(id))
+		x := sum.Sum64()
+		if float64(x%1_000_000) >= f.p[FaultPaymentsTransient]*1_000_000 {
+			return "", 0, false
+		}
+		return id, maxAttempts * int(1+(x>>32)%2), true
+	}
+	fails := func(r *kgo.Record, count bool) bool {
+		id, n, ok := pick(r)
+		if !ok {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if tries[id] >= n {
+			return false
+		}
+		if count {
+			tries[id]++
+		}
+		return true
+	}
+	h2 := func(ctx context.Context, r *kgo.Record) error {
+		if fails(r, true) {
+			return fmt.Errorf("%s: injected transient failure of %s/%d/%d", FaultPaymentsTransient, r.Topic, r.Partition, r.Offset)
+		}
+		return h(ctx, r)
+	}
+	var b2 processor.BatchHandler
+	if b != nil {
+		b2 = func(ctx context.Context, recs []*kgo.Record) error {
+			for _, r := range recs {
+				if fails(r, false) {
+					return fmt.Errorf("%s: a record of the batch is picked; handled one at a time", FaultPaymentsTransient)
+				}
+			}
+			return b(ctx, recs)
+		}
+	}
+	return h2, b2
 }
 
 // handler wraps a consumer handler with the after-effect crash point.

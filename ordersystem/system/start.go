@@ -311,9 +311,10 @@ func (s *System) startConsumers(context.Context) error {
 		if !cfg.runs(c.name) {
 			continue
 		}
+		handler, batch := s.flt.transient(c.name, cfg.Consumers.MaxAttempts, c.handler, c.batch)
 		for i := range cfg.instances(c.name) {
-			p, err := processor.New(append(append(s.consumerOpts(c.name, c.topics), s.flt.batchOpts(c.name, c.batch, cfg.Consumers.MaxBatch)...),
-				processor.WithHandler(s.flt.handler(c.name, c.handler)), processor.ClientID(fmt.Sprintf("%s-%d-%s", c.name, i+1, order.NewID("")[:6])))...)
+			p, err := processor.New(append(append(s.consumerOpts(c.name, c.topics), s.flt.batchOpts(c.name, batch, cfg.Consumers.MaxBatch)...),
+				processor.WithHandler(s.flt.handler(c.name, handler)), processor.ClientID(fmt.Sprintf("%s-%d-%s", c.name, i+1, order.NewID("")[:6])))...)
 			if err != nil {
 				return err
 			}
