@@ -69,6 +69,13 @@ func (p *Processor) forward(ctx context.Context, it *item) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	if t := p.cfg.tracer; t != nil {
+		var done func(error)
+		ctx, done = t.Forward(ctx, p.cfg.group, it.view, rec.Topic, p.isDLQ(rec.Topic), it.fail.lastErr)
+		err := p.prod.ProduceSync(ctx, rec).FirstErr()
+		done(err)
+		return err
+	}
 	return p.prod.ProduceSync(ctx, rec).FirstErr()
 }
 
