@@ -18,6 +18,10 @@ type Tracer interface {
 	// record. The handler gets the returned context; done is called with
 	// the handler's result when it returns (a panic as its error).
 	Attempt(ctx context.Context, group string, rec *kgo.Record, attempt int) (hctx context.Context, done func(error))
+	// Batch is called before each BatchHandler call with its records (each
+	// at its first attempt; a failed batch's records are then handled one
+	// at a time, each through Attempt); done gets the call's result.
+	Batch(ctx context.Context, group string, recs []*kgo.Record) (hctx context.Context, done func(error))
 	// Forward is called before rec is written to target, a retry topic or
 	// the DLQ (dlq true), cause being the handler's last error; the write is
 	// produced with the returned context and done gets its result.

@@ -157,6 +157,31 @@ func (t *Tracer) Attempt(ctx context.Context, group string, rec *kgo.Record, att
 	return ctx, func(err error) { t.end(s, err) }
 }
 
+// Batch implements processor.Tracer: a batch of one record is traced as
+// its first attempt; a larger one is one "process <topic>" span (the first
+// record's topic) linked to every record's send span, with
+// messaging.batch.message_count, in a trace of its own, as the conventions
+// describe batch processing.
+func (t *Tracer) Batch(ctx context.Context, group string, recs []*kgo.Record) (context.Context, func(error)) {
+	if len(recs) == 1 {
+		return t.Attempt(ctx, group, recs[0], 1)
+	}
+	links := make([]trace.Link, 0, len(recs))
+	for _, r := range recs {
+		if sc := trace.SpanContextFromContext(t.Extract(context.Background(), r)); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	topic := ""
+	if len(recs) > 0 {
+		topic = recs[0].Topic
+	}
+	ctx, s := t.tr.Start(ctx, semconv.SpanName(semconv.Process, topic), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...),
+		trace.WithAttributes(append(t.conv.Attrs(semconv.Process, semconv.Record{Topic: topic, Partition: -1, Offset: -1, Group: group}),
+			attribute.Int(semconv.MessagingBatchMessageCount, len(recs)))...))
+	return ctx, func(err error) { t.end(s, err) }
+}
+
 type forwardKey struct{}
 
 // Forward implements processor.Tracer: a "send <target>" span, child of and
