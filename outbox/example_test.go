@@ -131,7 +131,8 @@ func ExampleSchema() {
 	//     value      BYTEA,
 	//     headers    TEXT,
 	//     created_at BIGINT NOT NULL,
-	//     sent_at    BIGINT
+	//     sent_at    BIGINT,
+	//     trace_context TEXT
 	// );
 	//
 	// CREATE INDEX IF NOT EXISTS billing_outbox_unsent ON billing_outbox (id) WHERE sent_at IS NULL;

@@ -23,7 +23,8 @@ var schemaDDL = []string{
     value      {{BLOB}},
     headers    TEXT,
     created_at BIGINT NOT NULL,
-    sent_at    BIGINT
+    sent_at    BIGINT,
+    trace_context TEXT
 )`,
 	`CREATE INDEX IF NOT EXISTS {{TABLE}}_unsent ON {{TABLE}} (id) WHERE sent_at IS NULL`,
 }
@@ -80,15 +81,16 @@ func Migrate(ctx context.Context, db *sqldb.DB) error {
 //
 // It returns an error wrapped with "outbox: migrate" when a statement fails
 // or when a table of that name already exists without a column the relay
-// needs (Migrate does not alter an existing table).
+// needs (Migrate does not alter an existing table: a table from before
+// trace_context gets it with `ALTER TABLE outbox ADD COLUMN trace_context TEXT`).
 func (o *Outbox) Migrate(ctx context.Context) error {
 	stmts, err := schema(o.db.Dialect, o.table)
 	if err != nil {
 		return fmt.Errorf("outbox: migrate: %w", err)
 	}
 	return o.db.ExecSchema(ctx, "outbox: migrate table "+o.table, stmts, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `SELECT id, topic, record_key, value, headers, created_at, sent_at FROM `+o.table+` WHERE 1 = 0`); err != nil {
-			return fmt.Errorf("the existing table lacks a column the relay needs: %w", err)
+		if _, err := tx.ExecContext(ctx, `SELECT id, topic, record_key, value, headers, created_at, sent_at, trace_context FROM `+o.table+` WHERE 1 = 0`); err != nil {
+			return fmt.Errorf("the existing table lacks a column the relay needs (trace_context is added by ALTER TABLE %s ADD COLUMN trace_context TEXT): %w", o.table, err)
 		}
 		return nil
 	})

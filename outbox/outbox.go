@@ -109,7 +109,18 @@ type Message struct {
 	Key     []byte   // record key; nil for none
 	Value   []byte   // record value; nil for a tombstone
 	Headers []Header // record headers, in order; stored as JSON
+	// TraceContext is the W3C traceparent (https://www.w3.org/TR/trace-context/)
+	// of the span the message was enqueued in, "" for none; stored in the
+	// trace_context column. The relay gives it to the record as its
+	// traceparent header (HeaderTraceParent) unless Headers have one, so that
+	// tracing continues the enqueuing trace (package processor/proctrace's
+	// TraceParent gives it from a context).
+	TraceContext string
 }
+
+// HeaderTraceParent is the header the relay writes a message's
+// TraceContext to.
+const HeaderTraceParent = "traceparent"
 
 // DefaultTable is the outbox table's name when none is chosen: the table
 // [Enqueue], [Pending], [Prune], [Migrate] and the relays use by default, and
@@ -148,7 +159,7 @@ func newOutbox(db *sqldb.DB, table string) *Outbox {
 	return &Outbox{
 		db:         db,
 		table:      table,
-		insertSQL:  db.Rebind(`INSERT INTO ` + table + ` (topic, record_key, value, headers, created_at) VALUES (?, ?, ?, ?, ?)`),
+		insertSQL:  db.Rebind(`INSERT INTO ` + table + ` (topic, record_key, value, headers, created_at, trace_context) VALUES (?, ?, ?, ?, ?, ?)`),
 		pendingSQL: `SELECT COUNT(*) FROM ` + table + ` WHERE sent_at IS NULL`,
 		pruneSQL:   db.Rebind(`DELETE FROM ` + table + ` WHERE sent_at IS NOT NULL AND sent_at < ?`),
 	}
@@ -184,7 +195,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, m Message) error {
 		headers = string(b)
 	}
 	_, err := tx.ExecContext(ctx, o.insertSQL,
-		m.Topic, m.Key, m.Value, headers, time.Now().UnixMilli())
+		m.Topic, m.Key, m.Value, headers, time.Now().UnixMilli(), nullString(m.TraceContext))
 	if err != nil {
 		return fmt.Errorf("outbox: enqueue to %s: %w", m.Topic, err)
 	}
@@ -197,9 +208,17 @@ func EnqueueAll(ctx context.Context, tx *sql.Tx, db *sqldb.DB, msgs []Message) e
 	return newOutbox(db, DefaultTable).EnqueueAll(ctx, tx, msgs)
 }
 
-// rowsPerEnqueue bounds the rows of one EnqueueAll statement (5 parameters
+// rowsPerEnqueue bounds the rows of one EnqueueAll statement (6 parameters
 // each), below SQLite's 32,766 and PostgreSQL's 65,535 parameters.
-const rowsPerEnqueue = 6000
+const rowsPerEnqueue = 5000
+
+// nullString is s, or NULL when empty.
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
 
 // EnqueueAll writes msgs to the outbox inside the caller's transaction tx,
 // as [Outbox.Enqueue] does for each of them, in multi-row INSERTs (one
@@ -212,7 +231,7 @@ const rowsPerEnqueue = 6000
 // different transactions.
 func (o *Outbox) EnqueueAll(ctx context.Context, tx *sql.Tx, msgs []Message) error {
 	now := time.Now().UnixMilli()
-	args := make([]any, 0, 5*min(len(msgs), rowsPerEnqueue))
+	args := make([]any, 0, 6*min(len(msgs), rowsPerEnqueue))
 	for from := 0; from < len(msgs); from += rowsPerEnqueue {
 		chunk := msgs[from:min(from+rowsPerEnqueue, len(msgs))]
 		args = args[:0]
@@ -228,10 +247,10 @@ func (o *Outbox) EnqueueAll(ctx context.Context, tx *sql.Tx, msgs []Message) err
 				}
 				headers = string(b)
 			}
-			args = append(args, m.Topic, m.Key, m.Value, headers, now)
+			args = append(args, m.Topic, m.Key, m.Value, headers, now, nullString(m.TraceContext))
 		}
-		q := `INSERT INTO ` + o.table + ` (topic, record_key, value, headers, created_at) VALUES (?, ?, ?, ?, ?)` +
-			strings.Repeat(`, (?, ?, ?, ?, ?)`, len(chunk)-1)
+		q := `INSERT INTO ` + o.table + ` (topic, record_key, value, headers, created_at, trace_context) VALUES (?, ?, ?, ?, ?, ?)` +
+			strings.Repeat(`, (?, ?, ?, ?, ?, ?)`, len(chunk)-1)
 		if _, err := tx.ExecContext(ctx, o.db.Rebind(q), args...); err != nil {
 			return fmt.Errorf("outbox: enqueue %d messages (the first to %s): %w", len(chunk), chunk[0].Topic, err)
 		}

@@ -460,3 +460,44 @@ func TestEnqueueAll(t *testing.T) {
 		}
 	})
 }
+
+// TestRelayCarriesTraceContext: a message's TraceContext is stored in the
+// trace_context column and becomes its record's traceparent header; a
+// message whose headers have a traceparent keeps that one, and one without
+// TraceContext gets none (its column NULL).
+func TestRelayCarriesTraceContext(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		addrs := cluster(t)
+		const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		const own = "00-11111111111111111111111111111111-2222222222222222-01"
+		msgs := []outbox.Message{
+			{Topic: "t", Key: []byte("traced"), TraceContext: tp},
+			{Topic: "t", Key: []byte("own"), TraceContext: tp, Headers: []outbox.Header{{Key: outbox.HeaderTraceParent, Value: []byte(own)}}},
+			{Topic: "t", Key: []byte("none")},
+		}
+		if err := db.InTx(ctxT(t), func(tx *sql.Tx) error { return outbox.EnqueueAll(ctxT(t), tx, db, msgs) }); err != nil {
+			t.Fatal(err)
+		}
+		var nulls int
+		if err := db.QueryRowContext(ctxT(t), `SELECT COUNT(*) FROM outbox WHERE trace_context IS NULL`).Scan(&nulls); err != nil || nulls != 1 {
+			t.Fatalf("rows without trace_context: %d, %v; want 1", nulls, err)
+		}
+		stop := run(t, outbox.NewRelay(db, producer(t, addrs), outbox.Logger(quiet)))
+		waitFor(t, "all rows sent", func() bool { return pending(t, db) == 0 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"traced": tp, "own": own, "none": ""}
+		for _, r := range consume(t, addrs, "t", 3) {
+			var got []string
+			for _, h := range r.Headers {
+				if h.Key == outbox.HeaderTraceParent {
+					got = append(got, string(h.Value))
+				}
+			}
+			if w := want[string(r.Key)]; (w == "" && len(got) != 0) || (w != "" && (len(got) != 1 || got[0] != w)) {
+				t.Errorf("record %s: traceparent headers %q; want %q", r.Key, got, w)
+			}
+		}
+	})
+}

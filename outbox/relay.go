@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -310,7 +311,7 @@ type querier interface {
 // load reads up to limit unsent rows in id order through q, leaving out the
 // ids in except (rows committed to Kafka whose marking is in flight).
 func (r *Relay) load(ctx context.Context, q querier, limit int, except []int64) ([]row, error) {
-	sel := `SELECT id, topic, record_key, value, headers FROM ` + r.ob.table + ` WHERE sent_at IS NULL`
+	sel := `SELECT id, topic, record_key, value, headers, trace_context FROM ` + r.ob.table + ` WHERE sent_at IS NULL`
 	args := make([]any, 0, len(except)+1)
 	if len(except) > 0 {
 		sel += ` AND id NOT IN (?` + strings.Repeat(", ?", len(except)-1) + `)`
@@ -331,8 +332,9 @@ func (r *Relay) load(ctx context.Context, q querier, limit int, except []int64) 
 			topic      string
 			key, value []byte
 			headers    sql.NullString
+			traceCtx   sql.NullString
 		)
-		if err := rs.Scan(&id, &topic, &key, &value, &headers); err != nil {
+		if err := rs.Scan(&id, &topic, &key, &value, &headers, &traceCtx); err != nil {
 			return nil, fmt.Errorf("outbox: read unsent rows: %w", err)
 		}
 		rec := &kgo.Record{Topic: topic, Key: key, Value: value}
@@ -345,6 +347,9 @@ func (r *Relay) load(ctx context.Context, q querier, limit int, except []int64) 
 			for i, h := range hs {
 				rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 			}
+		}
+		if traceCtx.Valid && traceCtx.String != "" && !slices.ContainsFunc(rec.Headers, func(h kgo.RecordHeader) bool { return h.Key == HeaderTraceParent }) {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderTraceParent, Value: []byte(traceCtx.String)})
 		}
 		out = append(out, row{id: id, rec: rec})
 	}

@@ -227,9 +227,16 @@ func (p *Processor) callBatch(lanes []batchLane, recs []*kgo.Record) (err error)
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.handlerTimeout)
 		defer cancel()
 	}
+	var traced func(error)
+	if t := p.cfg.tracer; t != nil {
+		ctx, traced = t.Batch(ctx, p.cfg.group, recs)
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("batch handler panic: %v\n%s", r, debug.Stack())
+		}
+		if traced != nil {
+			traced(err)
 		}
 	}()
 	if err := p.cfg.batch.handler(ctx, recs); err != nil {

@@ -183,7 +183,7 @@ func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]commitPos) {
 		return nil
 	})
 	start := time.Now()
-	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if errors.Is(err, errNotOwned) {
 			return
 		}
@@ -192,6 +192,9 @@ func (p *Processor) commitSync(cl *kgo.Client, batch map[*partState]commitPos) {
 		defer func() {
 			if h := p.cfg.hooks.commitDone; h != nil {
 				h(accepted, err)
+			}
+			if t := p.cfg.tracer; t != nil {
+				t.Committed(p.cfg.group, commitOffsets(req), err)
 			}
 		}()
 		if err != nil {

@@ -136,6 +136,7 @@ type cfg struct {
 	topics         []string
 	handler        Handler
 	topicHandlers  []topicHandler // HandleTopic, in order (topichandler.go)
+	tracer         Tracer         // Tracing; nil: none (tracing.go)
 	ordering       Ordering
 	concurrency    int
 	maxRecords     int

@@ -12,7 +12,8 @@ import (
 // (only processor, inbox, outbox, sqldb, internal/txncheck, internal/brokererr and internal/ctxtime
 // of this module: not sqldb/drivers, nor any package under ordersystem/), no SQL
 // driver (the user brings theirs: no pgx, lib/pq, modernc.org/sqlite,
-// mattn/go-sqlite3), no Avro library and no cobra. A failure names the chain of
+// mattn/go-sqlite3), no Avro library, no cobra and no OpenTelemetry (tracing
+// is processor/proctrace's, imported only by who wants it). A failure names the chain of
 // imports that pulls the package in. Test imports are not counted: they are not
 // linked into a user's binary. docs/architecture.md states the rule.
 func TestRuntimeLinksNoDriver(t *testing.T) {
@@ -43,6 +44,7 @@ func TestRuntimeLinksNoDriver(t *testing.T) {
 		"github.com/hamba/avro",       // the order system's Avro library
 		"github.com/linkedin/goavro",  //
 		"github.com/spf13/cobra",      // the CLI
+		"go.opentelemetry.io/",        // tracing: processor/proctrace, for who wants it
 	}
 	importedBy := map[string]string{} // package -> one package importing it
 	var deps []string

@@ -72,6 +72,16 @@ func (p *Processor) forward(ctx context.Context, it *item) (*kgo.Record, error) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	if t := p.cfg.tracer; t != nil {
+		var done func(error)
+		ctx, done = t.Forward(ctx, p.cfg.group, it.view, rec.Topic, p.isDLQ(rec.Topic), it.fail.lastErr)
+		err := p.prod.ProduceSync(ctx, rec).FirstErr()
+		done(err)
+		if err != nil {
+			return nil, err
+		}
+		return rec, nil
+	}
 	if err := p.prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return nil, err
 	}

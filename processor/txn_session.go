@@ -350,7 +350,21 @@ func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) (outs []*kg
 			hctx, cancel = context.WithTimeout(ctx, t.cfg.handlerTimeout)
 		}
 		start := time.Now()
+		var traced func(error)
+		if tr := t.cfg.tracer; tr != nil {
+			attempt := 1
+			if it.fail != nil {
+				attempt = it.fail.attempts + 1
+			}
+			hctx, traced = tr.Attempt(hctx, t.cfg.group, r, attempt)
+		}
 		outs, err := safeTransform(hctx, t.handler, r)
+		if traced != nil {
+			if err == nil {
+				t.cfg.tracer.Outputs(hctx, outs)
+			}
+			traced(err)
+		}
 		cancel()
 		t.cfg.metrics.handled(t.cfg.group, r.Topic, time.Since(start), err)
 		if err == nil {

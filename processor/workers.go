@@ -207,9 +207,20 @@ func (p *Processor) handle(ps *partState, it *item) (err error) {
 	if p.cfg.metrics != nil {
 		start = time.Now()
 	}
+	var traced func(error)
+	if p.cfg.tracer != nil {
+		attempt := 1
+		if it.fail != nil {
+			attempt = it.fail.attempts + 1
+		}
+		ctx, traced = p.cfg.tracer.Attempt(ctx, p.cfg.group, it.view, attempt)
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("handler panic: %v\n%s", r, debug.Stack())
+		}
+		if traced != nil {
+			traced(err)
 		}
 		if p.cfg.metrics != nil {
 			if it.view.Topic == ps.tp.topic {

@@ -118,6 +118,7 @@ type common struct {
 	schemaVers    string
 	sec           security
 	auth          authFlags
+	otlpEndpoint  string
 }
 
 func envOr(name, def string) string {
@@ -150,6 +151,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.registryPass, "registry-password", os.Getenv("SCHEMA_REGISTRY_PASSWORD"), "schema registry basic-auth password (env SCHEMA_REGISTRY_PASSWORD)")
 	f.StringVar(&c.db, "db", os.Getenv("ORDERCAST_DB"), "database: sqlite:PATH or postgres://... / postgresql://... (env ORDERCAST_DB)"+map[bool]string{true: "; empty uses SQLite in the data directory", false: ""}[embedded])
 	f.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "public listen address (host:port; port 0: a free one): checkout's API, /openapi.json, /healthz and /readyz (its verdict only)")
+	f.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "OpenTelemetry tracing: send spans over OTLP/HTTP to this URL (e.g. http://127.0.0.1:4318); empty: OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT if set, else no tracing (docs/observability.md)")
 	f.StringVar(&c.adminAddr, "admin-http", system.DefaultAdminAddr, "admin listen address (host:port; port 0: a free one): /metrics, /readyz with its reasons, /healthz, /debug/pprof and the web console /console; keep it on loopback (another address is logged as a warning): it shows client ids, group members and database errors")
 	f.StringVar(&c.consoleToken, "console-token", os.Getenv(console.EnvToken), "operator token of the web console on the admin listener (/console), at least 16 bytes: with it an operator may replay and purge DLQ records and reset offsets (env "+console.EnvToken+"; empty: the console is read-only)")
 	f.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")

@@ -86,6 +86,11 @@ set them to an empty string to be told what is missing.`,
 				}
 				authLine = " (checkout " + authLine + ")"
 			}
+			flush, err := setupTracing(ctx, &cfg, f.otlpEndpoint, "ordercast-"+strings.Join(args, "-"))
+			if err != nil {
+				return err
+			}
+			defer flush()
 			sys, err := startSystem(ctx, cfg)
 			if err != nil {
 				return err

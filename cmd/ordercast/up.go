@@ -322,6 +322,11 @@ func runUp(parent context.Context, f *upFlags) error {
 	if cfg.DB.DSN == "" {
 		cfg.DB.DSN = "sqlite:" + filepath.Join(f.dataDir, "ordercast.db")
 	}
+	flush, err := setupTracing(ctx, &cfg, f.otlpEndpoint, "ordercast")
+	if err != nil {
+		return err
+	}
+	defer flush()
 	sys, err := startSystem(ctx, cfg)
 	if err != nil {
 		if ctx.Err() == nil {

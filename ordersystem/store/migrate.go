@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the highest migration version [Migrate] applies: the
 // version of the schema this build of Ordercast expects.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // migration is one versioned schema change. Its statements are written once
 // for both dialects with two placeholders: {{ID}} for an auto-increment
@@ -200,6 +200,13 @@ var migrations = []migration{
 				UPDATE payments SET seq = (SELECT COALESCE(MAX(seq), 0) + 1 FROM payments) WHERE rowid = NEW.rowid;
 			END`,
 		},
+	}},
+	// The W3C trace context of the span an outbox row was enqueued in
+	// (package outbox, Message.TraceContext), which the relay's record
+	// carries so that its trace continues; NULL for rows written before,
+	// without tracing and by older builds.
+	{version: 6, name: "outbox.trace_context", expandOnly: true, stmts: []string{
+		`ALTER TABLE outbox ADD COLUMN trace_context TEXT`,
 	}},
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ordercast/ordercast/ordersystem/ops"
 	"github.com/ordercast/ordercast/ordersystem/order"
@@ -44,6 +45,13 @@ type Config struct {
 
 	// Logger receives the system's logs; default a logger that discards.
 	Logger *slog.Logger
+	// TracerProvider, if set, traces the system with OpenTelemetry: a span
+	// per checkout request, the W3C trace context in the headers of every
+	// record produced, the runtime's spans (package processor/proctrace),
+	// the outbox rows' trace context, and trace_id and span_id on the log
+	// lines of a request or record. Default nil: no tracing, nothing
+	// recorded.
+	TracerProvider trace.TracerProvider
 	// Metrics receives every metric of the system (served on the admin
 	// listener's /metrics); default a new registry.
 	Metrics *prometheus.Registry

@@ -55,6 +55,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		return nil, fmt.Errorf("%w (--block-keys)", err)
 	}
 	s := &System{cfg: cfg, failed: make(chan struct{}), flt: flt, keyBlock: kb}
+	s.setupTracing() // tracing.go
 	for _, step := range []func(context.Context) error{
 		s.openDB, s.openSerde, s.connectKafka, s.ensureTopics, s.seed, s.newProducer,
 		s.startConsumers, s.startFulfillment, s.startCheckout,
@@ -205,11 +206,11 @@ func (s *System) seed(ctx context.Context) error {
 func (s *System) newProducer(context.Context) error {
 	cfg := &s.cfg
 	var err error
-	s.Producer, err = kgo.NewClient(append(s.kopts,
+	s.Producer, err = kgo.NewClient(append(append(s.kopts,
 		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotent by default in franz-go
 		kgo.ProducerLinger(0),
 		kgo.ClientID("ordercast-producer"), kafkaHooks(cfg.Metrics),
-	)...)
+	), s.clientTraceHooks("")...)...)
 	if err != nil {
 		return err
 	}
@@ -231,6 +232,7 @@ func (s *System) memberOpts(group string, topics []string) []processor.TxnOpt {
 		processor.StartOffset(cfg.Consumers.StartOffset),
 		processor.ClientOpts(kgo.FetchMinBytes(cfg.Consumers.FetchMinBytes), kgo.FetchMaxWait(cfg.Consumers.FetchMaxWait)),
 	}
+	o = append(o, s.memberTraceOpts(group)...)
 	if cfg.Consumers.SessionTimeout > 0 {
 		o = append(o, processor.SessionTimeout(cfg.Consumers.SessionTimeout), processor.RebalanceTimeout(2*cfg.Consumers.SessionTimeout),
 			processor.ClientOpts(kgo.HeartbeatInterval(cfg.Consumers.SessionTimeout/6)))
@@ -299,7 +301,9 @@ func (s *System) startConsumers(context.Context) error {
 		s.Relay, err = outbox.NewTransactionalRelay(s.DB, ServicePayments, append(append([]kgo.Opt{}, s.kopts...), s.flt.relayHooks()...),
 			outbox.Logger(log), outbox.MarkerTopicReplication(cfg.Kafka.Layout.ReplicationFactor, cfg.Kafka.Layout.MinInsyncReplicas),
 			outbox.TransactionalIDSuffix(cfg.Kafka.TransactionalIDSuffix),
-			outbox.ClientOpts(relayClientOpts(cfg.Metrics)))
+			outbox.ClientOpts(func(role string) []kgo.Opt {
+				return append(relayClientOpts(cfg.Metrics)(role), s.clientTraceHooks("")...)
+			}))
 		if err != nil {
 			return err
 		}
@@ -382,8 +386,8 @@ func (s *System) startCheckout(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		mux.Handle("/orders", s.Checkout.Handler())
-		mux.Handle("/orders/", s.Checkout.Handler())
+		mux.Handle("/orders", s.traceHTTP(s.Checkout.Handler(), "/orders"))
+		mux.Handle("/orders/", s.traceHTTP(s.Checkout.Handler(), "/orders/{id}"))
 		mux.Handle("/", s.Checkout.Handler()) // unknown paths: checkout's JSON 404 {code, error}
 	}
 	return s.serveHTTP(mux) // admin.go

@@ -31,6 +31,7 @@ import (
 	"github.com/ordercast/ordercast/ordersystem/store"
 	"github.com/ordercast/ordercast/outbox"
 	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/processor/proctrace"
 )
 
 // Service names accepted by Config.Services and `ordercast run`.
@@ -48,6 +49,7 @@ var AllServices = []string{ServiceOrders, ServicePayments, ServiceNotifications,
 // System is a running order system.
 type System struct {
 	cfg      Config
+	tracer   *proctrace.Tracer // nil without Config.TracerProvider (tracing.go)
 	DB       *store.DB
 	Serde    *schema.Serde
 	Checkout *checkout.Service

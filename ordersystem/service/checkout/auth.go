@@ -145,7 +145,7 @@ func (s *Service) authenticate(r *http.Request) (principal, *apiError) {
 			desc = te.Description
 		}
 		s.metrics.authFailures.WithLabelValues(tokenReason(err)).Inc()
-		s.log.Info("checkout: bearer token refused", slog.String("reason", tokenReason(err)), slog.Any("error", err))
+		s.log.InfoContext(ctx, "checkout: bearer token refused", slog.String("reason", tokenReason(err)), slog.Any("error", err))
 		return principal{}, invalidToken(desc)
 	}
 	if !validCustomerID(customer) {

@@ -41,7 +41,7 @@ func (s *Service) publish(ctx context.Context, d *decision, release func()) (*ou
 	body := marshal(order.PlaceOrderResponse{OrderID: ev.OrderID, Status: "accepted", Total: ev.Total.String()})
 	if !d.fresh {
 		s.metrics.republished.Inc()
-		s.log.Info("checkout: re-publishing the pending event of a retried request",
+		s.log.InfoContext(ctx, "checkout: re-publishing the pending event of a retried request",
 			slog.String("idempotency_key", d.key), slog.String("order_id", ev.OrderID), slog.String("event_id", ev.EventID))
 	}
 
@@ -56,7 +56,7 @@ func (s *Service) publish(ctx context.Context, d *decision, release func()) (*ou
 		defer release()
 		if err != nil {
 			s.metrics.produceDuration.WithLabelValues("error").Observe(time.Since(start).Seconds())
-			s.log.Warn("checkout: orderCreated not acknowledged; the request stays pending",
+			s.log.WarnContext(ctx, "checkout: orderCreated not acknowledged; the request stays pending",
 				slog.String("idempotency_key", d.key), slog.String("order_id", ev.OrderID), slog.Any("error", err))
 			return nil, unknownOutcome(ev.OrderID, d.retryKey, "the order event was not acknowledged by Kafka: "+err.Error())
 		}
@@ -74,11 +74,11 @@ func (s *Service) publish(ctx context.Context, d *decision, release func()) (*ou
 			defer s.background.Done()
 			defer release()
 			if err := <-done; err != nil {
-				s.log.Warn("checkout: orderCreated failed after its request timed out; the request stays pending",
+				s.log.WarnContext(ctx, "checkout: orderCreated failed after its request timed out; the request stays pending",
 					slog.String("idempotency_key", d.key), slog.String("order_id", ev.OrderID), slog.Any("error", err))
 				return
 			}
-			s.log.Info("checkout: orderCreated acknowledged after its request timed out; marking it published",
+			s.log.InfoContext(ctx, "checkout: orderCreated acknowledged after its request timed out; marking it published",
 				slog.String("idempotency_key", d.key), slog.String("order_id", ev.OrderID))
 			s.markPublished(ctx, d, body)
 		}()
@@ -109,13 +109,13 @@ func (s *Service) markPublished(ctx context.Context, d *decision, body []byte) {
 	<-m.done
 	s.metrics.dbWrite.WithLabelValues("mark").Observe(time.Since(start).Seconds())
 	if m.err != nil {
-		s.log.Error("checkout: orderCreated acknowledged but the request could not be marked published; a retry will re-publish it",
+		s.log.ErrorContext(ctx, "checkout: orderCreated acknowledged but the request could not be marked published; a retry will re-publish it",
 			slog.String("idempotency_key", d.key), slog.String("order_id", d.orderID), slog.Any("error", m.err))
 		return
 	}
 	if m.first {
 		s.metrics.accepted.Inc()
-		s.log.Debug("checkout: order accepted", slog.String("order_id", d.orderID), slog.String("idempotency_key", d.key))
+		s.log.DebugContext(ctx, "checkout: order accepted", slog.String("order_id", d.orderID), slog.String("idempotency_key", d.key))
 	}
 }
 

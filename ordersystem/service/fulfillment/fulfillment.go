@@ -70,7 +70,7 @@ func (s *Service) Transform(ctx context.Context, r *kgo.Record) ([]*kgo.Record, 
 	}
 	if err := s.confirm(ctx, &ev); err != nil {
 		if s.Logger != nil && processor.IsPermanent(err) {
-			s.Logger.Warn("fulfillment: PAID event not confirmed by the payment record; not shipped, sent to the DLQ",
+			s.Logger.WarnContext(ctx, "fulfillment: PAID event not confirmed by the payment record; not shipped, sent to the DLQ",
 				"order_id", ev.OrderID, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
 		}
 		return nil, err

@@ -26,6 +26,7 @@ import (
 	"github.com/ordercast/ordercast/ordersystem/store"
 	"github.com/ordercast/ordercast/outbox"
 	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/processor/proctrace"
 )
 
 // Topics are the topics the payments group consumes.
@@ -166,7 +167,7 @@ func (s *Service) chargeAll(ctx context.Context, tx *sql.Tx, evs []*order.OrderC
 		if err != nil {
 			return processor.Permanent(fmt.Errorf("payments: encode paymentProcessed for %s: %w", ev.OrderID, err))
 		}
-		msgs = append(msgs, outbox.Message{Topic: order.TopicPaymentProcessed, Key: []byte(pay.Key()), Value: v})
+		msgs = append(msgs, outbox.Message{Topic: order.TopicPaymentProcessed, Key: []byte(pay.Key()), Value: v, TraceContext: proctrace.TraceParent(ctx)})
 		orderIDs, eventIDs = append(orderIDs, ev.OrderID), append(eventIDs, ev.EventID)
 	}
 	if err := s.debitAll(ctx, tx, customers, debit); err != nil {
@@ -353,5 +354,5 @@ func (s *Service) charge(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated
 	if err != nil {
 		return processor.Permanent(fmt.Errorf("payments: encode paymentProcessed for %s: %w", ev.OrderID, err))
 	}
-	return outbox.Enqueue(ctx, tx, s.DB, outbox.Message{Topic: order.TopicPaymentProcessed, Key: []byte(pay.Key()), Value: v})
+	return outbox.Enqueue(ctx, tx, s.DB, outbox.Message{Topic: order.TopicPaymentProcessed, Key: []byte(pay.Key()), Value: v, TraceContext: proctrace.TraceParent(ctx)})
 }
