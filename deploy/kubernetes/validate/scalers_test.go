@@ -53,9 +53,9 @@ type scaledObject struct {
 		MinReplicaCount *int                                    `json:"minReplicaCount"`
 		MaxReplicaCount *int                                    `json:"maxReplicaCount"`
 		Triggers        []struct {
-			Type              string            `json:"type"`
-			Name              string            `json:"name"`
-			Metadata          map[string]string `json:"metadata"`
+			Type              string                 `json:"type"`
+			Name              string                 `json:"name"`
+			Metadata          map[string]string      `json:"metadata"`
 			AuthenticationRef *struct{ Name string } `json:"authenticationRef"`
 		} `json:"triggers"`
 	} `json:"spec"`
