@@ -23,6 +23,15 @@ image:
 	cd deploy/image && $(GO) run . --binary ../../bin/ordercast-static --arch $(IMAGE_ARCH) --out ../../$(IMAGE_TAR) --oci-out ../../$(IMAGE_OCI_TAR) \
 	  --tag '$(IMAGE_TAG)' --version '$(IMAGE_VERSION)' --revision '$(IMAGE_REVISION)' --source '$(IMAGE_SOURCE)' --created '$(IMAGE_CREATED)'
 
+# The deployment's offline checks, modules of their own (not part of `make test`): the image test
+# (builds the image, runs the one-day replay in its unpacked filesystem as its config says: chroot and
+# uid 65532 when run as root) and deploy/kubernetes/validate (every kustomize overlay rendered and
+# decoded strictly, flags, variables, ports and metric names checked against the built binary, the
+# compose file loaded by compose-spec's loader). About 2 minutes on 2 cores, builds included.
+test-deploy:
+	cd deploy/image && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
 # The default suite: unit, integration (embedded broker) and end-to-end tests, with the race detector.
 # The tests that mostly wait (timeouts, held requests) call testkafka.Parallel and overlap, 4 at a
 # time per package, and 4 packages at a time (most of their time is waiting): about 4 minutes on 2 cores.
