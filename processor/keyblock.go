@@ -360,8 +360,11 @@ func (p *Processor) startKeyBlocks(ctx context.Context) error {
 		}
 		cleanup := "compact"
 		resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &cleanup}, kb.topic)
-		if err != nil || (resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists)) {
-			return fmt.Errorf("processor: creating the blocked-keys topic %s: %w", kb.topic, errors.Join(err, resp.Err))
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) { // another member may have created it first
+			return fmt.Errorf("processor: creating the blocked-keys topic %s: %w", kb.topic, err)
 		}
 	} else if d.Err != nil {
 		return fmt.Errorf("processor: checking the blocked-keys topic %s: %w", kb.topic, d.Err)
