@@ -71,7 +71,7 @@ func (c *cfg) adoptBatch() error {
 // go into a batch. p.mu held.
 func (p *Processor) batchable(l *lane, it *item) bool {
 	return it.stage == stageHandle && !it.solo && it.due().IsZero() && !it.tried() &&
-		!l.failing && !l.part.retry
+		!l.failing && !l.part.retry && (p.kb == nil || p.blockerLocked(it) == nil) // a blocker's release is written alone (workers.go)
 }
 
 // batchLane is one lane's share of a batch: its first n queued records.

@@ -288,13 +288,14 @@ func (p *Processor) planForwardLocked(ps *partState, it *item, target string) bl
 		}
 		return blockPlan{}
 	}
+	// The block names the record as the retry topic or DLQ record will
+	// (its original coordinates, forwardHeaders): a replayed copy of a
+	// record held at the DLQ takes the block over under its own
+	// coordinates, keeping its age.
 	since := time.Now().UnixMilli()
 	id := recordID(it.view)
 	if e != nil {
 		since = e.Since.UnixMilli()
-		if e.ID != id {
-			id = e.ID // a replayed copy keeps the block it is redriving
-		}
 	}
 	return blockPlan{block: &blockValue{State: stateBlocked, ID: id, At: target, Since: since}, hold: !ps.retry}
 }

@@ -285,3 +285,78 @@ func TestBlockKeysRefused(t *testing.T) {
 		t.Error(`ParseKeyBlock("on"): no error`)
 	}
 }
+
+// TestBlockKeysReplayedCopyFailsAgain: a record held at the DLQ is replayed
+// to its source and its copy fails again, transiently, so it goes through
+// the retry topic before it succeeds: the copy takes the block over under
+// its own coordinates and its success from the retry topic releases the
+// key (the records held behind it follow in order). With a batch handler
+// too: a blocker is never batched, so its release is written.
+func TestBlockKeysReplayedCopyFailsAgain(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			parallel(t)
+			addrs := testCluster(t, map[string]int32{"in": 1, "g.retry.1": 1, "g.dlq": 1})
+			var mu sync.Mutex
+			var handled []string
+			copyFails := 1
+			fixed := false
+			// check fails the records it must, as a handler would (mu held).
+			check := func(r *kgo.Record) error {
+				v := string(r.Value)
+				if v == "k:1" {
+					switch {
+					case !fixed:
+						return Permanent(errors.New("poison"))
+					case copyFails > 0:
+						copyFails--
+						return errors.New("the copy fails once more")
+					}
+				}
+				return nil
+			}
+			handle := func(recs ...*kgo.Record) error { // all or nothing, as a batch in one transaction
+				mu.Lock()
+				defer mu.Unlock()
+				for _, r := range recs {
+					if err := check(r); err != nil {
+						return err
+					}
+				}
+				for _, r := range recs {
+					handled = append(handled, string(r.Value))
+				}
+				return nil
+			}
+			opts := []Opt{Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderKey), MaxAttempts(1),
+				RetryTopics(20 * time.Millisecond), BlockKeys(KeyBlockDeadLetters), CreateTopics(true), CommitInterval(10 * time.Millisecond),
+				WithHandler(func(_ context.Context, r *kgo.Record) error { return handle(r) })}
+			if batch {
+				opts = append(opts, WithBatchHandler(func(_ context.Context, recs []*kgo.Record) error { return handle(recs...) }))
+			}
+			m := startMember(t, opts...)
+			produce(t, addrs, &kgo.Record{Topic: "in", Key: []byte("k"), Value: []byte("k:0")}, &kgo.Record{Topic: "in", Key: []byte("k"), Value: []byte("k:1")})
+			waitFor(t, 10*time.Second, "k held at the DLQ", func() bool { b := m.p.BlockedKeys(); return len(b) == 1 && b[0].At == "g.dlq" })
+			mu.Lock()
+			fixed = true
+			mu.Unlock()
+			dl := readAll(t, addrs, "g.dlq", 1, 5*time.Second)[0]
+			produce(t, addrs, &kgo.Record{Topic: "in", Key: []byte("k"), Value: []byte("k:2")},
+				&kgo.Record{Topic: "in", Key: dl.Key, Value: dl.Value,
+					Headers: []kgo.RecordHeader{{Key: HeaderReplayed, Value: []byte(fmt.Sprintf("g.dlq/%d/%d", dl.Partition, dl.Offset))}}},
+				&kgo.Record{Topic: "in", Key: []byte("k"), Value: []byte("k:3")})
+			waitFor(t, 20*time.Second, "every record of k handled", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(handled) == 4
+			})
+			mu.Lock()
+			got := strings.Join(handled, " ")
+			mu.Unlock()
+			if got != "k:0 k:1 k:2 k:3" {
+				t.Errorf("handled %s, want k:0 k:1 k:2 k:3 (the replayed k:1 ahead of the records held behind it)", got)
+			}
+			waitFor(t, 10*time.Second, "k released", func() bool { return len(m.p.BlockedKeys()) == 0 })
+		})
+	}
+}

@@ -134,8 +134,16 @@ func (p *Processor) worker() {
 		var err error
 		if it.stage == stageHandle {
 			err = p.handle(ps, it)
-			if err == nil && blocker != nil {
-				err = p.writeBlock(ps.ctx, it.rec.Key, &blockValue{State: stateReleased, ID: blocker.ID})
+			if err == nil && p.kb != nil && it.rec.Key != nil && (blocker != nil || ps.retry) {
+				// Released before it completes (keyblock.go). A record
+				// from a retry topic releases its key whatever this
+				// member's copy of the table says: the copy may lag, and
+				// a release of a record that blocks nothing is a no-op.
+				id := recordID(it.view)
+				if blocker != nil {
+					id = blocker.ID
+				}
+				err = p.writeBlock(ps.ctx, it.rec.Key, &blockValue{State: stateReleased, ID: id})
 			}
 		} else {
 			to, ferr := p.forwardKeyed(ps.ctx, it, plan)

@@ -36,14 +36,15 @@ func (d *DLQ) BlockedKeys(ctx context.Context) ([]BlockedKey, error) {
 }
 
 // blocking returns the entry of bks that record r holds: r's key is held at
-// this DLQ and r is not replayed yet (a key is held behind one record at a
-// time; a replayed copy that failed again is the one that holds it then).
+// this DLQ by r (the entry names r's original coordinates) and r is not
+// replayed yet.
 func (d *DLQ) blocking(bks []BlockedKey, r *DLQRecord) *BlockedKey {
 	if r.Replay != nil || r.Purged {
 		return nil
 	}
+	id := Coord{Topic: r.OriginalTopic, Partition: r.OriginalPartition, Offset: r.OriginalOffset}.String()
 	for i := range bks {
-		if bks[i].At == d.topic && bks[i].Key == r.Key {
+		if bks[i].At == d.topic && bks[i].Key == r.Key && bks[i].RecordID == id {
 			return &bks[i]
 		}
 	}
