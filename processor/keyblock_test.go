@@ -240,7 +240,17 @@ func TestS20_KeyOrderMemberKilled(t *testing.T) {
 	}
 	recs := s20Records()
 	produce(t, addrs, recs[:len(recs)/2]...)
-	a := startMember(t, s20Opts(addrs, w, ClientOpts(dial), WithHandler(dead))...)
+	// a is killed, not stopped: its Run is cancelled at the end and not
+	// waited for (with its network gone, its shutdown's final commit and
+	// leave may wait out the client's retries).
+	pa, err := New(s20Opts(addrs, w, ClientOpts(dial), WithHandler(dead), DrainTimeout(time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	t.Cleanup(acancel)
+	go func() { _ = pa.Run(actx) }()
+	a := &member{p: pa}
 	b := startMember(t, s20Opts(addrs, w)...)
 	waitFor(t, 60*time.Second, "both members working, k25 held", func() bool {
 		bk := b.p.BlockedKeys()
@@ -250,7 +260,6 @@ func TestS20_KeyOrderMemberKilled(t *testing.T) {
 	proxy.Close() // the network of a's clients is gone
 	produce(t, addrs, recs[len(recs)/2:]...)
 	checkS20(t, addrs, w, b.p.BlockedKeys)
-	a.stop()
 }
 
 // TestBlockKeysRefused: the options BlockKeys needs are checked at New.
