@@ -69,14 +69,19 @@ test-kafka-3:
 # processor, outbox, system and cmd/ordercast; one package at a time), then stops and deletes it.
 KAFKASEC_STATE ?= /tmp/ordercast-kafka-secure
 KAFKASEC_PORT ?= 19292
-KAFKASEC_RUN ?= TestSecureCluster|TestACLsApply|RightLostWhileRunning|TestCheckRights|TestCheckTxnWrite|TestStartChecksRelayTxnWrite|TestServiceLosesRightWhileRunning
+KAFKASEC_RUN ?= TestSecureCluster|TestACLsApply|^TestRightLostWhileRunning|TestRelayRightLostWhileRunning|TestCheckRights|TestCheckTxnWrite|TestStartChecksRelayTxnWrite|TestServiceLosesRightWhileRunning
+# Run in a test process of its own: right after TestRightLostWhileRunning in the same process, the
+# broker went on reporting the deleted g.dlq's old topic id to the next test's reset for over 90 s
+# (not yet explained; alone it passes).
+KAFKASEC_RUN2 ?= TestTxnRightLostWhileRunning
 test-kafka-secure:
 	@export ORDERCAST_KAFKA_STATE=$(KAFKASEC_STATE) ORDERCAST_KAFKA_PORT=$(KAFKASEC_PORT) \
 	  ORDERCAST_KAFKA_EXTRA_PROPS=group.min.session.timeout.ms=100; \
 	scripts/kafka.sh start --clean --secure --brokers 1 || exit 1; \
 	ORDERCAST_TEST_SECURE_BROKERS=$$(scripts/kafka.sh brokers) ORDERCAST_TEST_SECURE_CA=$(KAFKASEC_STATE)/tls/ca.pem \
 	  ORDERCAST_TEST_SECURE_ADMIN_PASSWORD=$$(cat $(KAFKASEC_STATE)/tls/admin.password) \
-	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN)' ./processor/ ./outbox/ ./ordersystem/system/ ./cmd/ordercast/; rc=$$?; \
+	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN)' ./processor/ ./outbox/ ./ordersystem/system/ ./cmd/ordercast/ && \
+	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN2)' ./processor/; rc=$$?; \
 	scripts/kafka.sh stop --clean; exit $$rc
 
 # The crash harness on a real cluster: starts a fresh 3-node Kafka whose nodes advertise the
