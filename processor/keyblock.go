@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"time"
 
@@ -465,11 +466,7 @@ func (p *Processor) BlockedKeys() []BlockedKey {
 }
 
 func sortBlocked(out []BlockedKey) {
-	for i := 1; i < len(out); i++ { // insertion sort: short lists, no import
-		for j := i; j > 0 && bytes.Compare(out[j-1].Key, out[j].Key) > 0; j-- {
-			out[j-1], out[j] = out[j], out[j-1]
-		}
-	}
+	slices.SortFunc(out, func(a, b BlockedKey) int { return bytes.Compare(a.Key, b.Key) })
 }
 
 // keyBlockStats are the figures of the key-block metrics: the keys blocked
