@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,8 +15,9 @@ import (
 
 // BatchHandler processes several records together, typically in one
 // database transaction: it returns nil when every record of the batch is
-// done, and an error when the batch as a whole failed (nothing of it may be
-// kept: roll the transaction back).
+// done, a *BatchError (FailRecords, StopAt; wrapped or not) when some records
+// failed and the others are done, and any other error when the batch as a
+// whole failed (nothing of it may be kept: roll the transaction back).
 //
 // recs holds at most the records of the given ordering that could have been
 // handled at the same moment by a Handler, so handling them in slice order
@@ -127,20 +130,28 @@ func (p *Processor) runBatchLocked(l *lane) {
 	err := p.callBatch(lanes, recs)
 	d := time.Since(start)
 	p.mu.Lock()
-	p.cfg.metrics.batchDone(p.cfg.group, len(recs), d, err)
-	for _, it := range items {
-		if h := p.cfg.hooks.afterHandle; h != nil {
-			h(it.rec, it.view, err)
+	partial := partialOutcome(err, len(recs))
+	p.cfg.metrics.batchDone(p.cfg.group, len(recs), d, err != nil && partial == nil)
+	if h := p.cfg.hooks.afterHandle; h != nil {
+		for i, it := range items {
+			h(it.rec, it.view, partial.errAt(i, err))
 		}
 	}
-	if err != nil {
+	switch {
+	case partial != nil:
+		p.cfg.logger.Warn("batch handler reported failed records; the others are done", "records", len(recs),
+			"failed", len(partial.failed), "not_handled_from", partial.notFrom, "error", err)
+	case err != nil:
 		p.cfg.logger.Warn("batch handler failed; handling its records one at a time", "records", len(recs), "error", err)
 	}
+	at := 0 // the index in recs of the lane's first record
 	for _, bl := range lanes {
 		l, ps := bl.l, bl.ps
 		l.running = false
 		l.batchN = 0
 		ps.running -= bl.n
+		first := at
+		at += bl.n
 		var more bool
 		switch {
 		case ps.state != partActive && ps.state != partDraining:
@@ -152,6 +163,8 @@ func (p *Processor) runBatchLocked(l *lane) {
 				ps.m.processedOne()
 				more = p.settle(l, it, nil)
 			}
+		case partial != nil:
+			more = p.settlePartialLocked(l, first, bl.n, partial)
 		default:
 			for _, it := range l.queue[:bl.n] {
 				it.solo = true
@@ -273,14 +286,15 @@ func newBatchMetrics(ns string, reg prometheus.Registerer) *batchMetrics {
 	return b
 }
 
-// batchDone records one BatchHandler call of n records.
-func (m *Metrics) batchDone(group string, n int, d time.Duration, err error) {
+// batchDone records one BatchHandler call of n records; fellBack reports a
+// failure of the whole batch (its records are handled again one at a time).
+func (m *Metrics) batchDone(group string, n int, d time.Duration, fellBack bool) {
 	if m == nil || m.batch == nil {
 		return
 	}
 	m.batch.size.WithLabelValues(group).Observe(float64(n))
 	m.batch.dur.WithLabelValues(group).Observe(d.Seconds())
-	if err != nil {
+	if fellBack {
 		m.batch.fallbacks.WithLabelValues(group).Inc()
 	}
 }
@@ -290,4 +304,166 @@ func (pm *partMetrics) processedOne() {
 	if pm != nil {
 		pm.processed.Inc()
 	}
+}
+
+// failedOne counts one record of a batch that the BatchHandler reported
+// failed (records_failed_total).
+func (pm *partMetrics) failedOne(err error) {
+	if pm != nil {
+		pm.m.failed.WithLabelValues(pm.group, pm.topic, ErrorClass(err)).Inc()
+	}
+}
+
+// BatchError is a BatchHandler's partial outcome, as Spring Kafka's
+// BatchListenerFailedException: some records of the batch failed, the
+// others are done. Build one with FailRecords or StopAt and return it (or
+// an error wrapping it) from the BatchHandler; any other error fails the
+// whole batch (its records are then handled again one at a time).
+//
+// What the runtime does with each record of the batch, lane by lane (a lane
+// is a key in OrderKey, a partition in OrderPartition), in slice order:
+//   - a record before its lane's first failed record, and not at or after
+//     StopAt's index, is done (completed: its offset may be committed);
+//   - the lane's first failed record goes the way a Handler's error would:
+//     retried in place after the backoff (its attempt counted), then retry
+//     topics or the DLQ as configured, at once when the error is permanent
+//     (IsPermanent);
+//   - every later record of that lane, failed or not, is not done: it is
+//     handled again after the failed one, so the lane's order holds. A
+//     handler that keeps per-key order must therefore not keep the effects
+//     of a failed record's later records of the same key (stopping at the
+//     first failure of a key, as StopAt does for the whole batch, is the
+//     simplest way);
+//   - a record at or after StopAt's not-handled index is not done and
+//     handled again later, without an attempt counted.
+//
+// A BatchError naming an index outside the batch, or one that reports
+// nothing (FailRecords with an empty map), is treated as a failure of the
+// whole batch. It is immutable once built; safe for concurrent use.
+type BatchError struct {
+	failed  map[int]error // index in the batch -> its record's error
+	notFrom int           // records from this index on were not handled; -1: none
+}
+
+// FailRecords reports that the records of the batch at failed's indexes (0
+// for the slice's first record) failed with their errors, and that every
+// other record is done (but see BatchError for the records after a failed
+// one of the same key or partition). A nil error in failed counts as
+// Permanentf("record failed in its batch").
+func FailRecords(failed map[int]error) *BatchError {
+	m := make(map[int]error, len(failed))
+	for i, err := range failed {
+		if err == nil {
+			err = Permanentf("record failed in its batch")
+		}
+		m[i] = err
+	}
+	return &BatchError{failed: m, notFrom: -1}
+}
+
+// StopAt reports that recs[:i] are done, recs[i] failed with err, and
+// recs[i+1:] were not handled: the shape of a handler that applies records
+// in slice order and stops at the first failure. With a nil err, recs[i]
+// is not handled either (recs[i:] are handled again later, for example
+// because the handler ran out of its time budget); StopAt(0, nil) reports
+// nothing done and is treated as a failure of the whole batch.
+func StopAt(i int, err error) *BatchError {
+	if err == nil {
+		return &BatchError{notFrom: i}
+	}
+	return &BatchError{failed: map[int]error{i: err}, notFrom: i + 1}
+}
+
+// Error lists the failed records' indexes and errors.
+func (e *BatchError) Error() string {
+	idx := make([]int, 0, len(e.failed))
+	for i := range e.failed {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	var b strings.Builder
+	fmt.Fprintf(&b, "batch: %d record(s) failed", len(idx))
+	for _, i := range idx {
+		fmt.Fprintf(&b, "; [%d]: %v", i, e.failed[i])
+	}
+	if e.notFrom >= 0 {
+		fmt.Fprintf(&b, "; records from [%d] on not handled", e.notFrom)
+	}
+	return b.String()
+}
+
+// Unwrap returns the failed records' errors (for errors.Is and errors.As).
+func (e *BatchError) Unwrap() []error {
+	out := make([]error, 0, len(e.failed))
+	for _, err := range e.failed {
+		out = append(out, err)
+	}
+	return out
+}
+
+// Failed returns the error of the record at index i of the batch, or nil
+// when it did not fail.
+func (e *BatchError) Failed(i int) error { return e.failed[i] }
+
+// partialOutcome returns err's *BatchError when it is a valid partial
+// outcome of a batch of n records, and nil otherwise (no error, another
+// error, or a BatchError that is out of range or reports nothing: the whole
+// batch failed).
+func partialOutcome(err error, n int) *BatchError {
+	var be *BatchError
+	if err == nil || !errors.As(err, &be) || be == nil {
+		return nil
+	}
+	if be.notFrom > n || be.notFrom == 0 || (be.notFrom < 0 && len(be.failed) == 0) {
+		return nil
+	}
+	for i := range be.failed {
+		if i < 0 || i >= n {
+			return nil
+		}
+	}
+	return be
+}
+
+// errAt is what record i of the batch ended with, for the test hooks: its
+// failure, errNotHandled, or nil (done). With e nil it is the batch's err.
+func (e *BatchError) errAt(i int, err error) error {
+	if e == nil {
+		return err
+	}
+	if f := e.failed[i]; f != nil {
+		return f
+	}
+	if e.notFrom >= 0 && i >= e.notFrom {
+		return errNotHandled
+	}
+	return nil
+}
+
+// errNotHandled marks, for the test hooks, a record of a batch that its
+// handler reported not handled.
+var errNotHandled = errors.New("not handled in its batch")
+
+// settlePartialLocked applies a partial outcome to lane l's n records of
+// the batch, the first of which is at index first of the batch: the
+// lane's records before its first failed one (and before the not-handled
+// index) complete, the first failed one is settled as a Handler's failure,
+// and the rest stay queued. It reports whether the calling worker should
+// go on with l. p.mu held.
+func (p *Processor) settlePartialLocked(l *lane, first, n int, e *BatchError) (more bool) {
+	ps := l.part
+	for j := range n {
+		i := first + j
+		if e.notFrom >= 0 && i >= e.notFrom {
+			return ps.state == partActive && len(l.queue) > 0
+		}
+		it := l.queue[0]
+		if ferr := e.failed[i]; ferr != nil {
+			ps.m.failedOne(ferr)
+			return p.settle(l, it, ferr)
+		}
+		ps.m.processedOne()
+		more = p.settle(l, it, nil) // as the success path: every done record completes, draining too
+	}
+	return more
 }

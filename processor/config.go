@@ -769,7 +769,11 @@ func withHooks(h hooks) Opt { return opt(func(c *cfg) { c.hooks = h }) }
 // returned nil: an offset commit covers all of them or none, and never a
 // record of a batch still running.
 //
-// Failure: when h returns an error or panics (or a batch's deadline
+// Partial failure: when h returns a *BatchError (FailRecords, StopAt), the
+// records it reports done complete and the failed ones go through the
+// normal path below; see BatchError for the records behind a failed one.
+//
+// Failure: when h returns any other error or panics (or a batch's deadline
 // passes), no record of the batch is completed and each of them is handled
 // again one at a time, through the normal path: the Handler (or, without
 // one, h with a one-record slice), with in-place retries, retry topics and

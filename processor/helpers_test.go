@@ -102,7 +102,7 @@ func runProcessor(t *testing.T, opts ...Opt) (cancel func()) {
 func val(i int) []byte { return []byte(fmt.Sprintf("v%05d", i)) }
 
 // endOffsets returns the end offsets (high watermarks) of topics.
-func endOffsets(t *testing.T, addrs []string, topics ...string) map[tp]int64 {
+func endOffsets(t testing.TB, addrs []string, topics ...string) map[tp]int64 {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
