@@ -136,6 +136,19 @@ func ErrorClass(err error) string {
 	}
 }
 
+// PanicError is a handler panic turned into an error: the value passed to
+// panic and the stack of the panicking goroutine (runtime/debug.Stack). The
+// runtime writes Stack, when set, to the HeaderErrorStack header of the
+// retry-topic or DLQ record (cut to 8 KiB), and Error() to
+// HeaderErrorMessage. It is transient unless wrapped with Permanent, as the
+// Recover middleware of package processor/middleware does.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", e.Value) }
+
 // RecordError is a failure tied to one record. The runtime logs it and passes
 // it to DLQ headers; it wraps the handler's error.
 type RecordError struct {

@@ -81,7 +81,7 @@ func TestMetricsTable(t *testing.T) {
 	if !ok {
 		t.Fatal(`docs/runtime.md: no "## Metrics" section`)
 	}
-	section, _, _ := strings.Cut(after, "\n## ")
+	section, _, _ := strings.Cut(after, "\n#")
 	cell := regexp.MustCompile("`([^`]*)`")
 	documented := map[string]metricRow{}
 	for line := range strings.Lines(section) {
