@@ -75,7 +75,8 @@ func DefaultMarkerTopic(name string) string { return DefaultMarkerTopicPrefix + 
 // runs while the next step reads, produces and commits; see below). Kafka commits
 // the rows and the marker together or neither. The read-back is there
 // because franz-go v1.22.3's EndTransaction can abort a write-only
-// transaction and return nil (internal/txncheck): a marker found aborted
+// transaction and return nil (docs/upstream/franz-go-write-only-txn-abort.md
+// in the project's repository): a marker found aborted
 // ends the session without marking, and the next session publishes the
 // rows again. It costs one fetch the relay's reader (one client per
 // session) is already waiting on. A crash

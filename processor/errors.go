@@ -22,8 +22,8 @@ var ErrClosed = errors.New("processor: already run or closed")
 //
 // The errors taken as fatal (Kafka protocol error codes; the Java consumer
 // treats them the same way): INVALID_SESSION_TIMEOUT (session timeout outside the broker's group.min/max.session.timeout.ms),
-// GROUP_AUTHORIZATION_FAILED (Run returns it as an *AuthorizationError,
-// authz.go), INVALID_GROUP_ID, INCONSISTENT_GROUP_PROTOCOL
+// GROUP_AUTHORIZATION_FAILED (Run returns it as an *AuthorizationError),
+// INVALID_GROUP_ID, INCONSISTENT_GROUP_PROTOCOL
 // (the group is used by another kind of client), GROUP_MAX_SIZE_REACHED
 // (group.max.size), FENCED_INSTANCE_ID and UNRELEASED_INSTANCE_ID (another
 // live member uses the same static member id, KIP-345/KIP-848) and
