@@ -42,11 +42,12 @@
 //	digest         TEXT              Meta.Digest; NULL when empty
 //	PRIMARY KEY (consumer_group, event_id)
 //
-// Several groups may share one table. The package never deletes rows: the
-// table grows by one row per event applied. Deleting a row makes a later
-// re-delivery of its event apply again, so delete by processed_at only rows
-// older than any record that can still be re-delivered (the topic's
-// retention).
+// Several groups may share one table. The table grows by one row per event
+// applied until [Inbox.Prune] deletes rows processed before a cutoff; nothing
+// deletes rows automatically. Deleting a row makes a later re-delivery of its
+// event apply again, so prune only rows older than any record that can still
+// be re-delivered or re-published (the topic's retention, plus the longest
+// time a record can wait in a retry topic or DLQ before a replay).
 package inbox
 
 import (
@@ -133,7 +134,7 @@ type Inbox struct {
 	db    *sqldb.DB
 	table string
 	// The statements, with the table name and the dialect's placeholders.
-	insertSQL, firstSQL, seenSQL string
+	insertSQL, firstSQL, seenSQL, pruneSQL string
 }
 
 // New returns the inbox kept in table of db: DefaultTable when table is
@@ -153,6 +154,54 @@ func New(db *sqldb.DB, table string) (*Inbox, error) {
 	return newInbox(db, table), nil
 }
 
+// PruneBatch is how many rows one transaction of [Inbox.Prune] deletes at
+// most.
+const PruneBatch = 1000
+
+// Prune is [Inbox.Prune] on the table named DefaultTable of db.
+func Prune(ctx context.Context, db *sqldb.DB, processedBefore time.Time) (int64, error) {
+	return newInbox(db, DefaultTable).Prune(ctx, processedBefore)
+}
+
+// Prune deletes the rows of every group processed before processedBefore
+// (processed_at, compared in Unix milliseconds) and returns how many it
+// deleted. It deletes in transactions of at most PruneBatch rows each (so a
+// large backlog neither holds a write lock for long nor builds one huge
+// transaction), one after the other until a batch finds fewer rows, checking
+// ctx between them; on an error or when ctx ends it returns the rows deleted
+// so far with the error, and the rows left stay valid. Each batch reads the
+// table by processed_at, which the inbox table has no index on: on a large
+// table, create one (CREATE INDEX inbox_processed_at ON inbox (processed_at)).
+//
+// A pruned event is no longer known to its group: a re-delivery of it
+// applies its effect again. Choose processedBefore older than any record that
+// can still be delivered (see the package doc). Safe for concurrent use, also
+// while Process runs: a batch is one statement, atomic by itself.
+func (in *Inbox) Prune(ctx context.Context, processedBefore time.Time) (int64, error) {
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("inbox: prune: %w", err)
+		}
+		var n int64
+		err := in.db.InTx(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, in.pruneSQL, processedBefore.UnixMilli(), PruneBatch)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("inbox: prune: %w", err)
+		}
+		total += n
+		if n < PruneBatch {
+			return total, nil
+		}
+	}
+}
+
 // newInbox is New without the checks.
 func newInbox(db *sqldb.DB, table string) *Inbox {
 	return &Inbox{
@@ -165,6 +214,10 @@ VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (consumer_group, event_id) DO NOTHING`),
 		firstSQL: db.Rebind(`SELECT topic, "partition", "offset", digest FROM ` + table + ` WHERE consumer_group = ? AND event_id = ?`),
 		seenSQL:  db.Rebind(`SELECT 1 FROM ` + table + ` WHERE consumer_group = ? AND event_id = ?`),
+		// A row-value IN: SQLite (3.15+) and PostgreSQL; DELETE ... LIMIT is
+		// SQLite's alone.
+		pruneSQL: db.Rebind(`DELETE FROM ` + table + ` WHERE (consumer_group, event_id) IN
+(SELECT consumer_group, event_id FROM ` + table + ` WHERE processed_at < ? LIMIT ?)`),
 	}
 }
 

@@ -100,7 +100,7 @@ func TestRelayRightLostWhileRunning(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				relay = outbox.NewRelay(db, producer(t, addrs, login...), opts...)
+				relay = newRelay(t, db, producer(t, addrs, login...), opts...)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

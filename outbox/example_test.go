@@ -62,7 +62,10 @@ func ExampleRelay() {
 	}
 	defer client.Close()
 
-	relay := outbox.NewRelay(db, client, outbox.Table("billing_outbox"))
+	relay, err := outbox.NewRelay(db, client, outbox.Table("billing_outbox"))
+	if err != nil {
+		panic(err)
+	}
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- relay.Run(relayCtx) }()

@@ -47,14 +47,18 @@ func Backoff(min, max time.Duration) Opt {
 
 // Table sets the name of the outbox table the relay publishes (default
 // DefaultTable, "outbox"): the table given to [New] for Enqueue. A name that
-// is not a plain lower-case identifier (sqldb.CheckTableName) makes
-// NewTransactionalRelay return an error, and Run of a relay made with
-// NewRelay return it at once.
+// is not a plain lower-case identifier (sqldb.CheckTableName) makes NewRelay
+// and NewTransactionalRelay return an error.
 func Table(name string) Opt {
 	return func(r *Relay) { r.table = name }
 }
 
-// Logger sets the logger for failed steps (default slog.Default()).
+// Logger sets the relay's logger (default: one that discards everything,
+// as the processor's). The relay logs at WARN a failed step or session
+// before its backoff, at ERROR a refused ACL and a progress marker that does
+// not match the database, and at INFO the exactly-once mode's fencing,
+// takeover and recovery. A nil l is ignored. OnError and WithMetrics report
+// failures whatever the logger.
 func Logger(l *slog.Logger) Opt {
 	return func(r *Relay) {
 		if l != nil {

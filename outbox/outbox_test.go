@@ -21,6 +21,7 @@ import (
 	"github.com/ordercast/ordercast/ordersystem/store"
 	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 	"github.com/ordercast/ordercast/outbox"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -161,6 +162,28 @@ func pending(t *testing.T, db *store.DB) int {
 }
 
 // run starts r.Run and returns a function that stops it and returns its error.
+// offlineClient is a client of no broker (nothing dials it until it is
+// used), for relays that are made and not run.
+func offlineClient(t testing.TB) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// newRelay is outbox.NewRelay, failing t on error.
+func newRelay(t testing.TB, db *sqldb.DB, cl *kgo.Client, opts ...outbox.Opt) *outbox.Relay {
+	t.Helper()
+	r, err := outbox.NewRelay(db, cl, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func run(t *testing.T, r *outbox.Relay) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -225,7 +248,7 @@ func TestRelayPublishesInIDOrderAndMarksSent(t *testing.T) {
 		enqueue(t, db, "t", 3, all[:15]...)
 		enqueue(t, db, "t", 3, all[15:]...)
 
-		relay := outbox.NewRelay(db, producer(t, addrs), outbox.MaxBatch(7), outbox.Logger(quiet))
+		relay := newRelay(t, db, producer(t, addrs), outbox.MaxBatch(7), outbox.Logger(quiet))
 		stop := run(t, relay)
 		waitFor(t, "all rows marked sent", func() bool { return pending(t, db) == 0 })
 		if err := stop(); err != nil {
@@ -271,7 +294,7 @@ func TestRelayNotifyWakesIt(t *testing.T) {
 	db := storetest.SQLite(t)
 	addrs := cluster(t)
 	// An hour-long poll: only Notify can make the relay see a new row in time.
-	relay := outbox.NewRelay(db, producer(t, addrs), outbox.PollInterval(time.Hour), outbox.Logger(quiet))
+	relay := newRelay(t, db, producer(t, addrs), outbox.PollInterval(time.Hour), outbox.Logger(quiet))
 	enqueue(t, db, "t", 1, 1)
 	run(t, relay)
 	waitFor(t, "the first row (read when Run starts)", func() bool { return pending(t, db) == 0 })
@@ -303,7 +326,7 @@ func TestRelayCrashBetweenProduceAndMark(t *testing.T) {
 
 		crash := errors.New("simulated crash before marking")
 		var producedIDs []int64
-		first := outbox.NewRelay(db, producer(t, addrs), outbox.Logger(quiet))
+		first := newRelay(t, db, producer(t, addrs), outbox.Logger(quiet))
 		first.SetAfterProduce(func(ids []int64) error {
 			producedIDs = ids
 			return crash
@@ -317,7 +340,7 @@ func TestRelayCrashBetweenProduceAndMark(t *testing.T) {
 		}
 		consume(t, addrs, "t", 5)
 
-		second := outbox.NewRelay(db, producer(t, addrs), outbox.Logger(quiet))
+		second := newRelay(t, db, producer(t, addrs), outbox.Logger(quiet))
 		run(t, second)
 		waitFor(t, "the re-publication", func() bool { return pending(t, db) == 0 })
 		recs := consume(t, addrs, "t", 10) // every event twice: at least once
@@ -370,7 +393,7 @@ func TestRelayRetriesWithoutSkipping(t *testing.T) {
 	var mu sync.Mutex
 	var failures []int // Pending seen at each failure
 	cl := producer(t, addrs, kgo.UnknownTopicRetries(1))
-	relay := outbox.NewRelay(db, cl,
+	relay := newRelay(t, db, cl,
 		outbox.Backoff(5*time.Millisecond, 20*time.Millisecond),
 		outbox.Logger(quiet),
 		outbox.OnError(func(err error) {
@@ -482,7 +505,7 @@ func TestRelayCarriesTraceContext(t *testing.T) {
 		if err := db.QueryRowContext(ctxT(t), `SELECT COUNT(*) FROM outbox WHERE trace_context IS NULL`).Scan(&nulls); err != nil || nulls != 1 {
 			t.Fatalf("rows without trace_context: %d, %v; want 1", nulls, err)
 		}
-		stop := run(t, outbox.NewRelay(db, producer(t, addrs), outbox.Logger(quiet)))
+		stop := run(t, newRelay(t, db, producer(t, addrs), outbox.Logger(quiet)))
 		waitFor(t, "all rows sent", func() bool { return pending(t, db) == 0 })
 		if err := stop(); err != nil {
 			t.Fatal(err)

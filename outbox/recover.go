@@ -47,6 +47,7 @@ func (r *Relay) recoverRows(ctx context.Context, ranges [][2]int64, sum string) 
 	}
 	if len(rows) != len(ids) || checksum(rows) != sum {
 		r.stats.mismatches.Add(1)
+		add(r.mc.mismatches, 1)
 		r.logger.Error("outbox relay: the last progress marker does not match this database's rows; not trusting it, its rows are published again (was the database replaced while the broker was kept?)",
 			"relay", r.txn.name, "marker_topic", r.txn.markerTopic, "first_id", ids[0], "rows", len(ids), "found", len(rows))
 		return nil
@@ -58,6 +59,7 @@ func (r *Relay) recoverRows(ctx context.Context, ranges [][2]int64, sum string) 
 		return err
 	}
 	r.stats.recovered.Add(int64(len(unsent)))
+	add(r.mc.recovered, int64(len(unsent)))
 	r.logger.Info("outbox relay: marked rows sent that an earlier relay committed to Kafka before stopping",
 		"relay", r.txn.name, "rows", len(unsent), "first_id", unsent[0])
 	return nil

@@ -38,17 +38,17 @@ const (
 type Relay struct {
 	db     *sqldb.DB
 	client *kgo.Client
-	// table is the outbox table's name (Table), ob the outbox on it;
-	// tableErr, when set, is returned by Run (an invalid Table name).
-	table    string
-	ob       *Outbox
-	tableErr error
+	// table is the outbox table's name (Table), ob the outbox on it.
+	table string
+	ob    *Outbox
 
 	batchSize              int
 	pollInterval           time.Duration
 	minBackoff, maxBackoff time.Duration
 	logger                 *slog.Logger
 	onError                func(error)
+	metrics                *Metrics      // WithMetrics
+	mc                     relayCounters // the relay's series of metrics
 
 	wake    chan struct{} // one slot: a pending Notify
 	running atomic.Bool
@@ -85,35 +85,49 @@ type Relay struct {
 // default produce topic needed (each row names its topic). Idempotence keeps
 // the per-partition order across the producer's internal retries. The relay
 // does not close the client.
-func NewRelay(db *sqldb.DB, client *kgo.Client, opts ...Opt) *Relay {
+//
+// It returns an error when db or client is nil, or when the Table name is
+// not a plain lower-case identifier (sqldb.CheckTableName), as
+// NewTransactionalRelay does.
+func NewRelay(db *sqldb.DB, client *kgo.Client, opts ...Opt) (*Relay, error) {
+	if client == nil {
+		return nil, errors.New("outbox: NewRelay: nil client")
+	}
+	r, err := newRelay(db, nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	r.client = client
+	r.mc = r.metrics.relay(r.table)
+	return r, nil
+}
+
+// newRelay is a relay with the defaults, then opts applied (with txn set
+// first, for the options of the exactly-once mode), on a checked table.
+func newRelay(db *sqldb.DB, txn *txnConfig, opts []Opt) (*Relay, error) {
+	if db == nil {
+		return nil, errors.New("outbox: relay: nil database")
+	}
 	r := &Relay{
 		db:           db,
-		client:       client,
 		batchSize:    DefaultMaxBatch,
 		pollInterval: DefaultPollInterval,
 		minBackoff:   DefaultMinBackoff,
 		maxBackoff:   DefaultMaxBackoff,
-		logger:       slog.Default(),
+		logger:       slog.New(slog.DiscardHandler),
 		wake:         make(chan struct{}, 1),
 		table:        DefaultTable,
+		txn:          txn,
 	}
 	for _, o := range opts {
 		o(r)
 	}
-	r.tableErr = r.bindTable()
-	return r
-}
-
-// bindTable checks r.table and makes r.ob, the outbox on it (the default
-// table's if the name is invalid, so that Pending still answers).
-func (r *Relay) bindTable() error {
 	ob, err := New(r.db, r.table)
 	if err != nil {
-		r.ob = newOutbox(r.db, DefaultTable)
-		return err
+		return nil, err
 	}
 	r.ob = ob
-	return nil
+	return r, nil
 }
 
 // Notify wakes the relay to look for new rows now instead of at the next
@@ -151,8 +165,7 @@ func (r *Relay) Pending(ctx context.Context) (int, error) { return r.ob.Pending(
 // UPDATE runs even when ctx ends during the step (bounded to 10 s), so a
 // clean shutdown does not re-publish what it already published.
 //
-// Run returns ErrRunning if the relay is already running, the error of an
-// invalid Table name at once, an error wrapping kgo.ErrClientClosed
+// Run returns ErrRunning if the relay is already running, an error wrapping kgo.ErrClientClosed
 // if the client was closed, and an *AuthorizationError (not retried; the
 // refused rows stay unsent) when the broker refuses the relay an ACL.
 func (r *Relay) Run(ctx context.Context) error {
@@ -160,9 +173,6 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer r.running.Store(false)
-	if r.tableErr != nil {
-		return r.tableErr
-	}
 	if r.txn != nil {
 		return r.runTxn(ctx)
 	}
@@ -205,6 +215,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			backoff := r.backoff(failures)
 			r.logger.Warn("outbox relay step failed; retrying from the first unsent row",
 				"err", err, "consecutive_failures", failures, "backoff", backoff)
+			add(r.mc.failures, 1)
 			if r.onError != nil {
 				r.onError(err)
 			}
@@ -295,6 +306,7 @@ func (r *Relay) step(ctx context.Context, limit int) (int, error) {
 			return 0, err
 		}
 		r.stats.published.Add(int64(acked))
+		add(r.mc.published, int64(acked))
 	}
 	if produceErr != nil {
 		return acked, produceErr

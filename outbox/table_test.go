@@ -93,7 +93,7 @@ func TestOwnTable(t *testing.T) {
 		}
 
 		addrs := cluster(t)
-		relay := outbox.NewRelay(db, producer(t, addrs), outbox.Table("billing_outbox"), outbox.Logger(quiet))
+		relay := newRelay(t, db, producer(t, addrs), outbox.Table("billing_outbox"), outbox.Logger(quiet))
 		stop := run(t, relay)
 		relay.Notify()
 		waitFor(t, "the billing rows marked sent", func() bool { n, err := billing.Pending(ctx); return err == nil && n == 0 })
@@ -127,11 +127,17 @@ func TestOwnTable(t *testing.T) {
 }
 
 // A table name that is not a plain lower-case identifier is refused by New
-// and Schema, by NewTransactionalRelay, and by Run of a NewRelay relay, with
-// an error naming it; nothing is created.
+// and Schema, by NewTransactionalRelay and by NewRelay, with an error naming
+// it; nothing is created. NewRelay refuses a nil database or client too.
 func TestBadTableName(t *testing.T) {
 	db := storetest.SQLite(t)
-	ctx := ctxT(t)
+	offline := offlineClient(t)
+	if _, err := outbox.NewRelay(db, nil); err == nil {
+		t.Error("NewRelay with a nil client accepted")
+	}
+	if _, err := outbox.NewRelay(nil, offline); err == nil {
+		t.Error("NewRelay with a nil database accepted")
+	}
 	long := strings.Repeat("t", sqldb.MaxTableNameLen+1)
 	for _, name := range []string{"Outbox", "1outbox", "out-box", "app.outbox", "outbox; DROP TABLE orders", `"outbox"`, long} {
 		if _, err := outbox.New(db, name); err == nil || !strings.Contains(err.Error(), "table name") {
@@ -143,9 +149,8 @@ func TestBadTableName(t *testing.T) {
 		if _, err := outbox.NewTransactionalRelay(db, "x", []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, outbox.Table(name)); err == nil {
 			t.Errorf("NewTransactionalRelay with WithTable(%q) accepted it", name)
 		}
-		r := outbox.NewRelay(db, nil, outbox.Table(name))
-		if err := r.Run(ctx); err == nil || !strings.Contains(err.Error(), "table name") {
-			t.Errorf("Run with WithTable(%q): %v, want a table name error", name, err)
+		if r, err := outbox.NewRelay(db, offline, outbox.Table(name)); r != nil || err == nil || !strings.Contains(err.Error(), "table name") {
+			t.Errorf("NewRelay with Table(%q): %v, want a table name error", name, err)
 		}
 	}
 	if _, err := outbox.New(nil, ""); err == nil {

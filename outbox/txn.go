@@ -75,7 +75,8 @@ func DefaultMarkerTopic(name string) string { return DefaultMarkerTopicPrefix + 
 // runs while the next step reads, produces and commits; see below). Kafka commits
 // the rows and the marker together or neither. The read-back is there
 // because franz-go v1.22.3's EndTransaction can abort a write-only
-// transaction and return nil (internal/txncheck): a marker found aborted
+// transaction and return nil (docs/upstream/franz-go-write-only-txn-abort.md
+// in the project's repository): a marker found aborted
 // ends the session without marking, and the next session publishes the
 // rows again. It costs one fetch the relay's reader (one client per
 // session) is already waiting on. A crash
@@ -128,23 +129,20 @@ func NewTransactionalRelay(db *sqldb.DB, name string, clientOpts []kgo.Opt, opts
 	}) {
 		return nil, fmt.Errorf("outbox: relay name %q: want letters, digits, '.', '_' or '-'", name)
 	}
-	r := NewRelay(db, nil)
-	r.txn = &txnConfig{
+	r, err := newRelay(db, &txnConfig{
 		name:          name,
 		clientOpts:    append([]kgo.Opt{}, clientOpts...),
 		rf:            -1,
 		txnTimeout:    DefaultTransactionTimeout,
 		takeoverAfter: DefaultTakeoverAfter,
-	}
-	for _, o := range opts {
-		o(r)
+	}, opts)
+	if err != nil {
+		return nil, err
 	}
 	if err := r.txn.resolveNames(); err != nil {
 		return nil, err
 	}
-	if err := r.bindTable(); err != nil {
-		return nil, err
-	}
+	r.mc = r.metrics.relay(name)
 	return r, nil
 }
 
@@ -201,6 +199,7 @@ func (r *Relay) runTxn(ctx context.Context) error {
 				return nil
 			}
 			r.stats.takeovers.Add(1)
+			add(r.mc.takeovers, 1)
 			r.logger.Info("outbox relay taking over: the outbox made no progress while standing by", "relay", r.txn.name)
 			standby = false
 		}
@@ -217,6 +216,7 @@ func (r *Relay) runTxn(ctx context.Context) error {
 		}
 		if isFenced(err) {
 			r.stats.fenced.Add(1)
+			add(r.mc.fenced, 1)
 			r.logger.Info("outbox relay fenced by another relay with the same transactional id; standing by",
 				"relay", r.txn.name, "err", err)
 			standby, failures = true, 0
@@ -226,6 +226,7 @@ func (r *Relay) runTxn(ctx context.Context) error {
 		backoff := r.backoff(failures)
 		r.logger.Warn("outbox relay session failed; starting a new one from the progress marker",
 			"relay", r.txn.name, "err", err, "consecutive_failures", failures, "backoff", backoff)
+		add(r.mc.failures, 1)
 		if r.onError != nil {
 			r.onError(err)
 		}

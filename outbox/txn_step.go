@@ -79,6 +79,7 @@ func (r *Relay) startMarking(ctx context.Context, conn *sql.Conn, ids []int64, s
 		defer cancel()
 		if m.err = r.markSent(mctx, conn, ids); m.err == nil {
 			r.stats.published.Add(int64(len(ids)))
+			add(r.mc.published, int64(len(ids)))
 		}
 	}()
 	return m
@@ -156,6 +157,7 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, sc sessionConns, ta
 			err = ae
 		}
 		r.stats.aborted.Add(1)
+		add(r.mc.aborted, 1)
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		_ = cl.AbortBufferedRecords(actx)
 		_ = cl.EndTransaction(actx, kgo.TryAbort)
@@ -175,6 +177,7 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, sc sessionConns, ta
 	cancel()
 	if err != nil {
 		r.stats.aborted.Add(1)
+		add(r.mc.aborted, 1)
 		return 0, fmt.Errorf("outbox: commit transaction of %d rows from id %d (outcome unknown until the next session reads the marker): %w", len(rows), ids[0], err)
 	}
 	start = time.Now()
@@ -182,9 +185,11 @@ func (r *Relay) txnStep(ctx context.Context, cl *kgo.Client, sc sessionConns, ta
 	r.stats.confirmNs.Add(int64(time.Since(start)))
 	if err != nil {
 		r.stats.aborted.Add(1)
+		add(r.mc.aborted, 1)
 		return 0, fmt.Errorf("outbox: commit transaction of %d rows from id %d: %w", len(rows), ids[0], err)
 	}
 	r.stats.transactions.Add(1)
+	add(r.mc.transactions, 1)
 	if r.afterCommit != nil {
 		if err := r.afterCommit(ids); err != nil {
 			return 0, &fatalError{err}

@@ -346,7 +346,7 @@ func TestTxnRelayOwnNames(t *testing.T) {
 		r.MarkerTopic() != "ordercast.outbox.pay" {
 		t.Fatalf("default names %q, %q", r.TransactionalID(), r.MarkerTopic())
 	}
-	if r := outbox.NewRelay(db, nil, outbox.TransactionalID("x")); r.TransactionalID() != "" || r.MarkerTopic() != "" {
+	if r := newRelay(t, db, offlineClient(t), outbox.TransactionalID("x")); r.TransactionalID() != "" || r.MarkerTopic() != "" {
 		t.Fatalf("an at-least-once relay reports names %q, %q", r.TransactionalID(), r.MarkerTopic())
 	}
 

@@ -273,8 +273,8 @@ type batchMetrics struct {
 	fallbacks *prometheus.CounterVec
 }
 
-func newBatchMetrics(ns string, reg prometheus.Registerer) *batchMetrics {
-	b := &batchMetrics{
+func newBatchMetrics(ns string) *batchMetrics {
+	return &batchMetrics{
 		size: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "batch_records",
 			Help: "Records per BatchHandler call.", Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}}, []string{"group"}),
 		dur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "batch_duration_seconds",
@@ -282,8 +282,6 @@ func newBatchMetrics(ns string, reg prometheus.Registerer) *batchMetrics {
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "batch_fallbacks_total",
 			Help: "BatchHandler calls that failed; their records were handled again one at a time (retries and DLQ as for single records)."}, []string{"group"}),
 	}
-	reg.MustRegister(b.size, b.dur, b.fallbacks)
-	return b
 }
 
 // batchDone records one BatchHandler call of n records; fellBack reports a

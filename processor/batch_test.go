@@ -137,7 +137,7 @@ func TestBatchKeepsOrder(t *testing.T) {
 			bl := newBatchLog(unit)
 			reg := prometheus.NewRegistry()
 			stop := runProcessor(t, Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(mode), Concurrency(4),
-				CommitInterval(20*time.Millisecond), MaxBatch(maxBatch), WithMetrics(NewMetrics(reg)),
+				CommitInterval(20*time.Millisecond), MaxBatch(maxBatch), WithMetrics(mustMetrics(t, reg)),
 				WithBatchHandler(func(ctx context.Context, recs []*kgo.Record) error {
 					prev := bl.start(recs)
 					time.Sleep(time.Millisecond) // a database round trip: lets records queue
@@ -183,7 +183,7 @@ func TestBatchPoisonRecordAloneToDLQ(t *testing.T) {
 	var poisonBatch atomic.Int32 // size of the largest batch the poison record was in
 	reg := prometheus.NewRegistry()
 	stop := runProcessor(t, Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderKey), Concurrency(2),
-		CommitInterval(20*time.Millisecond), Backoff(time.Millisecond, 2*time.Millisecond), WithMetrics(NewMetrics(reg)),
+		CommitInterval(20*time.Millisecond), Backoff(time.Millisecond, 2*time.Millisecond), WithMetrics(mustMetrics(t, reg)),
 		WithBatchHandler(func(ctx context.Context, recs []*kgo.Record) error {
 			prev := bl.start(recs)
 			for _, r := range recs {

@@ -439,8 +439,8 @@ func RetryTopics(delays ...time.Duration) Opt {
 	return opt(func(c *cfg) { c.retryDelays = delays })
 }
 
-// BlockKeys keeps each key's order through the retry topics (see
-// keyblock.go and docs/runtime.md, "Key order through retry topics"): while
+// BlockKeys keeps each key's order through the retry topics (see the
+// runtime's guide, docs/runtime.md, "Key order through retry topics"): while
 // a record of a key waits in a retry topic (KeyBlockRetries), or also in the
 // DLQ until a replayed copy of it succeeds or it is purged
 // (KeyBlockDeadLetters), the group's later records of that key wait at
@@ -760,7 +760,7 @@ func withHooks(h hooks) Opt { return opt(func(c *cfg) { c.hooks = h }) }
 //
 // Batching does not linger: when a worker is free it takes what is ready at
 // that moment (the next record of each key or partition that is not in
-// flight, and the records queued behind it in that lane), up to MaxBatch
+// flight, and the records of that key or partition queued behind it), up to MaxBatch
 // records, and calls h with them. Under a light load batches hold one
 // record, so latency does not grow; they fill up when records queue while
 // the workers are busy.
@@ -783,7 +783,7 @@ func withHooks(h hooks) Opt { return opt(func(c *cfg) { c.hooks = h }) }
 // transactional (an inbox, package inbox, applied in the batch's own
 // transaction: a rolled-back batch leaves nothing). The batch failure does
 // not count as an attempt of its records. Records that wait for a retry
-// (their lane is failing), records of retry topics and records that fell
+// (an earlier record of their key or partition is failing), records of retry topics and records that fell
 // back are never put in a batch.
 func WithBatchHandler(h BatchHandler) Opt {
 	return opt(func(c *cfg) {
@@ -942,7 +942,7 @@ func HandleTopic(topic string, h Handler) Opt {
 // Either way the runtime checks the topics once at start; a topic deleted
 // later makes the writes fail (see Health.Blocked). The check waits out a
 // cluster that is briefly unreachable (a transient error: a broker
-// restarting, a dropped connection; see internal/brokererr) for up to 30 s,
+// restarting, a dropped connection, a coordinator moving) for up to 30 s,
 // asking again with a backoff of 250 ms doubling to 2 s, and calls a topic
 // missing only when the answers lack it for 5 s, 3 answers at least (a
 // broker that has just restarted can answer before it has caught up with

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,10 @@ const (
 	HeaderFirstFailure      = "ordercast-first-failure"
 	HeaderLastFailure       = "ordercast-last-failure"
 	HeaderRetryDue          = "ordercast-retry-due"
+	// HeaderErrorStack is the goroutine stack of a handler panic, set when
+	// the error wraps a *PanicError (as the Recover middleware of package
+	// processor/middleware returns), cut to at most 8 KiB.
+	HeaderErrorStack = "ordercast-error-stack"
 	// HeaderReplayed marks a record written back from a DLQ by a replay
 	// tool; its value is "<dlq topic>/<partition>/<offset>". The runtime
 	// keeps it on the records it forwards, and shows it to the handler.
@@ -40,7 +45,7 @@ type headerNames struct {
 	prefix                                                       string
 	originalTopic, originalPartition, originalOffset, originalTS string
 	group, errorClass, errorMessage, attempts                    string
-	firstFailure, lastFailure, retryDue, replayed                string
+	firstFailure, lastFailure, retryDue, replayed, errorStack    string
 }
 
 func newHeaderNames(prefix string) headerNames {
@@ -51,7 +56,7 @@ func newHeaderNames(prefix string) headerNames {
 		originalOffset: n(HeaderOriginalOffset), originalTS: n(HeaderOriginalTimestamp),
 		group: n(HeaderConsumerGroup), errorClass: n(HeaderErrorClass), errorMessage: n(HeaderErrorMessage),
 		attempts: n(HeaderAttempts), firstFailure: n(HeaderFirstFailure), lastFailure: n(HeaderLastFailure),
-		retryDue: n(HeaderRetryDue), replayed: n(HeaderReplayed),
+		retryDue: n(HeaderRetryDue), replayed: n(HeaderReplayed), errorStack: n(HeaderErrorStack),
 	}
 }
 
@@ -112,6 +117,9 @@ func forwardHeaders(c *cfg, retryIndex map[string]int, it *item) []kgo.RecordHea
 	f := it.fail // set: only a failed record is forwarded
 	add(hn.errorClass, ErrorClass(f.lastErr))
 	add(hn.errorMessage, trimMessage(f.lastErr.Error(), c.errorMsgMax))
+	if pe := (*PanicError)(nil); errors.As(f.lastErr, &pe) && len(pe.Stack) > 0 {
+		add(hn.errorStack, trimMessage(string(pe.Stack), maxStackHeader))
+	}
 	add(hn.attempts, strconv.Itoa(f.attempts))
 	add(hn.firstFailure, ms(f.first))
 	add(hn.lastFailure, ms(f.last))
@@ -120,6 +128,9 @@ func forwardHeaders(c *cfg, retryIndex map[string]int, it *item) []kgo.RecordHea
 	}
 	return hs
 }
+
+// maxStackHeader is the most bytes of HeaderErrorStack.
+const maxStackHeader = 8 << 10
 
 // trimMessage cuts s to at most max bytes on a rune boundary, marking the cut.
 func trimMessage(s string, max int) string {

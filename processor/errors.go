@@ -22,8 +22,8 @@ var ErrClosed = errors.New("processor: already run or closed")
 //
 // The errors taken as fatal (Kafka protocol error codes; the Java consumer
 // treats them the same way): INVALID_SESSION_TIMEOUT (session timeout outside the broker's group.min/max.session.timeout.ms),
-// GROUP_AUTHORIZATION_FAILED (Run returns it as an *AuthorizationError,
-// authz.go), INVALID_GROUP_ID, INCONSISTENT_GROUP_PROTOCOL
+// GROUP_AUTHORIZATION_FAILED (Run returns it as an *AuthorizationError),
+// INVALID_GROUP_ID, INCONSISTENT_GROUP_PROTOCOL
 // (the group is used by another kind of client), GROUP_MAX_SIZE_REACHED
 // (group.max.size), FENCED_INSTANCE_ID and UNRELEASED_INSTANCE_ID (another
 // live member uses the same static member id, KIP-345/KIP-848) and
@@ -135,6 +135,19 @@ func ErrorClass(err error) string {
 		return ClassTransient
 	}
 }
+
+// PanicError is a handler panic turned into an error: the value passed to
+// panic and the stack of the panicking goroutine (runtime/debug.Stack). The
+// runtime writes Stack, when set, to the HeaderErrorStack header of the
+// retry-topic or DLQ record (cut to 8 KiB), and Error() to
+// HeaderErrorMessage. It is transient unless wrapped with Permanent, as the
+// Recover middleware of package processor/middleware does.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", e.Value) }
 
 // RecordError is a failure tied to one record. The runtime logs it and passes
 // it to DLQ headers; it wraps the handler's error.

@@ -190,7 +190,8 @@ func ExampleNewMetrics() {
 	}
 
 	reg := prometheus.NewRegistry()
-	metrics := processor.NewMetrics(reg) // names start with processor.DefaultMetricsNamespace
+	metrics, err := processor.NewMetrics(reg) // names start with processor.DefaultMetricsNamespace
+	must(err)
 	ctx, stop := context.WithCancel(context.Background())
 	p, err := processor.New(
 		processor.Brokers(kc.Brokers()...), processor.Group("audit"), processor.Topics("events"),

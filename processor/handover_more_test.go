@@ -83,7 +83,7 @@ func testMapSurvivesSecondHandover(t *testing.T, ordering Ordering, protocol str
 	}
 	opts := func(member string, reg *prometheus.Registry, inFlight int) []Opt {
 		return rebalanceOpts(addrs, WithOrdering(ordering), GroupProtocol(protocol), Concurrency(200), MaxInFlight(inFlight, 64<<20),
-			DrainTimeout(200*time.Millisecond), WithHandler(handler(member)), WithMetrics(NewMetrics(reg)))
+			DrainTimeout(200*time.Millisecond), WithHandler(handler(member)), WithMetrics(mustMetrics(t, reg)))
 	}
 	a := startMember(t, opts("A", prometheus.NewRegistry(), 20000)...)
 	<-slowA

@@ -180,3 +180,13 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // and request timeouts, held requests) overlap, which keeps `make test`
 // short. A test calling it must not change package state.
 func parallel(t *testing.T) { testkafka.Parallel(t) }
+
+// mustMetrics is NewMetrics, failing t on error.
+func mustMetrics(t testing.TB, reg prometheus.Registerer, opts ...MetricsOpt) *Metrics {
+	t.Helper()
+	m, err := NewMetrics(reg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}

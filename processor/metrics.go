@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -8,34 +9,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the runtime's Prometheus metrics. Create one per process with
-// NewMetrics and pass it to every processor (New and NewTransactional) with
-// WithMetrics; a nil *Metrics
-// records nothing. All names start with "ordercast_consumer_" (see
-// MetricsNamespace); labels are
-// group, topic, partition (and client_id for per-member gauges). Safe for
-// concurrent use. The series:
-//
-//   - records_consumed_total, bytes_consumed_total, records_processed_total,
-//     records_failed_total{class}, records_retried_total,
-//     records_dead_lettered_total, records_retry_topic_total{retry_topic},
-//     forward_failures_total{target}, records_dropped_stale_total,
-//     fetch_errors_total, rebalances_total{kind}, commit_errors_total;
-//   - committed_offset and lag per partition (lag: last seen high watermark,
-//     or last stable offset, minus the committed offset);
-//   - in_flight_records, in_flight_bytes, fetch_paused and
-//     oldest_in_flight_seconds (the age of the oldest record the member
-//     holds, computed at scrape time) per member;
-//   - handler_duration_seconds and commit_duration_seconds histograms;
-//   - the completed-offsets map (CommitMetadataMaxBytes) per
-//     partition: offset_map_bytes (its size in the last accepted commit's
-//     metadata), offset_map_window_used_ratio (the share of the budget that
-//     the records held could take in the worst case, updated every
-//     CommitInterval; OrderKey and OrderUnordered only),
-//     offset_map_window_full (1 while the partition admits no more records
-//     because that share would exceed 1), and
-//     records_skipped_completed_total (records an earlier owner completed
-//     above its commit point, skipped by this member).
+// Metrics are the runtime's Prometheus metrics. Create one per registry
+// and namespace with NewMetrics and pass it to every processor (New and
+// NewTransactional) with WithMetrics; a nil *Metrics records nothing. Names
+// start with DefaultMetricsNamespace ("ordercast_consumer_") unless
+// MetricsNamespace sets another prefix; labels are group, and topic and
+// partition or client_id as each series needs. Every series, with its type,
+// labels and meaning, is listed in the metrics table of the runtime's guide,
+// docs/runtime.md in the project's repository ("Metrics"). Safe for
+// concurrent use.
 type Metrics struct {
 	consumedRecs  *prometheus.CounterVec
 	consumedBytes *prometheus.CounterVec
@@ -61,14 +43,14 @@ type Metrics struct {
 	windowUsedG   *prometheus.GaugeVec
 	skippedC      *prometheus.CounterVec
 	oldestAge     *ageCollector
-	batch         *batchMetrics // batch.go
+	batch         *batchMetrics
 }
 
 // ageCollector reports <namespace>_oldest_in_flight_seconds, computed
 // from the running processors at scrape time.
 type ageCollector struct {
 	desc *prometheus.Desc
-	// The key-block series (BlockKeys, keyblock.go), reported only by
+	// The key-block series (BlockKeys), reported only by
 	// members with key blocking on.
 	blockedKeys, heldRecs, blockAge, blockRefused *prometheus.Desc
 	mu                                            sync.Mutex
@@ -140,10 +122,13 @@ type metricsCfg struct{ namespace string }
 func MetricsNamespace(ns string) MetricsOpt { return func(c *metricsCfg) { c.namespace = ns } }
 
 // NewMetrics creates the runtime's metrics and registers them with reg
-// (prometheus.DefaultRegisterer when reg is nil). It panics if they are
-// already registered with reg (as prometheus.MustRegister): create one
+// (prometheus.DefaultRegisterer when reg is nil); the series are listed in
+// the Metrics doc. It returns an error wrapping the registry's, and
+// registers nothing, when reg holds a metric of one of these names already:
+// a second Metrics of the same namespace (a
+// prometheus.AlreadyRegisteredError), or a metric of your own. Create one
 // Metrics per registry and namespace.
-func NewMetrics(reg prometheus.Registerer, opts ...MetricsOpt) *Metrics {
+func NewMetrics(reg prometheus.Registerer, opts ...MetricsOpt) (*Metrics, error) {
 	if reg == nil {
 		reg = prometheus.DefaultRegisterer
 	}
@@ -206,11 +191,20 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOpt) *Metrics {
 			procs: make(map[*Processor]struct{}),
 		},
 	}
-	reg.MustRegister(m.consumedRecs, m.consumedBytes, m.processed, m.failed, m.retriedC, m.deadLettered, m.retryTopic,
-		m.fwdFailed, m.droppedC, m.fetchErrors, m.rebalances, m.committedOff, m.lag, m.inFlightRecs, m.inFlightBytes,
-		m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.mapBytes, m.windowFullG, m.windowUsedG, m.skippedC, m.oldestAge)
-	m.batch = newBatchMetrics(ns, reg)
-	return m
+	m.batch = newBatchMetrics(ns)
+	cs := []prometheus.Collector{m.consumedRecs, m.consumedBytes, m.processed, m.failed, m.retriedC, m.deadLettered,
+		m.retryTopic, m.fwdFailed, m.droppedC, m.fetchErrors, m.rebalances, m.committedOff, m.lag, m.inFlightRecs,
+		m.inFlightBytes, m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.mapBytes, m.windowFullG, m.windowUsedG,
+		m.skippedC, m.oldestAge, m.batch.size, m.batch.dur, m.batch.fallbacks}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("processor: NewMetrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // initGroup creates the group's counter series at 0 (a series otherwise

@@ -17,7 +17,7 @@ import (
 // increase).
 func TestCounterSeriesExistAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
+	m := mustMetrics(t, reg)
 	noop := func(context.Context, *kgo.Record) error { return nil }
 	if _, err := New(Brokers("127.0.0.1:1"), Group("g"), Topics("in"), WithHandler(noop), RetryTopics(time.Second), WithMetrics(m)); err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ func TestConfigurableNames(t *testing.T) {
 	}
 	p, err := New(Brokers(addrs...), Group("billing"), Topics("in"), WithHandler(h), MaxAttempts(1),
 		RetryTopics(10*time.Millisecond), RetryTopicPrefix("billing-retry-"), DeadLetterTopic("billing-dead"),
-		HeaderPrefix("x-"), WithMetrics(NewMetrics(reg, MetricsNamespace("billing"))), CommitInterval(20*time.Millisecond))
+		HeaderPrefix("x-"), WithMetrics(mustMetrics(t, reg, MetricsNamespace("billing"))), CommitInterval(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

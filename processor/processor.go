@@ -372,7 +372,7 @@ func (p *Processor) Group() string { return p.cfg.group }
 // delays Run's return past DrainTimeout. It returns nil after a cancellation-triggered
 // shutdown, ErrClosed if called twice, and otherwise the fatal error: a
 // *FatalGroupError, or an *AuthorizationError when the broker refused a
-// request for lack of an ACL (authz.go; nothing past the refused record is
+// request for lack of an ACL (nothing past the refused record is
 // committed).
 func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()

@@ -168,7 +168,7 @@ func TestOldestInFlightGauge(t *testing.T) {
 	produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("slow")})
 	reg := prometheus.NewRegistry()
 	release := make(chan struct{})
-	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), WithMetrics(NewMetrics(reg)), CommitInterval(10*time.Millisecond),
+	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), WithMetrics(mustMetrics(t, reg)), CommitInterval(10*time.Millisecond),
 		WithHandler(func(ctx context.Context, r *kgo.Record) error {
 			<-release
 			return nil

@@ -451,7 +451,7 @@ func TestS11_DLQWithFewerPartitions(t *testing.T) {
 	}
 	defer prod.Close()
 	m := startMember(t, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(10*time.Millisecond), MaxAttempts(1), Producer(prod),
-		Backoff(5*time.Millisecond, 20*time.Millisecond), WithMetrics(NewMetrics(reg)), h.hooks("A"),
+		Backoff(5*time.Millisecond, 20*time.Millisecond), WithMetrics(mustMetrics(t, reg)), h.hooks("A"),
 		WithHandler(func(ctx context.Context, r *kgo.Record) error {
 			if string(r.Value) == "poison" {
 				return Permanentf("poison record")

@@ -132,7 +132,7 @@ func TestS17_KeyOrderAcrossHandover(t *testing.T) {
 	losses := newLossWatch()
 	opts := func(member string, reg *prometheus.Registry, extra ...Opt) []Opt {
 		return rebalanceOpts(addrs, append([]Opt{WithOrdering(OrderKey), Concurrency(8), MaxInFlight(20000, 64<<20),
-			DrainTimeout(200 * time.Millisecond), WithHandler(handler(member)), WithMetrics(NewMetrics(reg))},
+			DrainTimeout(200 * time.Millisecond), WithHandler(handler(member)), WithMetrics(mustMetrics(t, reg))},
 			append(losses.opts(member), extra...)...)...)
 	}
 	defer losses.check(t) // also after a Fatal: a lost session explains what failed
@@ -243,7 +243,7 @@ func TestOffsetMapWindowBounded(t *testing.T) {
 	h := newHistory()
 	var metas []string
 	m := startMember(t, rebalanceOpts(addrs, WithOrdering(OrderKey), Concurrency(4), MaxInFlight(n, 64<<20),
-		CommitMetadataMaxBytes(budget), WithMetrics(NewMetrics(reg)),
+		CommitMetadataMaxBytes(budget), WithMetrics(mustMetrics(t, reg)),
 		WithHandler(func(ctx context.Context, r *kgo.Record) error {
 			if string(r.Value) == "0" { // k00's first: every k00 record waits behind it
 				select {

@@ -310,11 +310,11 @@ func TestS02_OffsetsNeverMoveBackwards(t *testing.T) {
 		}
 	}
 	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
-	a := startMember(t, rebalanceOpts(addrs, WithHandler(slowA), DrainTimeout(200*time.Millisecond), WithMetrics(NewMetrics(regA)), h.hooks("A"))...)
+	a := startMember(t, rebalanceOpts(addrs, WithHandler(slowA), DrainTimeout(200*time.Millisecond), WithMetrics(mustMetrics(t, regA)), h.hooks("A"))...)
 	waitFor(t, 20*time.Second, "A slowly handling both first records", func() bool { return slowStarted.Load() == 2 })
 	bStarted.Store(true)
 	b := startMember(t, rebalanceOpts(addrs, WithHandler(func(ctx context.Context, r *kgo.Record) error { return nil }),
-		WithMetrics(NewMetrics(regB)), h.hooks("B"))...)
+		WithMetrics(mustMetrics(t, regB)), h.hooks("B"))...)
 	var x int32 = -1
 	waitFor(t, 20*time.Second, "B got a partition", func() bool {
 		for p := range bAssigned() {

@@ -213,7 +213,7 @@ func TestUnwritableDLQIsVisible(t *testing.T) {
 		}
 		return nil
 	}
-	p, err := New(Brokers(addrs...), Group("g"), Topics("in"), WithHandler(h), WithMetrics(NewMetrics(reg)),
+	p, err := New(Brokers(addrs...), Group("g"), Topics("in"), WithHandler(h), WithMetrics(mustMetrics(t, reg)),
 		Logger(slog.New(logs)), Backoff(10*time.Millisecond, 50*time.Millisecond), CommitInterval(20*time.Millisecond),
 		ClientOpts(kgo.MetadataMinAge(20*time.Millisecond), kgo.UnknownTopicRetries(1)))
 	if err != nil {

@@ -36,7 +36,7 @@ func TestTxnExactlyOnceOutput(t *testing.T) {
 		return []*kgo.Record{{Topic: "out", Key: r.Value, Value: r.Value}}, nil
 	}
 	reg := prometheus.NewRegistry()
-	metrics := NewMetrics(reg)
+	metrics := mustMetrics(t, reg)
 	start := func(id string) func() {
 		tp, err := NewTransactional(id, h, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(20*time.Millisecond), MaxInFlight(10, 1<<20), WithMetrics(metrics))
 		if err != nil {
@@ -186,7 +186,7 @@ func TestTxnPollDeadlineIsNotAFetchError(t *testing.T) {
 		return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
 	}
 	tp, err := NewTransactional("txn-deadline", h, Brokers(addrs...), Group("g"), Topics("in"),
-		CommitInterval(300*time.Millisecond), WithMetrics(NewMetrics(reg)))
+		CommitInterval(300*time.Millisecond), WithMetrics(mustMetrics(t, reg)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -215,7 +215,9 @@ func (s *System) newProducer(context.Context) error {
 		return err
 	}
 	s.runCtx, s.stop = context.WithCancel(context.Background())
-	s.procMetric = processor.NewMetrics(cfg.Metrics)
+	if s.procMetric, err = processor.NewMetrics(cfg.Metrics); err != nil {
+		return err
+	}
 	s.svcMetric = service.NewMetrics(cfg.Metrics)
 	return nil
 }

@@ -100,7 +100,17 @@ func (c *Cluster) CreateTopic(ctx context.Context, name string, partitions int32
 // to partitions by franz-go's default partitioner (murmur2 of the key, as
 // Kafka's Java client; records without a key stick to one partition per
 // batch); Record.Partition is ignored. It returns the first error.
+//
+// Each record's Context is set to ctx first: franz-go keeps the context of
+// the first Produce call in Record.Context and uses it in every later one,
+// so a record produced again after that context ended would otherwise fail
+// with "context canceled". As with franz-go, the records are modified
+// (Partition, Offset, Timestamp) and must not be produced concurrently by
+// two calls.
 func (c *Cluster) Produce(ctx context.Context, recs ...*kgo.Record) error {
+	for _, r := range recs {
+		r.Context = ctx
+	}
 	if err := c.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("processortest: produce: %w", err)
 	}

@@ -61,3 +61,28 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("Consume of an empty topic: %d records, %v; want the context's error", len(recs), err)
 	}
 }
+
+// A record produced once under a context that has since ended is produced
+// again under the new call's context (franz-go keeps the first call's
+// context in Record.Context).
+func TestProduceAgainAfterContextEnded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kc := processortest.New(t, map[string]int32{"in": 1})
+	rec := &kgo.Record{Topic: "in", Key: []byte("k"), Value: []byte("v")}
+	first, cancelFirst := context.WithCancel(ctx)
+	if err := kc.Produce(first, rec); err != nil {
+		t.Fatal(err)
+	}
+	cancelFirst()
+	if err := kc.Produce(ctx, rec); err != nil {
+		t.Fatalf("second Produce of the same record: %v", err)
+	}
+	got, err := kc.Consume(ctx, "in", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1].Offset != 1 {
+		t.Fatalf("consumed %d records, want 2", len(got))
+	}
+}
