@@ -100,7 +100,7 @@ func TestBatchPartialFailure(t *testing.T) {
 			var partials, batches int
 			var statMu sync.Mutex
 			stop := runProcessor(t, Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderKey), Concurrency(2),
-				CommitInterval(20*time.Millisecond), Backoff(time.Millisecond, 2*time.Millisecond), WithMetrics(NewMetrics(reg)),
+				CommitInterval(20*time.Millisecond), Backoff(time.Millisecond, 2*time.Millisecond), WithMetrics(mustMetrics(t, reg)),
 				MaxBatch(64),
 				WithBatchHandler(func(ctx context.Context, recs []*kgo.Record) error {
 					log.seen(recs)
