@@ -187,8 +187,9 @@ type Report struct {
 	// read_committed reader of the topic sees, when the invariants were
 	// checked (passed, failed, timed out); nil otherwise.
 	ShipmentRecordsRead *int `json:"shipmentRecordsRead,omitempty"`
-	// DLQRecords counts the records of each group's DLQ, read_committed;
-	// never null: an empty map when they could not be read (Reason says
+	// DLQRecords counts the records of each group's DLQ as `ordercast dlq
+	// list` does (read_committed, from the purge position on: a purged
+	// record is not counted); never null: an empty map when they could not be read (Reason says
 	// why).
 	DLQRecords     map[string]int `json:"dlqRecords"`
 	ElapsedSeconds float64        `json:"elapsedSeconds"`
