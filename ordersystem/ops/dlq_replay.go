@@ -122,7 +122,10 @@ const (
 // A written record has the DLQ record's key, value (a null value stays
 // null) and own headers (those not starting with "ordercast-"), plus
 // processor.HeaderReplayed = the DLQ record's ID; for TargetRetry also the
-// original coordinates and a due time of now.
+// original coordinates and a due time of now. The partition written to is
+// not copied from the original: the client's partitioner picks it
+// (franz-go's default kgo.StickyKeyPartitioner: the murmur2 hash of the key,
+// as Kafka's Java client; a null key sticks to one partition per batch).
 //
 // Records that are replays that failed again are skipped unless
 // IncludeFailedReplays or named by ID (see there). Records replayed before
