@@ -65,6 +65,26 @@ func TestProducePoisonReachesDLQ(t *testing.T) {
 		t.Errorf("dlq list does not show %s from %s:\n%s", r.ID, w.ID, table)
 	}
 
+	// Replayed, the record fails again: its copy names it (REPLAY OF); a
+	// second replay of everything skips the copy, unless asked.
+	mustRun(t, "dlq", "replay", "--group", "g", b)
+	var list string
+	testkafka.WaitFor(t, 15*time.Second, "the replayed copy in g.dlq", func() bool {
+		list = mustRun(t, "dlq", "list", "--group", "g", b)
+		return strings.Contains(list, "2 selected")
+	})
+	if !strings.Contains(list, "REPLAY OF") || !strings.Contains(list, "1 of them replays that failed again") || strings.Count(list, r.ID) != 2 {
+		t.Errorf("dlq list after a failed replay: want the copy naming %s:\n%s", r.ID, list)
+	}
+	out, err = ordercast(t, "dlq", "replay", "--group", "g", b)
+	if err == nil || !strings.Contains(out, "1 refused, 1 skipped") || !strings.Contains(out, "a replay of "+r.ID+" that failed again") {
+		t.Errorf("second dlq replay: err %v\n%s", err, out)
+	}
+	if out, _ := ordercast(t, "dlq", "replay", "--group", "g", b, "--dry-run", "--include-failed-replays"); !strings.Contains(out, "would replay 1 of 2") ||
+		strings.Contains(out, "skipped") {
+		t.Errorf("dlq replay --include-failed-replays --dry-run:\n%s", out)
+	}
+
 	// A value from a file, to a chosen partition.
 	file := filepath.Join(t.TempDir(), "v.bin")
 	if err := os.WriteFile(file, []byte{0, 1, 2}, 0o600); err != nil {
