@@ -177,7 +177,11 @@ func writeListing(out io.Writer, l *ops.Listing) error {
 	for _, p := range l.Partitions {
 		pending += p.Pending
 	}
-	fmt.Fprintf(out, "DLQ %s (group %s): %d records pending, %d selected, %d of them replayed\n\n", l.Topic, l.Group, pending, l.Selected, l.Replayed)
+	fmt.Fprintf(out, "DLQ %s (group %s): %d records pending, %d selected, %d of them replayed", l.Topic, l.Group, pending, l.Selected, l.Replayed)
+	if l.FailedReplays > 0 {
+		fmt.Fprintf(out, ", %d of them replays that failed again (REPLAY OF)", l.FailedReplays)
+	}
+	fmt.Fprint(out, "\n\n")
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tSTART\tPOSITION\tEND\tPENDING")
 	for _, p := range l.Partitions {
@@ -204,7 +208,7 @@ func writeListing(out io.Writer, l *ops.Listing) error {
 			return err
 		}
 		fmt.Fprintln(out)
-		fmt.Fprintln(tw, "ID\tTIME\tKEY\tORIGINAL\tCLASS\tATTEMPTS\tREPLAYED\tERROR")
+		fmt.Fprintln(tw, "ID\tTIME\tKEY\tORIGINAL\tREPLAY OF\tCLASS\tATTEMPTS\tREPLAYED\tERROR")
 		for _, r := range l.Records {
 			replayed := "-"
 			switch {
@@ -221,7 +225,7 @@ func writeListing(out io.Writer, l *ops.Listing) error {
 			if r.BlocksKey {
 				key += " (blocked)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Timestamp.Format(time.RFC3339), key, orig,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Timestamp.Format(time.RFC3339), key, orig, dash(r.ReplayedFrom),
 				dash(r.ErrorClass), r.Attempts, replayed, clip(r.ErrorMessage, 80))
 		}
 		if err := tw.Flush(); err != nil {
@@ -412,6 +416,7 @@ func newDLQReplay(f *dlqFlags) *cobra.Command {
 		force  bool
 		dryRun bool
 		limit  int
+		again  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "replay",
@@ -428,7 +433,10 @@ Each record is marked as replayed in ordercast.dlq.state in the same Kafka trans
 ordercast-dlq-<group>) as the record itself: a record is marked if and only if it was written.
 Records replayed before are refused unless --force; exit status 1 when any were refused (the
 others are still replayed). Fix the cause first: a record that fails again goes back to the DLQ
-as a new record (with ordercast-replayed-from), which can be replayed again.`,
+as a new record with ordercast-replayed-from=<ID of the record replayed> (list shows it as
+REPLAY OF). Such records are skipped (exit status 0, listed) unless --include-failed-replays,
+so that replaying everything again does not redrive the same poison record; the record itself
+is already replayed (refused without --force).`,
 		Example: `  ordercast dlq replay --group payments --dry-run
   ordercast dlq replay --group payments --class invalid --rate 20
   ordercast dlq replay --group orders --partition 1 --from-offset 40 --to-offset 45 --to retry`,
@@ -452,7 +460,7 @@ as a new record (with ordercast-replayed-from), which can be replayed again.`,
 				return err
 			}
 			defer done()
-			res, rerr := d.Replay(ctx, ops.ReplayOptions{Selection: s, To: ops.Target(to), Rate: rate, Force: force, DryRun: dryRun, Limit: limit})
+			res, rerr := d.Replay(ctx, ops.ReplayOptions{Selection: s, To: ops.Target(to), Rate: rate, Force: force, DryRun: dryRun, Limit: limit, IncludeFailedReplays: again})
 			if res == nil {
 				return rerr
 			}
@@ -478,6 +486,7 @@ as a new record (with ordercast-replayed-from), which can be replayed again.`,
 	fl.BoolVar(&force, "force", false, "replay records that were replayed before")
 	fl.BoolVar(&dryRun, "dry-run", false, "show what would be replayed and write nothing")
 	fl.IntVar(&limit, "limit", 0, "replay at most this many records (0: all selected)")
+	fl.BoolVar(&again, "include-failed-replays", false, "also replay the records that are replays that failed again (REPLAY OF in list)")
 	return cmd
 }
 
@@ -486,7 +495,11 @@ func writeReplay(out io.Writer, r *ops.ReplayResult) error {
 	if r.DryRun {
 		verb = "would replay"
 	}
-	fmt.Fprintf(out, "%s %d of %d selected records from %s (to %s); %d refused\n", verb, len(r.Replayed), r.Selected, r.Topic, r.Target, len(r.Refused))
+	fmt.Fprintf(out, "%s %d of %d selected records from %s (to %s); %d refused", verb, len(r.Replayed), r.Selected, r.Topic, r.Target, len(r.Refused))
+	if len(r.Skipped) > 0 {
+		fmt.Fprintf(out, ", %d skipped", len(r.Skipped))
+	}
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if len(r.Replayed) > 0 {
 		fmt.Fprintln(tw, "FROM\tTO\tKEY\tCLASS\tFORCED")
@@ -497,13 +510,21 @@ func writeReplay(out io.Writer, r *ops.ReplayResult) error {
 			return err
 		}
 	}
-	if len(r.Refused) > 0 {
-		fmt.Fprintln(out, "\nrefused:")
+	for _, list := range []struct {
+		name string
+		rs   []ops.Refusal
+	}{{"refused", r.Refused}, {"skipped", r.Skipped}} {
+		if len(list.rs) == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "\n%s:\n", list.name)
 		fmt.Fprintln(tw, "ID\tREASON")
-		for _, x := range r.Refused {
+		for _, x := range list.rs {
 			fmt.Fprintf(tw, "%s\t%s\n", x.ID, x.Reason)
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

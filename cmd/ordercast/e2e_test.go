@@ -498,3 +498,36 @@ func TestUpReportWhenReplayFileUnreadable(t *testing.T) {
 		})
 	}
 }
+
+// TestUpReportsUncleanPreviousStop: a data directory whose RUNNING marker
+// was left by a process that did not stop cleanly is reported as such, in
+// the log and the report (previousStopUnclean, reason); the next run, after
+// that one stopped cleanly, is not.
+func TestUpReportsUncleanPreviousStop(t *testing.T) {
+	if testkafka.Real() {
+		t.Skip("the marker is the embedded stack's")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// What a killed `up` leaves: the marker it writes at start.
+	if err := os.WriteFile(filepath.Join(data, "RUNNING"), []byte("pid 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(dir, "report.json")
+	for i, unclean := range []bool{true, false} {
+		cmd := upCommand(bin, upArgs(data, "--replay", oneDay, "--exit-when-done", "--report", report, "--timeout", "1ns")...)
+		out, _ := cmd.CombinedOutput()
+		r := readReport(t, report)
+		logged := strings.Contains(string(out), "did not stop cleanly")
+		if r.PreviousStopUnclean != unclean || strings.Contains(r.Reason, "did not stop cleanly") != unclean || logged != unclean {
+			t.Errorf("run %d: previousStopUnclean %v, reason %q, logged %v; want %v\n%s", i+1, r.PreviousStopUnclean, r.Reason, logged, unclean, out)
+		}
+		if _, err := os.Stat(filepath.Join(data, "RUNNING")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("run %d stopped cleanly but left its marker: %v", i+1, err)
+		}
+	}
+}

@@ -13,18 +13,27 @@ import (
 )
 
 func newGroups() *cobra.Command {
-	var f opsFlags
+	var (
+		f          opsFlags
+		partitions bool
+	)
 	cmd := &cobra.Command{
 		Use:   "groups [GROUP...]",
-		Short: "Consumer groups: state, members and their partitions, committed and end offsets, lag",
-		Long: `Describes the named consumer groups (all groups of the cluster when none is named): state,
-assignor, members with the partitions each holds, and per partition the committed offset, the
-high watermark (END) and the lag (END - COMMITTED), with the group's total.
+		Short: "Consumer groups: state, members and total lag (--partitions: members' partitions, offsets and lag)",
+		Long: `Describes the named consumer groups (all groups of the cluster when none is named).
+
+By default one line per group: state, protocol (type/assignor), members, total lag, and how many
+of its partitions lag (LAGGING, of all the partitions it holds or has committed offsets on).
+Kafka does not return when an offset was committed, so no commit age is shown.
+
+--partitions shows each group in full: its members with the partitions each holds, and per
+partition the committed offset, the high watermark (END) and the lag (END - COMMITTED).
+-o json always has everything.
 
 Classic groups and KIP-848 ("consumer" protocol) groups are both described. Exit status 1 when
 a named group does not exist or could not be described.`,
 		Example: `  ordercast groups
-  ordercast groups payments orders
+  ordercast groups payments orders --partitions
   ordercast groups payments -o json | jq '.[0].totalLag'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.dial(cmd)
@@ -45,8 +54,16 @@ a named group does not exist or could not be described.`,
 				if len(groups) == 0 {
 					fmt.Fprintln(out, "no consumer groups")
 				}
+				if !partitions {
+					if err := writeGroupSummary(out, groups, len(args) > 0); err != nil {
+						return err
+					}
+				}
 				shown := 0
 				for _, g := range groups {
+					if !partitions {
+						break
+					}
 					if g.Error != "" && len(args) > 0 {
 						continue // a named group's error is the command's error, printed once
 					}
@@ -72,7 +89,48 @@ a named group does not exist or could not be described.`,
 		},
 	}
 	f.register(cmd, false)
+	cmd.Flags().BoolVar(&partitions, "partitions", false, "show each group's members and, per partition, the committed offset, end offset and lag")
 	return cmd
+}
+
+// writeGroupSummary writes one line per group: state, protocol, members,
+// total lag and the partitions with lag. A group that could not be
+// described is followed by its error, unless named (then the error is the
+// command's, printed once by main).
+func writeGroupSummary(out io.Writer, groups []ops.GroupInfo, named bool) error {
+	shown := slices.DeleteFunc(slices.Clone(groups), func(g ops.GroupInfo) bool { return g.Error != "" && named })
+	if len(shown) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tSTATE\tPROTOCOL\tMEMBERS\tLAG\tLAGGING")
+	var errs []string
+	for _, g := range shown {
+		lagging, unknown := 0, 0
+		for _, p := range g.Partitions {
+			switch {
+			case p.Lag > 0:
+				lagging++
+			case p.Lag < 0:
+				unknown++
+			}
+		}
+		lag := fmt.Sprint(g.TotalLag)
+		if unknown > 0 {
+			lag += fmt.Sprintf(" (+%d unknown)", unknown)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%d\t%s\t%d of %d\n", g.Group, dash(g.State), g.Type, dash(g.Protocol), len(g.Members), lag, lagging, len(g.Partitions))
+		if g.Error != "" {
+			errs = append(errs, g.Group+": "+g.Error)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, e := range errs {
+		fmt.Fprintln(out, "error:", e)
+	}
+	return nil
 }
 
 // writeGroup writes one group: a summary line, its members, its partitions.

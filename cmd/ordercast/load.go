@@ -160,13 +160,15 @@ type LoadReport struct {
 	Shipped        int       `json:"ordersShipped"`
 	// Refused are accepted orders whose payment was refused: they are not
 	// shipped. Shipped + Refused = accepted when every order was processed.
-	Refused        int                        `json:"ordersRefused"`
-	NotShipped     int                        `json:"ordersNotShippedNorRefused"`
-	ElapsedSeconds float64                    `json:"elapsedSeconds"`
-	Progress       audit.Progress             `json:"progress"`
-	DLQRecords     map[string]int             `json:"dlqRecords,omitempty"`
-	Invariants     map[string]audit.Invariant `json:"invariants,omitempty"`
-	PerSecond      []*load.Second             `json:"perSecond"`
+	Refused        int            `json:"ordersRefused"`
+	NotShipped     int            `json:"ordersNotShippedNorRefused"`
+	ElapsedSeconds float64        `json:"elapsedSeconds"`
+	Progress       audit.Progress `json:"progress"`
+	// DLQRecords counts each group's DLQ records as `ordercast dlq list`
+	// does (purged records are not counted).
+	DLQRecords map[string]int             `json:"dlqRecords,omitempty"`
+	Invariants map[string]audit.Invariant `json:"invariants,omitempty"`
+	PerSecond  []*load.Second             `json:"perSecond"`
 }
 
 // Latencies are quantiles of an HDR histogram, in milliseconds.

@@ -33,7 +33,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newUp(), newRun(), newReplay(), newLoad())
-	root.AddCommand(newTopics(), newGroups(), newDLQ(), newACLs(), newConsole())
+	root.AddCommand(newTopics(), newGroups(), newDLQ(), newProduce(), newACLs(), newConsole())
 	root.AddCommand(newDevstack(), newChaos(), newVersion(), newToken())
 	// Inherited by every subcommand (cobra looks up the parents'), so
 	// that every numeric, duration and boolean flag of the CLI names

@@ -39,6 +39,9 @@ type upFlags struct {
 	timeout      time.Duration
 	maxRowErrors float64
 	ordersBefore int // accepted orders in the database before the replay (Report.OrdersBeforeRun)
+	// unclean: the embedded stack found that the previous one on
+	// --data-dir did not stop cleanly (Report.PreviousStopUnclean).
+	unclean bool
 	// replayUnlimited: --replay without --rate-limit, so checkout runs
 	// without its per-client limit (set by check).
 	replayUnlimited bool
@@ -152,7 +155,8 @@ type Report struct {
 	// Status is the verdict: StatusPassed, StatusFailed, StatusTimedOut or
 	// StatusInterrupted.
 	Status string `json:"status"`
-	// Reason says why, when Status is not StatusPassed.
+	// Reason says why, when Status is not StatusPassed, and that the
+	// previous stop was unclean (PreviousStopUnclean).
 	Reason string `json:"reason,omitempty"`
 	// CountsCover says what the database counts cover, for people.
 	CountsCover string `json:"countsCover"`
@@ -187,11 +191,20 @@ type Report struct {
 	// read_committed reader of the topic sees, when the invariants were
 	// checked (passed, failed, timed out); nil otherwise.
 	ShipmentRecordsRead *int `json:"shipmentRecordsRead,omitempty"`
-	// DLQRecords counts the records of each group's DLQ, read_committed;
-	// never null: an empty map when they could not be read (Reason says
+	// DLQRecords counts the records of each group's DLQ as `ordercast dlq
+	// list` does (read_committed, from the purge position on: a purged
+	// record is not counted); never null: an empty map when they could not be read (Reason says
 	// why).
-	DLQRecords     map[string]int `json:"dlqRecords"`
-	ElapsedSeconds float64        `json:"elapsedSeconds"`
+	DLQRecords map[string]int `json:"dlqRecords"`
+	// PreviousStopUnclean is true when the embedded stack found that the
+	// previous process on this --data-dir did not stop cleanly (killed, out
+	// of memory, power loss: its RUNNING marker was still there,
+	// devstack.Stack.Unclean). The embedded broker's transactions open at
+	// that moment may then be partially committed, so exactly-once results
+	// across that crash are not assured; Reason says so too. Always false
+	// with --brokers (a real cluster recovers its transactions).
+	PreviousStopUnclean bool    `json:"previousStopUnclean"`
+	ElapsedSeconds      float64 `json:"elapsedSeconds"`
 	// PhaseSeconds splits ElapsedSeconds of a run that got to its audit:
 	// "start" (the process's start until the replay begins: topics,
 	// groups, seeding), "replay" (sending every invoice and the answers),
@@ -305,6 +318,11 @@ func runUp(parent context.Context, f *upFlags) error {
 			return err
 		}
 		warnUnclean(stack, f.dataDir)
+		if stack.Unclean {
+			f.unclean = true
+			cfg.Logger.Warn("the previous process on this data directory did not stop cleanly (its RUNNING marker was left): transactions the embedded broker had open may be partially committed",
+				"data_dir", f.dataDir)
+		}
 		defer stack.Close()
 		if len(cfg.Kafka.Brokers) == 0 {
 			cfg.Kafka.Brokers = stack.Brokers
@@ -481,6 +499,7 @@ func replayAndReport(ctx context.Context, f *upFlags, sys *system.System, invoic
 	if len(why) > 0 {
 		rep.Status = StatusFailed
 	}
+	rep.Reason, rep.PreviousStopUnclean = withUnclean(f, rep.Reason), f.unclean
 	if err := writeReport(f.report, rep); err != nil {
 		return err
 	}
@@ -502,7 +521,8 @@ func endEarly(f *upFlags, sys *system.System, sum replay.Summary, start time.Tim
 	defer cancel()
 	prog, err := audit.ReadProgress(ctx, sys.DB)
 	rep := newReport(sum, prog, f.ordersBefore, start)
-	rep.Status, rep.Reason = status, reason
+	rep.Status, rep.Reason = status, withUnclean(f, reason)
+	rep.PreviousStopUnclean = f.unclean
 	if err != nil {
 		rep.Reason += "; progress not measured: " + err.Error()
 	} else {
@@ -530,6 +550,19 @@ func endEarly(f *upFlags, sys *system.System, sum replay.Summary, start time.Tim
 		msg += " (report in " + f.report + ")"
 	}
 	return &exitError{code: 1, msg: msg}
+}
+
+// withUnclean appends to reason, when the previous stop on --data-dir was
+// unclean (upFlags.unclean), a note saying so and what it means.
+func withUnclean(f *upFlags, reason string) string {
+	if !f.unclean {
+		return reason
+	}
+	note := "the previous process on --data-dir " + f.dataDir + " did not stop cleanly: transactions the embedded broker had open then may be partially committed, so exactly-once results across that stop are not assured"
+	if reason == "" {
+		return note
+	}
+	return reason + "; " + note
 }
 
 // newReport fills the counts of a report from this run's replay summary and

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/ordersystem/ops"
 	"github.com/ordercast/ordercast/ordersystem/order"
 	"github.com/ordercast/ordercast/ordersystem/schema"
 	"github.com/ordercast/ordercast/ordersystem/store"
@@ -120,9 +121,11 @@ type Invariant struct {
 
 // Result is the audit: counts from the topics and the invariants.
 type Result struct {
-	ShipmentRecords int                  `json:"shipmentRecords"`
-	DLQRecords      map[string]int       `json:"dlqRecords"`
-	Invariants      map[string]Invariant `json:"invariants"`
+	ShipmentRecords int `json:"shipmentRecords"`
+	// DLQRecords counts each group's DLQ records as `ordercast dlq list`
+	// does (CountDLQ): purged records are not counted.
+	DLQRecords map[string]int       `json:"dlqRecords"`
+	Invariants map[string]Invariant `json:"invariants"`
 }
 
 // OK reports whether every invariant holds.
@@ -261,7 +264,11 @@ func Check(ctx context.Context, db *store.DB, cl *kgo.Client, serde *schema.Serd
 		if err != nil {
 			return nil, err
 		}
-		res.DLQRecords[g] = len(recs)
+		if res.DLQRecords[g], err = countDLQ(ctx, cl, g); err != nil {
+			return nil, err
+		}
+		// Every record dead-lettered counts here, purged or not: a purge
+		// does not undo that a valid order was dead-lettered.
 		for _, r := range recs {
 			if id := orderIDOf(ctx, serde, r); id != "" && acceptedSet[id] {
 				validInDLQ++
@@ -273,20 +280,37 @@ func Check(ctx context.Context, db *store.DB, cl *kgo.Client, serde *schema.Serd
 }
 
 // CountDLQ counts the records of each service group's DLQ topic
-// (processor.DLQTopic) as a read_committed reader sees them, keyed by group:
-// the dlqRecords of Result without the rest of Check, for a report of a run
+// (processor.DLQTopic), keyed by group, as `ordercast dlq list` counts them
+// (ops.DLQ.List's Selected): the committed records from each partition's
+// purge position on, so a purged record is not counted. It is the
+// dlqRecords of Result without the rest of Check, for a report of a run
 // that ended early. It blocks until each topic is read to its last stable
 // offset or ctx ends.
 func CountDLQ(ctx context.Context, cl *kgo.Client) (map[string]int, error) {
 	out := map[string]int{}
 	for _, g := range order.Groups {
-		recs, err := ReadTopic(ctx, cl, processor.DLQTopic(g))
+		n, err := countDLQ(ctx, cl, g)
 		if err != nil {
 			return out, err
 		}
-		out[g] = len(recs)
+		out[g] = n
 	}
 	return out, nil
+}
+
+// countDLQ is ops.DLQ.List's count of group's DLQ, through clients with
+// cl's options.
+func countDLQ(ctx context.Context, cl *kgo.Client, group string) (int, error) {
+	d, err := ops.NewDLQ(group, cl.Opts()...)
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	l, err := d.List(ctx, ops.Selection{}, 1)
+	if err != nil {
+		return 0, fmt.Errorf("audit: count the DLQ of %s: %w", group, err)
+	}
+	return l.Selected, nil
 }
 
 // orderIDOf decodes a DLQ record's payload with its original topic's schema

@@ -114,6 +114,13 @@ type Console struct {
 
 	mu      sync.Mutex
 	samples []sample // ring, oldest first
+
+	// dlqs holds one ops.DLQ per group, made on first use by newDLQ and
+	// kept until Close (each holds a Kafka client).
+	dlqMu  sync.Mutex
+	dlqs   map[string]*ops.DLQ
+	closed bool
+	newDLQ func(group string, opts ...kgo.Opt) (*ops.DLQ, error)
 }
 
 // sample is one lag sample: the total lag of each group.
@@ -150,7 +157,8 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), pages: map[string]*template.Template{}, auth: newAuth(cfg.Token)}
+	c := &Console{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), pages: map[string]*template.Template{}, auth: newAuth(cfg.Token),
+		dlqs: map[string]*ops.DLQ{}, newDLQ: ops.NewDLQ}
 	for _, p := range []string{"overview", "group", "topic", "dlq", "record", "order", "error"} {
 		t, err := template.New("").Funcs(funcs).ParseFS(assets, "templates/base.html", "templates/"+p+".html")
 		if err != nil {
@@ -163,8 +171,38 @@ func New(cfg Config) (*Console, error) {
 	return c, nil
 }
 
-// Close closes the console's Kafka client.
-func (c *Console) Close() { c.cl.Close() }
+// Close closes the console's Kafka clients: its own and those of the DLQ
+// tools it keeps per group. A request served after Close fails.
+func (c *Console) Close() {
+	c.dlqMu.Lock()
+	defer c.dlqMu.Unlock()
+	c.closed = true
+	for g, d := range c.dlqs {
+		d.Close()
+		delete(c.dlqs, g)
+	}
+	c.cl.Close()
+}
+
+// dlq returns the console's ops.DLQ of group, made on first use and kept
+// for the console's lifetime (ops.DLQ is safe for concurrent use), so that
+// pages do not open a Kafka client per request. Safe for concurrent use.
+func (c *Console) dlq(group string) (*ops.DLQ, error) {
+	c.dlqMu.Lock()
+	defer c.dlqMu.Unlock()
+	if c.closed {
+		return nil, errors.New("console: closed")
+	}
+	if d := c.dlqs[group]; d != nil {
+		return d, nil
+	}
+	d, err := c.newDLQ(group, c.cfg.Kafka...)
+	if err != nil {
+		return nil, err
+	}
+	c.dlqs[group] = d
+	return d, nil
+}
 
 // ServeHTTP serves the console's paths (under Prefix) with its security
 // headers.

@@ -138,11 +138,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) dlqCount(ctx context.Context, group string) *dlqCount {
-	d, err := ops.NewDLQ(group, c.cfg.Kafka...)
+	d, err := c.dlq(group)
 	if err != nil {
 		return &dlqCount{Error: err.Error()}
 	}
-	defer d.Close()
 	l, err := d.List(ctx, ops.Selection{}, 1)
 	if err != nil {
 		if errors.Is(err, ops.ErrNoTopic) {
@@ -321,12 +320,11 @@ func (c *Console) renderDLQ(w http.ResponseWriter, r *http.Request, status int, 
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	d, err := ops.NewDLQ(group, c.cfg.Kafka...)
+	d, err := c.dlq(group)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	defer d.Close()
 	q := r.URL.Query()
 	sel := ops.Selection{}
 	class, topic := q.Get("class"), q.Get("topic")
@@ -372,12 +370,11 @@ func (c *Console) recordPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	d, err := ops.NewDLQ(group, c.cfg.Kafka...)
+	d, err := c.dlq(group)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	defer d.Close()
 	rec, err := d.Show(ctx, int32(p), o)
 	if errors.Is(err, ops.ErrNoRecord) {
 		c.fail(w, r, http.StatusNotFound, err)
@@ -421,12 +418,11 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	o := ops.ReplayOptions{Selection: sel, To: to, Rate: c.cfg.ReplayRate, Force: r.PostFormValue("force") == "1", DryRun: r.PostFormValue("action") != "apply"}
 	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.Timeout+time.Duration(float64(len(ids))/o.Rate*float64(time.Second)))
 	defer cancel()
-	d, err := ops.NewDLQ(group, c.cfg.Kafka...)
+	d, err := c.dlq(group)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	defer d.Close()
 	res, err := d.Replay(ctx, o)
 	var refused *ops.RefusedError
 	data := map[string]any{"Replay": res}
@@ -448,12 +444,11 @@ func (c *Console) purge(w http.ResponseWriter, r *http.Request) {
 	o := ops.PurgeOptions{DryRun: r.PostFormValue("action") != "apply"}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	d, err := ops.NewDLQ(group, c.cfg.Kafka...)
+	d, err := c.dlq(group)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	defer d.Close()
 	res, err := d.Purge(ctx, o)
 	data := map[string]any{"Purge": res}
 	if err != nil {

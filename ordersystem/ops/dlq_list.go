@@ -19,6 +19,9 @@ type Listing struct {
 	ByClass         map[string]int `json:"byClass"`
 	ByOriginalTopic map[string]int `json:"byOriginalTopic"`
 	Replayed        int            `json:"replayed"`
+	// FailedReplays counts the selected records that are themselves
+	// replays that failed again (DLQRecord.ReplayedFrom set).
+	FailedReplays int `json:"failedReplays"`
 	// Records are the first Limit selected records, without their values.
 	Records []DLQRecord `json:"records"`
 	// Truncated is true when more records were selected than returned.
@@ -52,6 +55,9 @@ func (d *DLQ) List(ctx context.Context, sel Selection, limit int) (*Listing, err
 		l.ByOriginalTopic[r.OriginalTopic]++
 		if r.Replay != nil {
 			l.Replayed++
+		}
+		if r.ReplayedFrom != "" {
+			l.FailedReplays++
 		}
 		if limit <= 0 || len(l.Records) < limit {
 			rec := *r

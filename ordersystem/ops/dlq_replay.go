@@ -56,6 +56,15 @@ type ReplayOptions struct {
 	DryRun bool
 	// Limit caps the number of records replayed; 0 means no cap.
 	Limit int
+	// IncludeFailedReplays also replays the records that are themselves
+	// replays that failed again (DLQRecord.ReplayedFrom set: the runtime
+	// keeps processor.HeaderReplayed on what it dead-letters). Without it
+	// a selection that does not name records by ID leaves them out (listed
+	// in ReplayResult.Skipped), so that replaying everything twice does not
+	// redrive a still-poison record's copy: its original is already
+	// replayed, and the copy is the same record. Records named in
+	// Selection.IDs are replayed whatever this says.
+	IncludeFailedReplays bool
 }
 
 // ReplayedRecord is one record written back by Replay.
@@ -86,6 +95,9 @@ type ReplayResult struct {
 	Selected int              `json:"selected"`         // records matching the selection
 	Replayed []ReplayedRecord `json:"replayed"`         // written (and marked), in order
 	Refused  []Refusal        `json:"refused"`          // selected but not written
+	// Skipped are the selected records left out because each is a replay
+	// that failed again (ReplayOptions.IncludeFailedReplays); not an error.
+	Skipped []Refusal `json:"skipped"`
 }
 
 // replayBatch bounds one replay transaction: records, and how long it stays
@@ -110,9 +122,14 @@ const (
 // A written record has the DLQ record's key, value (a null value stays
 // null) and own headers (those not starting with "ordercast-"), plus
 // processor.HeaderReplayed = the DLQ record's ID; for TargetRetry also the
-// original coordinates and a due time of now.
+// original coordinates and a due time of now. The partition written to is
+// not copied from the original: the client's partitioner picks it
+// (franz-go's default kgo.StickyKeyPartitioner: the murmur2 hash of the key,
+// as Kafka's Java client; a null key sticks to one partition per batch).
 //
-// Records replayed before are refused unless Force; purged records (with
+// Records that are replays that failed again are skipped unless
+// IncludeFailedReplays or named by ID (see there). Records replayed before
+// are refused unless Force; purged records (with
 // IncludePurged) and records without an original topic are refused. When any
 // were refused the others are still replayed and the error is a
 // *RefusedError. On any other error (ctx done, write failed) the records of
@@ -131,7 +148,7 @@ func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error
 	if o.Rate < 0 {
 		return nil, fmt.Errorf("replay rate %v: want >= 0 records per second (0: unlimited)", o.Rate)
 	}
-	res := &ReplayResult{Group: d.group, Topic: d.topic, Target: o.To, DryRun: o.DryRun, Replayed: []ReplayedRecord{}, Refused: []Refusal{}}
+	res := &ReplayResult{Group: d.group, Topic: d.topic, Target: o.To, DryRun: o.DryRun, Replayed: []ReplayedRecord{}, Refused: []Refusal{}, Skipped: []Refusal{}}
 	var retryTopic string
 	if o.To == TargetRetry {
 		retryTopic = processor.RetryTopicNames(d.group, 1)[0]
@@ -167,6 +184,9 @@ func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error
 		case r.OriginalTopic == "":
 			res.Refused = append(res.Refused, Refusal{ID: r.ID, Err: ErrNotReplayable,
 				Reason: "no " + processor.HeaderOriginalTopic + " header: not written by the runtime; nowhere to send it back"})
+		case r.ReplayedFrom != "" && !o.IncludeFailedReplays && len(o.IDs) == 0:
+			res.Skipped = append(res.Skipped, Refusal{ID: r.ID, Err: ErrFailedReplay,
+				Reason: "a replay of " + r.ReplayedFrom + " that failed again; `dlq replay --include-failed-replays` replays it"})
 		case o.Limit > 0 && len(queue) >= o.Limit:
 		default:
 			queue = append(queue, r)

@@ -30,6 +30,11 @@ var (
 	// ErrNoTopic: a topic that the operation needs does not exist.
 	ErrNoTopic = errors.New("topic does not exist")
 
+	// ErrFailedReplay: a DLQ record that is itself a replay that failed
+	// again, left out of a replay that did not ask for such records
+	// (ReplayOptions.IncludeFailedReplays).
+	ErrFailedReplay = errors.New("a replay that failed again")
+
 	// ErrNoRecord: no record at the given coordinates (below the log start,
 	// at or past the end, or a transaction marker).
 	ErrNoRecord = errors.New("no such record")
