@@ -38,7 +38,8 @@ func (c *cfg) memberOpts() []kgo.Opt {
 // transactionally would keep a lag of 1 for ever), the session and
 // rebalance timeouts, the static membership id (KIP-345) and the
 // assignor: the broker's for KIP-848 (GroupProtocol("consumer"); franz-go
-// needs a server-side balancer name, sticky), else cooperative-sticky.
+// needs a server-side balancer name, sticky), else those of Assignors
+// (cooperative-sticky by default).
 func (c *cfg) groupOpts() []kgo.Opt {
 	o := []kgo.Opt{
 		kgo.SeedBrokers(c.brokers...),
@@ -55,7 +56,7 @@ func (c *cfg) groupOpts() []kgo.Opt {
 	if c.groupProtocol == "consumer" {
 		o = append(o, kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()))
 	} else {
-		o = append(o, kgo.Balancers(kgo.CooperativeStickyBalancer()))
+		o = append(o, kgo.Balancers(c.balancers()...)) // Assignors (assignors.go)
 	}
 	return o
 }

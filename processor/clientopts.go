@@ -90,7 +90,7 @@ var runtimeOpts = []runtimeOpt{
 	{fn: kgo.RebalanceTimeout, name: "kgo.RebalanceTimeout", instead: "processor.RebalanceTimeout",
 		sentinel: func(i int) kgo.Opt { return kgo.RebalanceTimeout(time.Hour + time.Duration(i+1)*time.Millisecond) }},
 	{fn: kgo.InstanceID, name: "kgo.InstanceID", instead: "processor.InstanceID"},
-	{fn: kgo.Balancers, name: "kgo.Balancers", instead: "processor.GroupProtocol",
+	{fn: kgo.Balancers, name: "kgo.Balancers", instead: "processor.Assignors (or processor.GroupProtocol)",
 		sentinel: func(i int) kgo.Opt {
 			if i == 0 {
 				return kgo.Balancers(kgo.RoundRobinBalancer())

@@ -166,6 +166,8 @@ type cfg struct {
 	instanceID     string
 	clientID       string
 	groupProtocol  string
+	assignors      []string // Assignors (assignors.go)
+	assignorsSet   bool
 	txnTimeout     time.Duration
 	logger         *slog.Logger
 	metrics        *Metrics
@@ -317,6 +319,9 @@ func (c *cfg) validate() error {
 	}
 	if c.groupProtocol != "classic" && c.groupProtocol != "consumer" {
 		errs = append(errs, fmt.Errorf("GroupProtocol: %q, want classic or consumer (KIP-848)", c.groupProtocol))
+	}
+	if err := c.validateAssignors(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.headerPrefix == "" {
 		errs = append(errs, errors.New(`HeaderPrefix: empty, want a prefix such as "ordercast-"`))
@@ -614,8 +619,8 @@ func randomID() string {
 }
 
 // GroupProtocol selects "classic" (default: JoinGroup/SyncGroup with the
-// cooperative-sticky assignor, KIP-429) or "consumer" (KIP-848 server-side
-// assignment; needs Kafka 4.0+).
+// cooperative-sticky assignor, KIP-429, or those of Assignors) or "consumer"
+// (KIP-848 server-side assignment; needs Kafka 4.0+).
 func GroupProtocol(p string) TxnOpt { return bothOpt(func(c *cfg) { c.groupProtocol = p }) }
 
 // Logger sets the slog logger. Default: a logger that discards everything
