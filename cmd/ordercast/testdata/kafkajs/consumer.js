@@ -11,7 +11,9 @@
 // Environment: KAFKA_BROKERS, SCHEMA_REGISTRY_URL (needed for Avro
 // values), TOPIC (default orderCreated), GROUP (default node-analytics),
 // WANT (stop after this many records, default 1), TIMEOUT_MS (give up,
-// exit 1, default 60000). Prints one JSON line per record on stdout:
+// exit 1, default 60000), RUN_MS (instead of WANT: consume for this long,
+// then leave the group and exit 0; for a group shared with other members:
+// KafkaJS offers its RoundRobinAssigner). Prints one JSON line per record on stdout:
 //   {"topic":"orderCreated","partition":1,"offset":"4","key":"17850","format":"avro","schemaId":1,"eventId":"...","orderId":"...","customerId":"17850","totalMilli":15300,"lines":2}
 const { Kafka, CompressionTypes, CompressionCodecs, logLevel } = require('kafkajs')
 const SnappyCodec = require('kafkajs-snappy')
@@ -26,6 +28,7 @@ const topic = process.env.TOPIC || 'orderCreated'
 const groupId = process.env.GROUP || 'node-analytics'
 const want = Number(process.env.WANT || 1)
 const timeoutMs = Number(process.env.TIMEOUT_MS || 60000)
+const runMs = Number(process.env.RUN_MS || 0)
 const registry = process.env.SCHEMA_REGISTRY_URL ? new SchemaRegistry({ host: process.env.SCHEMA_REGISTRY_URL }) : null
 
 // decode never throws: a record it cannot read is reported as
@@ -49,7 +52,9 @@ async function main () {
   let seen = 0
   let finish
   const done = new Promise((resolve) => { finish = resolve })
-  const timer = setTimeout(() => finish(new Error(`read ${seen} of ${want} records of ${topic} in ${timeoutMs} ms`)), timeoutMs)
+  const timer = runMs > 0
+    ? setTimeout(() => finish(null), runMs)
+    : setTimeout(() => finish(new Error(`read ${seen} of ${want} records of ${topic} in ${timeoutMs} ms`)), timeoutMs)
   consumer.on(consumer.events.CRASH, ({ payload }) => { if (!payload.restart) finish(payload.error) })
   await consumer.connect()
   await consumer.subscribe({ topics: [topic], fromBeginning: true })
@@ -70,7 +75,7 @@ async function main () {
         totalMilli: ev.totalMilli === undefined ? undefined : Number(ev.totalMilli),
         lines: Array.isArray(ev.lines) ? ev.lines.length : undefined,
       }))
-      if (++seen >= want) finish(null)
+      if (++seen >= want && runMs === 0) finish(null)
     },
   })
   const err = await done
