@@ -35,7 +35,11 @@ import (
 //     offset_map_window_full (1 while the partition admits no more records
 //     because that share would exceed 1), and
 //     records_skipped_completed_total (records an earlier owner completed
-//     above its commit point, skipped by this member).
+//     above its commit point, skipped by this member);
+//   - the queue mode's (NewQueue): share_records_acquired_total,
+//     share_records_accepted_total, share_records_released_total,
+//     share_records_rejected_total, the share_delivery_count histogram and
+//     share_lock_renewals_total (see docs/runtime.md, "Queue mode").
 type Metrics struct {
 	consumedRecs  *prometheus.CounterVec
 	consumedBytes *prometheus.CounterVec
@@ -62,6 +66,7 @@ type Metrics struct {
 	skippedC      *prometheus.CounterVec
 	oldestAge     *ageCollector
 	batch         *batchMetrics // batch.go
+	queue         *queueMetrics // queue_metrics.go
 }
 
 // ageCollector reports <namespace>_oldest_in_flight_seconds, computed
@@ -210,6 +215,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOpt) *Metrics {
 		m.fwdFailed, m.droppedC, m.fetchErrors, m.rebalances, m.committedOff, m.lag, m.inFlightRecs, m.inFlightBytes,
 		m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.mapBytes, m.windowFullG, m.windowUsedG, m.skippedC, m.oldestAge)
 	m.batch = newBatchMetrics(ns, reg)
+	m.queue = newQueueMetrics(ns, reg)
 	return m
 }
 
