@@ -94,7 +94,9 @@ var queueRefused = []struct {
 		"a share group has no offsets to commit"},
 	{"StartOffset", func(c *cfg) bool { return c.start.kind != -1 }, func(c *cfg) { c.start.kind = -1 },
 		"the group's share.auto.offset.reset config sets where a share group starts (Run sets earliest when the group has none)"},
-	{"WithBatchHandler or MaxBatch", func(c *cfg) bool { return c.batch == nil || c.batch.max != -1 || c.batch.maxSet || c.batch.handler != nil }, func(c *cfg) { c.batch = &batchCfg{max: -1} },
+	{"WithBatchHandler or MaxBatch", func(c *cfg) bool {
+		return c.batch == nil || c.batch.max != -1 || c.batch.maxSet || c.batch.handler != nil
+	}, func(c *cfg) { c.batch = &batchCfg{max: -1} },
 		"each record is acknowledged on its own"},
 	{"GroupProtocol", func(c *cfg) bool { return c.groupProtocol != "\x00" }, func(c *cfg) { c.groupProtocol = "\x00" },
 		"a share group has a protocol of its own (KIP-932)"},
