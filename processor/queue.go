@@ -541,13 +541,24 @@ func (q *QueueProcessor) renew(batch []*queueRec, every time.Duration, stop <-ch
 		case <-stop:
 			return
 		case now := <-t.C:
+			renewed := false
 			for _, qr := range batch {
 				if qr.done.Load() || now.Before(qr.renewAt) {
 					continue
 				}
 				qr.r.Ack(kgo.AckRenew)
 				qr.renewAt = now.Add(every)
+				renewed = true
 				q.cfg.metrics.queueRenewed(q.cfg.group)
+			}
+			if renewed {
+				// Without a poll in progress (no fetch ahead) the
+				// client sends acknowledgements only when flushed.
+				ctx, cancel := context.WithTimeout(context.Background(), every)
+				if err := q.cl.FlushAcks(ctx); err != nil {
+					q.cfg.logger.Warn("sending lock renewals", "error", err)
+				}
+				cancel()
 			}
 		}
 	}
