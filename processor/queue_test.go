@@ -350,4 +350,3 @@ func TestQueueGroupDeliveryLimit(t *testing.T) {
 		t.Fatalf("delivery limit %d, handled %d times; want 2 and 2", q.DeliveryLimit(), calls.count("poison"))
 	}
 }
-
