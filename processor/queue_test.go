@@ -317,25 +317,7 @@ func TestQueueGroupDeliveryLimit(t *testing.T) {
 		t.Skipf("needs a real Kafka 4.4 (%s): kfake has no group-level share.delivery.count.limit", testkafka.EnvBrokers)
 	}
 	addrs := testCluster(t, map[string]int32{"in": 1})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, "g"
-	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	c.Name, c.Op, c.Value = "share.delivery.count.limit", kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr("2")
-	res.Configs = append(res.Configs, c)
-	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(context.Background(), cl)
-	if err == nil {
-		err = errCode(resp.Resources[0].ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("setting the group's share.delivery.count.limit: %v", err)
-	}
+	setGroupConfig(t, addrs, "g", "share.delivery.count.limit", "2")
 	calls := newHistory()
 	q, _ := startQueue(t, addrs, MaxDeliveries(10), WithHandler(func(ctx context.Context, r *kgo.Record) error {
 		calls.add(string(r.Value))
@@ -348,5 +330,69 @@ func TestQueueGroupDeliveryLimit(t *testing.T) {
 	}
 	if q.DeliveryLimit() != 2 || calls.count("poison") != 2 {
 		t.Fatalf("delivery limit %d, handled %d times; want 2 and 2", q.DeliveryLimit(), calls.count("poison"))
+	}
+}
+
+// setGroupConfig sets a config of group (IncrementalAlterConfigs, GROUP
+// resource: KIP-848, KIP-932).
+func setGroupConfig(t *testing.T, addrs []string, group, name, value string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Op, c.Value = name, kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr(value)
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err == nil {
+		err = errCode(resp.Resources[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("setting %s=%s on group %s: %v", name, value, group, err)
+	}
+}
+
+// TestQueueRenewsRealLock (real Kafka 4.4): the renewal of
+// TestQueueSlowHandlerRenews against the broker's KIP-1222 renew
+// acknowledgement, with the group's lock at the broker's smallest allowed
+// (group.share.min.record.lock.duration.ms, 15 s) and a handler running
+// 20 s: the record is delivered once.
+func TestQueueRenewsRealLock(t *testing.T) {
+	if !testkafka.Real() {
+		t.Skipf("needs a real Kafka 4.4 (%s); TestQueueSlowHandlerRenews covers kfake", testkafka.EnvBrokers)
+	}
+	addrs := testCluster(t, map[string]int32{"in": 1})
+	setGroupConfig(t, addrs, "g", "share.record.lock.duration.ms", "15000")
+	calls := newHistory()
+	h := func(ctx context.Context, r *kgo.Record) error {
+		calls.add(string(r.Value))
+		if string(r.Value) != "slow" {
+			return nil
+		}
+		select {
+		case <-time.After(20 * time.Second): // the work: longer than the lock
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	startQueue(t, addrs, WithMetrics(m), HandlerTimeout(time.Minute), WithHandler(h))
+	startQueue(t, addrs, WithMetrics(m), HandlerTimeout(time.Minute), WithHandler(h))
+	produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("slow")})
+	waitFor(t, 60*time.Second, "the slow record accepted", func() bool {
+		return promtest.Sum(t, reg, "ordercast_consumer_share_records_accepted_total", "group", "g", "topic", "in") == 1
+	})
+	produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("after")})
+	waitFor(t, 30*time.Second, "the next record handled", func() bool { return calls.count("after") == 1 })
+	if n := calls.count("slow"); n != 1 {
+		t.Fatalf("the slow record was delivered %d times, want 1 (its lock expired)", n)
 	}
 }
