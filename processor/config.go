@@ -180,6 +180,8 @@ type cfg struct {
 	hooks          hooks
 	batch          *batchCfg // WithBatchHandler, MaxBatch (batch.go)
 	txn            bool      // NewTransactional (for its error hints)
+	queue          bool      // NewQueue (queue.go)
+	maxDeliveries  int       // MaxDeliveries (NewQueue only); 0: the broker's limit
 }
 
 // hooks are test seams that record a history of what the runtime did; they
@@ -339,6 +341,12 @@ func (c *cfg) validate() error {
 	}
 	if c.dlq && slices.Contains(c.topics, c.dlqTopic) {
 		errs = append(errs, fmt.Errorf("DeadLetterTopic: %q is also a source topic", c.dlqTopic))
+	}
+	switch {
+	case c.maxDeliveries != 0 && !c.queue:
+		errs = append(errs, fmt.Errorf("MaxDeliveries: %d: only NewQueue takes it (use MaxAttempts)", c.maxDeliveries))
+	case c.maxDeliveries < 0:
+		errs = append(errs, fmt.Errorf("MaxDeliveries: %d, want >= 1 (0: the broker's share.delivery.count.limit)", c.maxDeliveries))
 	}
 	c.hdr = newHeaderNames(c.headerPrefix)
 	errs = append(errs, c.validateKeyBlock()...)

@@ -43,7 +43,8 @@ type Metrics struct {
 	windowUsedG   *prometheus.GaugeVec
 	skippedC      *prometheus.CounterVec
 	oldestAge     *ageCollector
-	batch         *batchMetrics
+	batch         *batchMetrics // batch.go
+	queue         *queueMetrics // queue_metrics.go
 }
 
 // ageCollector reports <namespace>_oldest_in_flight_seconds, computed
@@ -192,10 +193,12 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOpt) (*Metrics, error)
 		},
 	}
 	m.batch = newBatchMetrics(ns)
+	m.queue = newQueueMetrics(ns)
 	cs := []prometheus.Collector{m.consumedRecs, m.consumedBytes, m.processed, m.failed, m.retriedC, m.deadLettered,
 		m.retryTopic, m.fwdFailed, m.droppedC, m.fetchErrors, m.rebalances, m.committedOff, m.lag, m.inFlightRecs,
 		m.inFlightBytes, m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.mapBytes, m.windowFullG, m.windowUsedG,
-		m.skippedC, m.oldestAge, m.batch.size, m.batch.dur, m.batch.fallbacks}
+		m.skippedC, m.oldestAge, m.batch.size, m.batch.dur, m.batch.fallbacks,
+		m.queue.acquired, m.queue.accepted, m.queue.released, m.queue.rejected, m.queue.deliveries, m.queue.renewals}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {

@@ -16,6 +16,11 @@
 // effectively-once effects. NewTransactional's TxnProcessor writes its
 // output records and commits its input offsets in one Kafka transaction
 // (KIP-98, KIP-447), for exactly-once output to read_committed readers.
+// NewQueue's QueueProcessor is a member of a share group (KIP-932): the
+// broker hands each record to one member at a time and the member
+// acknowledges it (accept, release for redelivery after Backoff, the DLQ
+// on a permanent failure or the last delivery), at-least-once and in no
+// order, with the same Handler.
 //
 // # Failed records
 //
