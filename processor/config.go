@@ -166,7 +166,8 @@ type cfg struct {
 	instanceID     string
 	clientID       string
 	groupProtocol  string
-	assignors      []string // Assignors (assignors.go)
+	assignors      []string          // Assignors (assignors.go)
+	delivery       DeliverySemantics // Delivery (delivery.go)
 	assignorsSet   bool
 	txnTimeout     time.Duration
 	logger         *slog.Logger
@@ -350,6 +351,9 @@ func (c *cfg) validate() error {
 	}
 	c.hdr = newHeaderNames(c.headerPrefix)
 	errs = append(errs, c.validateKeyBlock()...)
+	if err := c.validateDelivery(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -81,6 +81,12 @@ func consumerChild() int {
 		panic(err)
 	}
 	killAfter := int64(atoi("OC_KILL_AFTER", 0))
+	killAt := int64(atoi("OC_KILL_AT", 0)) // SIGKILL at the start of this handler call, before its effect
+	delivery, err := ParseDeliverySemantics(env("OC_DELIVERY", "at-least-once"))
+	if err != nil {
+		panic(err)
+	}
+	var calls atomic.Int64
 	sleep := dur("OC_HANDLER_SLEEP", time.Millisecond)
 	var handled atomic.Int64
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -90,7 +96,13 @@ func consumerChild() int {
 		WithOrdering(ordering), Concurrency(atoi("OC_CONCURRENCY", 8)), MaxInFlight(atoi("OC_MAX_IN_FLIGHT", 1000), 64<<20),
 		CommitInterval(dur("OC_COMMIT_INTERVAL", time.Second)), DrainTimeout(4*time.Second),
 		SessionTimeout(2*time.Second), RebalanceTimeout(5*time.Second), h.hooks(member),
+		Delivery(delivery),
 		WithHandler(func(ctx context.Context, r *kgo.Record) error {
+			if n := calls.Add(1); n == killAt {
+				h.add(event{Member: member, Kind: evCrashIn, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: string(r.Value)})
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
 			if err := sleepOrCancel(ctx, sleep); err != nil {
 				return err
 			}

@@ -33,6 +33,7 @@ const (
 	evCommitSent   = "commit-sent"
 	evCommitOK     = "commit-ok" // accepted by the broker
 	evApplied      = "applied"   // the test's handler applied an effect
+	evCrashIn      = "crash-in"  // a child process SIGKILLs itself in the handler of this record, before its effect
 )
 
 type event struct {

@@ -160,6 +160,7 @@ type Processor struct {
 	// lanes kept for reuse (freeLaneLocked).
 	laneSeed  maphash.Seed
 	kb        *keyBlocks // BlockKeys' table, nil when off (keyblock.go)
+	pre       *preCommits // AtMostOnce's lanes waiting for their head's commit, nil otherwise (delivery.go)
 	freeLanes []*lane
 	// Workers started (on demand, up to Concurrency; see
 	// wakeWorkerLocked), counted in workerWG, which Run waits for.
@@ -294,6 +295,9 @@ func New(opts ...Opt) (*Processor, error) {
 	p.maxWakes = runtime.GOMAXPROCS(0)
 	p.laneSeed = maphash.MakeSeed()
 	p.kb = newKeyBlocks(&c)
+	if c.delivery == AtMostOnce {
+		p.pre = &preCommits{wake: make(chan struct{}, 1)}
+	}
 	p.mm = c.metrics.member(c.group, c.clientID)
 	p.clock = newCoarseClock()
 	p.reach = newReach(c.sessionTimeout / 3)
@@ -426,6 +430,11 @@ func (p *Processor) Run(ctx context.Context) error {
 	commitCtx, stopCommitter := context.WithCancel(context.Background())
 	committerDone := make(chan struct{})
 	go func() { defer close(committerDone); p.committer(commitCtx) }()
+	if p.pre != nil {
+		preDone := make(chan struct{})
+		go func() { defer close(preDone); p.preCommitter(commitCtx) }()
+		defer func() { <-preDone }()
+	}
 
 	pollErr := p.pollLoop(p.authz.runContext(ctx))
 

@@ -102,6 +102,11 @@ func (p *Processor) worker() {
 				continue
 			}
 		}
+		if p.pre != nil && it.stage == stageHandle && ps.committed <= it.rec.Offset {
+			p.preCommitLocked(l) // AtMostOnce: its offset is committed before it starts (delivery.go)
+			l = nil
+			continue
+		}
 		if p.cfg.batch != nil && p.batchable(l, it) {
 			p.runBatchLocked(l) // batch.go
 			l = nil
