@@ -159,7 +159,7 @@ type Processor struct {
 	// laneSeed hashes keys to lanes (laneKey); freeLanes are emptied
 	// lanes kept for reuse (freeLaneLocked).
 	laneSeed  maphash.Seed
-	kb        *keyBlocks // BlockKeys' table, nil when off (keyblock.go)
+	kb        *keyBlocks  // BlockKeys' table, nil when off (keyblock.go)
 	pre       *preCommits // AtMostOnce's lanes waiting for their head's commit, nil otherwise (delivery.go)
 	freeLanes []*lane
 	// Workers started (on demand, up to Concurrency; see
