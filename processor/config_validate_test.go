@@ -110,4 +110,9 @@ func TestMissingTopicErrorWording(t *testing.T) {
 			t.Errorf("two topics: %d command lines for %s in %q, want 1", n, topic, two)
 		}
 	}
+	kb := (&MissingTopicError{Topics: []string{"g.blocked-keys"}, Partitions: 1, Compact: true}).Error()
+	if !strings.Contains(kb, "kafka-topics.sh --create --topic g.blocked-keys --partitions 1 --config cleanup.policy=compact") ||
+		!strings.Contains(kb, "blocked keys") {
+		t.Errorf("blocked-keys topic: %q", kb)
+	}
 }

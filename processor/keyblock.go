@@ -358,7 +358,7 @@ func (p *Processor) startKeyBlocks(ctx context.Context) error {
 	}
 	if d, ok := td[kb.topic]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
 		if !p.cfg.createTopics {
-			return &MissingTopicError{Topics: []string{kb.topic}, Partitions: 1}
+			return &MissingTopicError{Topics: []string{kb.topic}, Partitions: 1, Compact: true}
 		}
 		cleanup := "compact"
 		resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &cleanup}, kb.topic)

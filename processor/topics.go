@@ -28,6 +28,9 @@ var ErrMissingTopic = errors.New("processor: topic does not exist")
 type MissingTopicError struct {
 	Topics     []string
 	Partitions int32
+	// Compact is set for the blocked-keys topic (BlockedKeysTopic): a
+	// table the runtime keeps, to create compacted (cleanup.policy=compact).
+	Compact bool
 }
 
 func (e *MissingTopicError) Error() string {
@@ -42,12 +45,16 @@ func (e *MissingTopicError) Error() string {
 	if len(e.Topics) > 1 {
 		what, it = "topics "+strings.Join(e.Topics, ", ")+" do not exist", "them"
 	}
+	why, extra := "the runtime writes failed records there", ""
+	if e.Compact {
+		why, parts, extra = "the runtime keeps the group's blocked keys there", "1 partition, compacted", " --config cleanup.policy=compact"
+	}
 	cmds := make([]string, len(e.Topics))
 	for i, t := range e.Topics {
-		cmds[i] = fmt.Sprintf("kafka-topics.sh --create --topic %s --partitions %d", t, max(e.Partitions, 1))
+		cmds[i] = fmt.Sprintf("kafka-topics.sh --create --topic %s --partitions %d%s", t, max(e.Partitions, 1), extra)
 	}
-	return fmt.Sprintf("processor: %s: the runtime writes failed records there. Create %s (%s), e.g.\n  %s\nor pass processor.CreateTopics(true)",
-		what, it, parts, strings.Join(cmds, "\n  "))
+	return fmt.Sprintf("processor: %s: %s. Create %s (%s), e.g.\n  %s\nor pass processor.CreateTopics(true)",
+		what, why, it, parts, strings.Join(cmds, "\n  "))
 }
 
 func (e *MissingTopicError) Unwrap() error { return ErrMissingTopic }
