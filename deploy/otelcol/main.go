@@ -7,8 +7,8 @@
 //
 //	go build -o ../../bin/ordercast-otelcol . && ../../bin/ordercast-otelcol --config file:config.yaml
 //
-// The flags are the Collector's (otelcol.NewCommand): --config URI (file:
-// only), --set, and the subcommands validate and components.
+// The flags are the Collector's (otelcol.NewCommand): --config (a path or
+// a file: URI), --set, and the subcommands validate and components.
 package main
 
 import (
@@ -40,14 +40,15 @@ func factories() (otelcol.Factories, error) {
 	return f, nil
 }
 
-// settings are the Collector's: factories, and configuration from file:
-// URIs only.
+// settings are the Collector's: factories, and configuration from files
+// (file: URIs, the default scheme of a bare path).
 func settings() otelcol.CollectorSettings {
 	return otelcol.CollectorSettings{
 		BuildInfo: component.BuildInfo{Command: "ordercast-otelcol", Description: "OpenTelemetry Collector for the order system's tests", Version: "v0.161.0"},
 		Factories: factories,
 		ConfigProviderSettings: otelcol.ConfigProviderSettings{ResolverSettings: confmap.ResolverSettings{
 			ProviderFactories: []confmap.ProviderFactory{fileprovider.NewFactory()},
+			DefaultScheme:     "file",
 		}},
 	}
 }

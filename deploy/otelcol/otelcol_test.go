@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -463,4 +464,36 @@ func startUp(t *testing.T, bin, dataDir string, env ...string) string {
 		t.Fatalf("ordercast up did not start in 90 s:\n%s", logged())
 	}
 	return ""
+}
+
+// TestCommandValidates: the command main runs (otelcol.NewCommand with
+// settings) accepts a configuration of its receiver and exporters given by
+// path or file: URI, and refuses one naming an exporter it was not built
+// with.
+func TestCommandValidates(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	conf := `receivers: {otlp: {protocols: {http: {endpoint: 127.0.0.1:19699}}}}
+exporters: {%s: {%s}}
+service: {pipelines: {traces: {receivers: [otlp], exporters: [%s]}}}
+`
+	if err := os.WriteFile(good, []byte(fmt.Sprintf(conf, "file", "path: "+filepath.Join(dir, "t.jsonl"), "file")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(fmt.Sprintf(conf, "kafka", "", "kafka")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		uri string
+		ok  bool
+	}{{good, true}, {"file:" + good, true}, {"file:" + bad, false}} {
+		cmd := otelcol.NewCommand(settings())
+		cmd.SetArgs([]string{"validate", "--config", c.uri})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); (err == nil) != c.ok {
+			t.Errorf("validate --config %s: %v, want ok %v", c.uri, err, c.ok)
+		}
+	}
 }
