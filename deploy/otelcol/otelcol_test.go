@@ -41,8 +41,9 @@ const (
 // and fulfillment: the 11 spans of docs/observability.md, of the resource
 // service.name=ordercast, each with the kind and messaging attributes of the
 // conventions, each a child of the span that caused it (a process span also
-// linked to it) and started after it; the poll and commit spans, and the
-// outbox relay's progress marker, are in traces of their own.
+// linked to it) and started after it; the poll and commit spans (the
+// exactly-once fulfillment's transaction's among them), and the outbox
+// relay's progress marker, are in traces of their own.
 func TestOneOrderOneTraceThroughCollector(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process test")
@@ -103,8 +104,8 @@ func TestOneOrderOneTraceThroughCollector(t *testing.T) {
 				missing = append(missing, w)
 			}
 		}
-		if !has(all, "poll orderCreated") || !has(all, "commit orderCreated") {
-			missing = append(missing, "poll orderCreated and commit orderCreated (any trace)")
+		if !has(all, "poll orderCreated") || !has(all, "commit orderCreated") || !has(all, "commit paymentProcessed @fulfillment") {
+			missing = append(missing, "poll orderCreated, commit orderCreated and fulfillment's transaction's commit paymentProcessed (any trace)")
 		}
 		if len(missing) == 0 {
 			break
@@ -200,9 +201,10 @@ func TestOneOrderOneTraceThroughCollector(t *testing.T) {
 			t.Errorf("%s: messaging.kafka.offset %v (present %v), want an integer", name, v.AsRaw(), ok)
 		}
 	}
-	for _, c := range []struct{ name, opType string }{{"poll orderCreated", "receive"}, {"commit orderCreated", "settle"}} {
+	// The exactly-once fulfillment's transaction commits like the others.
+	for _, c := range []struct{ name, opType string }{{"poll orderCreated", "receive"}, {"commit orderCreated", "settle"}, {"commit paymentProcessed @fulfillment", "settle"}} {
 		for _, s := range all {
-			if s.Name() == c.name {
+			if s.Name() == c.name || s.key() == c.name {
 				checkKind(t, s, ptrace.SpanKindClient)
 				if v, _ := s.Attributes().Get("messaging.operation.type"); v.AsString() != c.opType {
 					t.Errorf("%s: messaging.operation.type %q, want %q", c.name, v.AsString(), c.opType)
@@ -220,9 +222,9 @@ type span struct {
 	service, scope, schema string
 }
 
-// key is the span's name, with " @group" for a process span.
+// key is the span's name, with " @group" for a process or commit span.
 func (s span) key() string {
-	if v, ok := s.Attributes().Get("messaging.consumer.group.name"); ok && strings.HasPrefix(s.Name(), "process ") {
+	if v, ok := s.Attributes().Get("messaging.consumer.group.name"); ok && (strings.HasPrefix(s.Name(), "process ") || strings.HasPrefix(s.Name(), "commit ")) {
 		return s.Name() + " @" + v.AsString()
 	}
 	return s.Name()
@@ -230,9 +232,10 @@ func (s span) key() string {
 
 func (s span) IsEmpty() bool { return s.service == "" && s.scope == "" }
 
+// has reports whether a span of all has that name or key.
 func has(all []span, name string) bool {
 	for _, s := range all {
-		if s.Name() == name {
+		if s.Name() == name || s.key() == name {
 			return true
 		}
 	}
