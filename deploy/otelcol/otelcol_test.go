@@ -413,7 +413,13 @@ func startUp(t *testing.T, bin, dataDir string, env ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, "up", "--data-dir", dataDir, "--http", "127.0.0.1:0", "--admin-http", "127.0.0.1:0",
 		"--broker-addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0",
-		"--seed-data", "../../data/online-retail/online_retail_2010-12-01.csv", "--log-level", "warn", "--auth", "none")
+		"--seed-data", "../../data/online-retail/online_retail_2010-12-01.csv", "--log-level", "warn", "--auth", "none",
+		// One record per handler call, so that each record is a process
+		// span of its order's trace: a group that fetches both of the
+		// order's records at once (notifications, on a loaded machine)
+		// would otherwise handle them as one batch span in a trace of its
+		// own (docs/observability.md).
+		"--max-batch", "0")
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OTEL_") {
 			cmd.Env = append(cmd.Env, kv)
