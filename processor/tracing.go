@@ -24,10 +24,17 @@ type Tracer interface {
 	Batch(ctx context.Context, group string, recs []*kgo.Record) (hctx context.Context, done func(error))
 	// Forward is called before rec is written to target, a retry topic or
 	// the DLQ (dlq true), cause being the handler's last error; the write is
-	// produced with the returned context and done gets its result.
+	// produced with the returned context and done gets its result. A
+	// TxnProcessor calls it for each DLQ write inside its transaction: done
+	// gets the write's result; whether the transaction committed is the
+	// next Committed's error.
 	Forward(ctx context.Context, group string, rec *kgo.Record, target string, dlq bool, cause error) (wctx context.Context, done func(error))
 	// Committed is called after an offset commit of the group with the
-	// offsets sent (topic, partition, offset) and the commit's error.
+	// offsets sent (topic, partition, offset) and the commit's error. A
+	// TxnProcessor calls it after each transaction that tried to commit,
+	// with the transaction's offsets (the offset after each partition's
+	// last record) and an error when it did not commit; an aborted
+	// transaction is not a commit and is not reported.
 	Committed(group string, offsets map[string]map[int32]int64, err error)
 	// Outputs is called with the records a TxnHandler returned for the
 	// attempt whose context is hctx, before the runtime produces them in its

@@ -130,21 +130,26 @@ func (t *TxnProcessor) fill(ctx context.Context, sess *kgo.GroupTransactSession,
 				continue // a transaction marker: nothing to transform, its offset is still committed
 			}
 			m.partition(t.cfg.group, r.Topic).consumed(int64(len(r.Key) + len(r.Value)))
-			outs, reason, err := t.transform(ctx, r)
+			outs, reason, fwd, err := t.transform(ctx, r)
 			if err != nil { // shutdown mid-record
 				b.abort = true
 				return
 			}
-			done := b.promise
+			pctx, done := ctx, b.promise
 			if reason != nil {
 				b.dead = append(b.dead, deadLetter{rec: r, reason: reason})
 				done = b.deadPromise(r)
+				if fwd != nil { // the DLQ write's send span ends with its result
+					pctx = fwd.ctx
+					dead := done
+					done = func(o *kgo.Record, err error) { fwd.done(err); dead(o, err) }
+				}
 			}
 			for _, o := range outs {
 				// Not ctx: a shutdown must not fail records of a
 				// transaction that is about to commit.
 				b.pending.Add(1)
-				sess.Produce(context.WithoutCancel(ctx), o, done)
+				sess.Produce(context.WithoutCancel(pctx), o, done)
 			}
 			b.n++
 		}
@@ -212,8 +217,40 @@ func (t *TxnProcessor) end(ctx context.Context, sess *kgo.GroupTransactSession, 
 	committed, err = sess.End(t.txnCommitCtx(endCtx, nil), try)
 	if !b.abort {
 		t.cfg.metrics.commitLatency(t.cfg.group, time.Since(endStart), err)
+		if tr := t.cfg.tracer; tr != nil {
+			terr := err
+			if terr == nil && !committed {
+				terr = errTxnNotCommitted
+			}
+			tr.Committed(t.cfg.group, b.nextOffsets(), terr)
+		}
 	}
 	return committed, prodErr, err
+}
+
+// errTxnNotCommitted is the error the tracer's Committed gets for a
+// transaction that tried to commit and was aborted instead (a rebalance).
+var errTxnNotCommitted = errors.New("transaction not committed")
+
+// nextOffsets are the offsets b's transaction commits: topic -> partition
+// -> the offset after the last record read.
+func (b *txnBatch) nextOffsets() map[string]map[int32]int64 {
+	out := make(map[string]map[int32]int64)
+	for k, off := range b.last {
+		if out[k.topic] == nil {
+			out[k.topic] = make(map[int32]int64)
+		}
+		out[k.topic][k.partition] = off + 1
+	}
+	return out
+}
+
+// dlqTrace is the tracing of a DLQ write inside the transaction: the
+// context to produce the record with (the tracer's Forward) and the end of
+// its span.
+type dlqTrace struct {
+	ctx  context.Context
+	done func(error)
 }
 
 // conclude acts on how b's transaction ended: the metrics and counts, the
@@ -340,9 +377,10 @@ func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) (fatal erro
 }
 
 // transform runs the handler with in-place retries; after MaxAttempts, or on
-// a permanent error, it returns a DLQ record instead of the output, and the
-// handler's last error as dead. It returns err only when ctx ends.
-func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) (outs []*kgo.Record, dead error, err error) {
+// a permanent error, it returns a DLQ record instead of the output, the
+// handler's last error as dead and, with a tracer, the DLQ write's tracing.
+// It returns err only when ctx ends.
+func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) (outs []*kgo.Record, dead error, fwd *dlqTrace, err error) {
 	it := &item{rec: r, view: r}
 	for {
 		hctx, cancel := ctx, context.CancelFunc(func() {})
@@ -368,10 +406,10 @@ func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) (outs []*kg
 		cancel()
 		t.cfg.metrics.handled(t.cfg.group, r.Topic, time.Since(start), err)
 		if err == nil {
-			return outs, nil, nil
+			return outs, nil, nil, nil
 		}
 		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
+			return nil, nil, nil, ctx.Err()
 		}
 		now := time.Now()
 		f := it.failState()
@@ -384,7 +422,12 @@ func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) (outs []*kg
 		if IsPermanent(err) || f.attempts >= t.cfg.maxAttempts {
 			t.cfg.logger.Warn("record dead-lettered inside the transaction", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
 			t.cfg.metrics.forwarded(t.cfg.group, t.cfg.dlqTopic, true)
-			return []*kgo.Record{{Topic: t.cfg.dlqTopic, Key: r.Key, Value: r.Value, Headers: forwardHeaders(&t.cfg, nil, it)}}, err, nil
+			dl := &kgo.Record{Topic: t.cfg.dlqTopic, Key: r.Key, Value: r.Value, Headers: forwardHeaders(&t.cfg, nil, it)}
+			if tr := t.cfg.tracer; tr != nil {
+				fwd = &dlqTrace{}
+				fwd.ctx, fwd.done = tr.Forward(ctx, t.cfg.group, r, dl.Topic, true, err)
+			}
+			return []*kgo.Record{dl}, err, fwd, nil
 		}
 		t.cfg.metrics.retried(t.cfg.group, r.Topic)
 		ctxtime.Sleep(ctx, backoff(f.attempts, t.cfg.backoffMin, t.cfg.backoffMax))

@@ -44,6 +44,12 @@ func TestOneOrderOneTrace(t *testing.T) {
 		SeedFile:       "../../data/online-retail/online_retail_2010-12-01.csv",
 		OpeningCredit:  system.DefaultOpeningCredit,
 		TracerProvider: tp,
+		// One record per handler call, so that each record is a process
+		// span of its order's trace: a group that fetches both of the
+		// order's records at once (notifications, on a loaded machine)
+		// would otherwise handle them as one batch span in a trace of its
+		// own, as documented.
+		Consumers: system.ConsumerConfig{MaxBatch: -1},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -202,5 +203,107 @@ func TestSemconvOptIn(t *testing.T) {
 		if !names[semconv.MessagingDestinationPartitionID] || names[semconv.OldMessagingKafkaPartition] != old || names[semconv.OldMessagingOperation] != old {
 			t.Errorf("%q: %v; want the current names, the old ones %v", v, names, old)
 		}
+	}
+}
+
+// TestTxnProcessorSpans: the exactly-once processor traces like the plain
+// one: each transaction that commits is a "commit <topic>" span (CLIENT,
+// settle) with the offset after its records, each record a process span,
+// its output's send span a child of it, and a record dead-lettered inside
+// the transaction a "send <group>.dlq" span (PRODUCER, a dead-letter event)
+// child of the record's send span, whose context the DLQ record carries.
+func TestTxnProcessorSpans(t *testing.T) {
+	testkafka.Parallel(t)
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	tr := proctrace.New(proctrace.TracerProvider(tp))
+	brokers := testkafka.Cluster(t, map[string]int32{"in": 1, "out": 1, "g.dlq": 1})
+
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), tr.ClientHooks(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	ctx, root := tp.Tracer("test").Start(context.Background(), "checkout")
+	for _, k := range []string{"good", "bad"} {
+		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "in", Key: []byte(k), Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root.End()
+
+	h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if string(r.Key) == "bad" {
+			return nil, processor.Permanentf("refused")
+		}
+		return []*kgo.Record{{Topic: "out", Key: r.Key, Value: r.Value}}, nil
+	}
+	p, err := processor.NewTransactional("txn-trace", h, processor.Brokers(brokers...), processor.Group("g"), processor.Topics("in"),
+		processor.CommitInterval(20*time.Millisecond), processor.Tracing(tr), processor.ClientOpts(tr.ClientHooks("g")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(rctx) }()
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	defer stop()
+
+	dlq := testkafka.ReadN(t, brokers, "g.dlq", 1, 30*time.Second, true)
+	testkafka.WaitFor(t, 30*time.Second, "a commit span past both records", func() bool {
+		for _, s := range sr.Ended() {
+			if s.Name() == "commit in" {
+				for _, e := range s.Events() {
+					for _, a := range e.Attributes {
+						if a.Key == semconv.MessagingKafkaOffset && a.Value.AsInt64() == 2 {
+							return true
+						}
+					}
+				}
+			}
+		}
+		return false
+	})
+	stop()
+
+	trace0 := root.SpanContext().TraceID()
+	byName := map[string][]sdktrace.ReadOnlySpan{}
+	for _, s := range sr.Ended() {
+		byName[s.Name()] = append(byName[s.Name()], s)
+	}
+	sendOf := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range byName["send in"] {
+		sendOf[str(s, semconv.MessagingKafkaMessageKey)] = s
+	}
+	if len(sendOf) != 2 || len(byName["send g.dlq"]) != 1 || len(byName["send out"]) != 1 {
+		t.Fatalf("spans: %d send in, %d send g.dlq, %d send out; want 2, 1, 1", len(sendOf), len(byName["send g.dlq"]), len(byName["send out"]))
+	}
+	f := byName["send g.dlq"][0]
+	if f.SpanKind() != trace.SpanKindProducer || f.SpanContext().TraceID() != trace0 || f.Parent().SpanID() != sendOf["bad"].SpanContext().SpanID() ||
+		len(f.Events()) != 1 || f.Events()[0].Name != semconv.EventDeadLetter || str(f, semconv.MessagingConsumerGroupName) != "g" {
+		t.Errorf("DLQ send span: kind %v parent %v events %v attributes %v; want a producer child of bad's send span with a dead-letter event",
+			f.SpanKind(), f.Parent().SpanID(), f.Events(), f.Attributes())
+	}
+	if tp := (proctrace.Headers{R: dlq[0]}).Get("traceparent"); !strings.Contains(tp, trace0.String()) || !strings.Contains(tp, f.SpanContext().SpanID().String()) {
+		t.Errorf("DLQ record's traceparent %q; want trace %v, span %v (the DLQ send span)", tp, trace0, f.SpanContext().SpanID())
+	}
+	out := byName["send out"][0]
+	var goodProcess sdktrace.ReadOnlySpan
+	for _, s := range byName["process in"] {
+		if str(s, semconv.MessagingKafkaMessageKey) == "good" {
+			goodProcess = s
+		}
+	}
+	if goodProcess == nil || out.Parent().SpanID() != goodProcess.SpanContext().SpanID() || out.SpanContext().TraceID() != trace0 {
+		t.Errorf("send out: parent %v; want good's process span", out.Parent().SpanID())
+	}
+	var commit sdktrace.ReadOnlySpan
+	for _, s := range byName["commit in"] {
+		commit = s
+	}
+	if commit.SpanKind() != trace.SpanKindClient || str(commit, semconv.MessagingOperationType) != "settle" ||
+		str(commit, semconv.MessagingConsumerGroupName) != "g" || commit.Status().Code != codes.Unset || commit.SpanContext().TraceID() == trace0 {
+		t.Errorf("commit span: kind %v, status %v, attributes %v; want a client settle span of group g, in a trace of its own",
+			commit.SpanKind(), commit.Status(), commit.Attributes())
 	}
 }
