@@ -63,6 +63,13 @@ type TxnProcessor struct {
 	owned map[string]map[int32]bool // partitions held by sess, from its rebalance callbacks
 	// paused are the partitions of sess paused by Pause (pause.go).
 	paused map[tp]bool
+	// work is sess's records in memory (txn_work.go); pollCancel ends the
+	// poll in progress (a rebalance: noteRebalance).
+	work       *txnWork
+	pollCancel context.CancelFunc
+	// resync is set by a revoke or a loss: the session loop drops its
+	// work and resumes from the broker's offsets.
+	resync atomic.Bool
 
 	// lateRisk is when (unix ns) a TxnOffsetCommit last failed on the wire
 	// (a copy may still be in the network and land late); see
@@ -108,12 +115,30 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...TxnOpt) (*Tx
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
+	if err := c.validateTxn(); err != nil {
+		return nil, fmt.Errorf("processor: invalid config: %w", err)
+	}
 	if c.clientID == "" {
 		c.clientID = transactionalID
 	}
 	c.logger = c.logger.With("group", c.group, "transactional_id", transactionalID)
 	c.metrics.initGroup(c.group, c.topics, nil, c.dlqTopic)
 	return &TxnProcessor{cfg: c, txnID: transactionalID, handler: h, groupStart: newGroupStart(&c)}, nil
+}
+
+// validateTxn refuses what the exactly-once mode cannot do: OrderUnordered
+// (a lane is a partition or a key of one), and with OrderKey a disabled
+// completed-offsets map (without it a new owner would produce again the
+// outputs of records committed above the commit point).
+func (c *cfg) validateTxn() error {
+	var errs []error
+	if c.ordering == OrderUnordered {
+		errs = append(errs, errors.New("WithOrdering: OrderUnordered is not available with NewTransactional, want OrderPartition or OrderKey"))
+	}
+	if c.ordering == OrderKey && c.metaMaxBytes == 0 {
+		errs = append(errs, errors.New("CommitMetadataMaxBytes: 0 with OrderKey, want >= 64: the exactly-once mode needs the completed-offsets map to skip records committed above the commit point"))
+	}
+	return errors.Join(errs...)
 }
 
 // txnOpts is opts as Opts, for applyOpts.
@@ -150,10 +175,14 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 			t.track(m, "revoked")
 			t.forgetPauses(cl, m)
+			if len(m) > 0 {
+				t.noteRebalance(m)
+			}
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 			t.track(m, "lost")
 			t.forgetPauses(cl, m)
+			t.noteRebalance(m)
 		}),
 	)
 	opts = append(opts, kgo.WithHooks(lateCommitHook{t}))
@@ -208,6 +237,7 @@ func (t *TxnProcessor) Health() Health {
 	t.mu.Lock()
 	sess := t.sess
 	h := Health{Group: t.cfg.group, ClientID: t.cfg.clientID, Generation: -1}
+	w := t.work
 	for topic, ps := range t.owned {
 		for p := range ps {
 			h.Partitions = append(h.Partitions, tp{topic, p}.String())
@@ -217,6 +247,9 @@ func (t *TxnProcessor) Health() Health {
 		h.PausedPartitions = append(h.PausedPartitions, k.String())
 	}
 	t.mu.Unlock()
+	if w != nil {
+		h.InFlight = w.held()
+	}
 	slices.Sort(h.Partitions)
 	slices.Sort(h.PausedPartitions)
 	if sess != nil {

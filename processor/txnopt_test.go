@@ -42,18 +42,16 @@ func mustTxnOpts(t testing.TB, opts []Opt) []TxnOpt {
 func TestTxnOptSplit(t *testing.T) {
 	nop := func(context.Context, *kgo.Record) error { return nil }
 	newOnly := map[string]Opt{
-		"WithHandler":            WithHandler(nop),
-		"WithOrdering":           WithOrdering(OrderKey),
-		"Concurrency":            Concurrency(4),
-		"RetryTopics":            RetryTopics(time.Second),
-		"RetryTopicPrefix":       RetryTopicPrefix("x"),
-		"DeadLetter":             DeadLetter(false),
-		"CommitRefreshInterval":  CommitRefreshInterval(time.Second),
-		"CommitMetadataMaxBytes": CommitMetadataMaxBytes(1 << 10),
-		"Producer":               Producer(nil),
-		"HandleTopic":            HandleTopic("a", nop),
-		"WithBatchHandler":       WithBatchHandler(func(context.Context, []*kgo.Record) error { return nil }),
-		"MaxBatch":               MaxBatch(10),
+		"WithHandler":           WithHandler(nop),
+		"BlockKeys":             BlockKeys(KeyBlockRetries),
+		"RetryTopics":           RetryTopics(time.Second),
+		"RetryTopicPrefix":      RetryTopicPrefix("x"),
+		"DeadLetter":            DeadLetter(false),
+		"CommitRefreshInterval": CommitRefreshInterval(time.Second),
+		"Producer":              Producer(nil),
+		"HandleTopic":           HandleTopic("a", nop),
+		"WithBatchHandler":      WithBatchHandler(func(context.Context, []*kgo.Record) error { return nil }),
+		"MaxBatch":              MaxBatch(10),
 	}
 	for name, o := range newOnly {
 		if _, ok := o.(TxnOpt); ok {
@@ -68,6 +66,7 @@ func TestTxnOptSplit(t *testing.T) {
 		"ClientID": ClientID("c"), "GroupProtocol": GroupProtocol("consumer"), "Logger": Logger(nil), "WithMetrics": WithMetrics(nil),
 		"ClientOpts": ClientOpts(), "ConsumerOpts": ConsumerOpts(), "ProducerOpts": ProducerOpts(), "DeadLetterTopic": DeadLetterTopic("d"),
 		"OnDeadLetter": OnDeadLetter(nil), "HeaderPrefix": HeaderPrefix("x-"), "StartOffset": StartOffset(Latest), "CreateTopics": CreateTopics(true),
+		"WithOrdering": WithOrdering(OrderKey), "Concurrency": Concurrency(4), "CommitMetadataMaxBytes": CommitMetadataMaxBytes(1 << 10),
 	}
 	for name, o := range shared {
 		if _, ok := o.(TxnOpt); !ok {
