@@ -46,6 +46,8 @@ func txnPass(b *testing.B, addrs []string, topic string, h TxnHandler, done func
 	if err := <-errc; err != nil {
 		b.Fatal(err)
 	}
+	committed, aborted := tp.Stats()
+	b.Logf("exactly-once pass: %v, %d transactions committed, %d aborted", d.Round(time.Millisecond), committed, aborted)
 	return d
 }
 

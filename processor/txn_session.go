@@ -34,7 +34,6 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 	}()
 	ends := map[tp]int64{} // last stable offset per partition, from the latest fetch
 	next := time.Now().Add(t.cfg.commitInterval)
-	early := max(1, t.cfg.maxRecords/2) // completed results that cut a transaction before its time
 	for {
 		if ctx.Err() != nil {
 			// Handlers are cancelled (their results discarded); what
@@ -49,14 +48,14 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 			continue
 		}
 		now := time.Now()
-		if !now.Before(next) || w.completedCount() >= early {
+		room, due := w.room(), w.cutDue()
+		if !now.Before(next) || due {
 			next = now.Add(t.cfg.commitInterval)
 			if stop, err := t.commitTxn(ctx, sess, w, ends); stop || err != nil {
 				return err
 			}
 			continue
 		}
-		room := w.room()
 		if room == 0 {
 			// MaxInFlight held: no poll until records are committed.
 			timer := time.NewTimer(next.Sub(now))
@@ -70,6 +69,9 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		}
 		pctx, cancel := context.WithDeadline(ctx, next)
 		t.setPollCancel(cancel)
+		if w.cutDue() {
+			cancel() // completed while the cancel was not set yet
+		}
 		fetches := sess.PollRecords(pctx, room)
 		t.setPollCancel(nil)
 		cancel()
@@ -104,6 +106,16 @@ func (t *TxnProcessor) setPollCancel(c context.CancelFunc) {
 	t.mu.Lock()
 	t.pollCancel = c
 	t.mu.Unlock()
+}
+
+// cancelPoll ends the poll in progress, if any.
+func (t *TxnProcessor) cancelPoll() {
+	t.mu.Lock()
+	c := t.pollCancel
+	t.mu.Unlock()
+	if c != nil {
+		c()
+	}
 }
 
 // noteRebalance is the session's revoke and loss hook: the session's

@@ -10,15 +10,14 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/ordercast/ordercast/internal/ctxtime"
 )
 
 // The exactly-once mode's records in memory: each polled record enters its
 // partition's offset tracker and its lane (the partition in OrderPartition,
-// its key within the partition in OrderKey); a lane's goroutine transforms
-// its records one at a time in offset order, retrying in place with backoff
-// (holding a Concurrency slot only while the handler runs); completed
+// its key within the partition in OrderKey); Concurrency workers take
+// ready lanes in turn and run the first record of each, so a lane's records
+// run one at a time in offset order; a failed attempt puts its lane aside
+// until its backoff ends (holding no worker); completed
 // results wait for the next transaction (txn_session.go), which produces
 // them and commits each partition's commit point with its completed-offsets
 // map (offsetmap.go).
@@ -55,9 +54,14 @@ type txnWork struct {
 	origin   map[tp]int64
 	topicIDs map[string][16]byte // from the fetches, for the TxnOffsetCommit (KIP-1319)
 
-	sem   chan struct{} // Concurrency slots
-	wake  chan struct{} // a record completed (capacity 1)
-	lanes sync.WaitGroup
+	// ready are the lanes whose first record is to run next, in turn;
+	// Concurrency workers take them (cond signals one). A lane is in
+	// ready, with a worker, or waiting out a backoff: never two of them.
+	ready   []*txnLane
+	cond    *sync.Cond
+	stopped bool
+	workers sync.WaitGroup
+	wake    chan struct{} // a record completed (capacity 1)
 }
 
 // txnPart is a held partition's records.
@@ -84,6 +88,7 @@ type txnLaneKey struct {
 
 type txnLane struct {
 	part    *txnPart
+	gen     uint64
 	key     txnLaneKey
 	queue   []*txnRec // waiting or running (queue[0]), in offset order
 	running bool
@@ -96,13 +101,18 @@ type txnRec struct {
 	size  int64
 	outs  []*kgo.Record // the handler's outputs, or the DLQ record
 	dead  error         // the reason it was dead-lettered, if it was
+	it    *item         // its failed attempts (the DLQ record's headers)
 }
 
 func newTxnWork(t *TxnProcessor, base context.Context) *txnWork {
 	w := &txnWork{t: t, base: base, parts: map[tp]*txnPart{}, sent: map[tp]commitPoint{},
-		origin: map[tp]int64{}, topicIDs: map[string][16]byte{},
-		sem: make(chan struct{}, t.cfg.concurrency), wake: make(chan struct{}, 1)}
+		origin: map[tp]int64{}, topicIDs: map[string][16]byte{}, wake: make(chan struct{}, 1)}
+	w.cond = sync.NewCond(&w.mu)
 	w.ctx, w.cancel = context.WithCancel(base)
+	for range t.cfg.concurrency {
+		w.workers.Add(1)
+		go w.worker()
+	}
 	return w
 }
 
@@ -128,11 +138,28 @@ func (w *txnWork) room() int {
 	return max(0, w.t.cfg.maxRecords-held)
 }
 
-// completedCount is how many completed records wait for a transaction.
-func (w *txnWork) completedCount() int {
+// cutDue reports whether the completed results cut a transaction before
+// its time: half of MaxInFlight, or an eighth of it when MaxInFlight is
+// full (records running, backing off or waiting hold the rest).
+func (w *txnWork) cutDue() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.done
+	return w.cutDueLocked()
+}
+
+func (w *txnWork) cutDueLocked() bool {
+	maxRecs := w.t.cfg.maxRecords
+	if w.done >= max(1, maxRecs/2) {
+		return true
+	}
+	if w.done < max(1, maxRecs/8) {
+		return false
+	}
+	held := w.recs
+	for _, ps := range w.parts {
+		held += len(ps.pending)
+	}
+	return held >= maxRecs || w.bytes >= w.t.cfg.maxBytes
 }
 
 // held reports the records held (Health.InFlight).
@@ -153,17 +180,21 @@ func (w *txnWork) drop() {
 	w.cancel()
 	w.ctx, w.cancel = context.WithCancel(w.base)
 	w.parts = map[tp]*txnPart{}
+	clear(w.ready)
+	w.ready = w.ready[:0]
 	w.recs, w.bytes, w.done = 0, 0, 0
 }
 
-// stop cancels the handlers and waits up to d for the lane goroutines.
+// stop cancels the handlers and waits up to d for the workers.
 func (w *txnWork) stop(d time.Duration) {
 	w.mu.Lock()
 	w.gen++
+	w.stopped = true
 	w.cancel()
+	w.cond.Broadcast()
 	w.mu.Unlock()
 	done := make(chan struct{})
-	go func() { w.lanes.Wait(); close(done) }()
+	go func() { w.workers.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(d):
@@ -317,47 +348,80 @@ func (w *txnWork) admitLocked(ps *txnPart, r *kgo.Record) {
 	}
 	l := ps.lanes[key]
 	if l == nil {
-		l = &txnLane{part: ps, key: key}
+		l = &txnLane{part: ps, gen: ps.gen, key: key}
 		ps.lanes[key] = l
 	}
 	l.queue = append(l.queue, rec)
 	if !l.running {
 		l.running = true
-		w.lanes.Add(1)
-		go w.runLane(l, w.gen, w.ctx)
+		w.readyLocked(l)
 	}
 }
 
-// runLane transforms l's records one at a time, in offset order, until its
-// queue is empty or its generation is dropped.
-func (w *txnWork) runLane(l *txnLane, gen uint64, ctx context.Context) {
-	defer w.lanes.Done()
+// readyLocked queues l for a worker. w.mu held.
+func (w *txnWork) readyLocked(l *txnLane) {
+	w.ready = append(w.ready, l)
+	w.cond.Signal()
+}
+
+// worker runs ready lanes' first records, one attempt at a time, until
+// stop.
+func (w *txnWork) worker() {
+	defer w.workers.Done()
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for {
-		w.mu.Lock()
-		if w.gen != gen || len(l.queue) == 0 {
-			l.running = false
-			if w.gen == gen {
-				delete(l.part.lanes, l.key)
-			}
-			w.mu.Unlock()
+		for len(w.ready) == 0 && !w.stopped {
+			w.cond.Wait()
+		}
+		if w.stopped {
 			return
 		}
-		rec := l.queue[0]
+		l := w.ready[0]
+		w.ready[0] = nil
+		w.ready = w.ready[1:]
+		if l.gen != w.gen {
+			continue // dropped
+		}
+		rec, ctx := l.queue[0], w.ctx
 		w.mu.Unlock()
-		outs, dead, ok := w.t.transform(ctx, w.sem, rec.rec)
+		outs, err := w.t.attempt(ctx, rec)
 		w.mu.Lock()
-		if !ok || w.gen != gen {
-			l.running = false
-			w.mu.Unlock()
-			return
+		if l.gen != w.gen || ctx.Err() != nil {
+			continue // dropped, or shutting down: the result is discarded
+		}
+		if err != nil {
+			var wait time.Duration
+			if outs, wait = w.t.failed(rec, err); outs == nil {
+				// Aside until its backoff ends: the lane holds no worker.
+				time.AfterFunc(wait, func() {
+					w.mu.Lock()
+					defer w.mu.Unlock()
+					if l.gen == w.gen && !w.stopped {
+						w.readyLocked(l)
+					}
+				})
+				continue
+			}
+			rec.dead = err
 		}
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
-		rec.outs, rec.dead = outs, dead
+		rec.outs = outs
 		l.part.completed = append(l.part.completed, rec)
 		w.done++
-		w.mu.Unlock()
+		if len(l.queue) > 0 {
+			w.readyLocked(l)
+		} else {
+			l.running = false
+			l.queue = nil
+			delete(l.part.lanes, l.key)
+		}
+		due := w.cutDueLocked()
 		w.poke()
+		if due {
+			w.t.cancelPoll() // the session loop may be waiting in a poll
+		}
 	}
 }
 
@@ -418,7 +482,7 @@ func (w *txnWork) committed(x *txnCut) {
 	w.recs -= len(x.recs)
 	w.bytes -= x.bytes
 	for _, r := range x.recs {
-		r.outs, r.rec = nil, nil
+		r.outs, r.rec, r.it = nil, nil, nil
 	}
 }
 
@@ -445,64 +509,58 @@ func (w *txnWork) forget(gone map[string][]int32) {
 	}
 }
 
-// transform runs the handler for r with in-place retries, each attempt
-// holding one of sem's slots, the backoff between them none. After
-// MaxAttempts, or on a permanent error, it returns a DLQ record instead of
-// the output, and the handler's last error as dead. ok is false when ctx
-// ends (a drop or a shutdown): the result is discarded.
-func (t *TxnProcessor) transform(ctx context.Context, sem chan struct{}, r *kgo.Record) (outs []*kgo.Record, dead error, ok bool) {
-	it := &item{rec: r, view: r}
-	for {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return nil, nil, false
-		}
-		hctx, cancel := ctx, context.CancelFunc(func() {})
-		if t.cfg.handlerTimeout > 0 {
-			hctx, cancel = context.WithTimeout(ctx, t.cfg.handlerTimeout)
-		}
-		start := time.Now()
-		var traced func(error)
-		if tr := t.cfg.tracer; tr != nil {
-			attempt := 1
-			if it.fail != nil {
-				attempt = it.fail.attempts + 1
-			}
-			hctx, traced = tr.Attempt(hctx, t.cfg.group, r, attempt)
-		}
-		outs, err := safeTransform(hctx, t.handler, r)
-		if traced != nil {
-			if err == nil {
-				t.cfg.tracer.Outputs(hctx, outs)
-			}
-			traced(err)
-		}
-		cancel()
-		<-sem
-		t.cfg.metrics.handled(t.cfg.group, r.Topic, time.Since(start), err)
-		if ctx.Err() != nil {
-			return nil, nil, false
-		}
-		if err == nil {
-			return outs, nil, true
-		}
-		now := time.Now()
-		f := it.failState()
-		f.attempts++
-		f.lastErr = err
-		if f.first.IsZero() {
-			f.first = now
-		}
-		f.last = now
-		if IsPermanent(err) || f.attempts >= t.cfg.maxAttempts {
-			t.cfg.logger.Warn("record dead-lettered inside the transaction", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
-			t.cfg.metrics.forwarded(t.cfg.group, t.cfg.dlqTopic, true)
-			return []*kgo.Record{{Topic: t.cfg.dlqTopic, Key: r.Key, Value: r.Value, Headers: forwardHeaders(&t.cfg, nil, it)}}, err, true
-		}
-		t.cfg.metrics.retried(t.cfg.group, r.Topic)
-		ctxtime.Sleep(ctx, backoff(f.attempts, t.cfg.backoffMin, t.cfg.backoffMax))
+// attempt runs the handler once for rec (HandlerTimeout, tracing, metrics).
+func (t *TxnProcessor) attempt(ctx context.Context, rec *txnRec) ([]*kgo.Record, error) {
+	r := rec.rec
+	hctx, cancel := ctx, context.CancelFunc(func() {})
+	if t.cfg.handlerTimeout > 0 {
+		hctx, cancel = context.WithTimeout(ctx, t.cfg.handlerTimeout)
 	}
+	defer cancel()
+	start := time.Now()
+	var traced func(error)
+	if tr := t.cfg.tracer; tr != nil {
+		attempt := 1
+		if rec.it != nil && rec.it.fail != nil {
+			attempt = rec.it.fail.attempts + 1
+		}
+		hctx, traced = tr.Attempt(hctx, t.cfg.group, r, attempt)
+	}
+	outs, err := safeTransform(hctx, t.handler, r)
+	if traced != nil {
+		if err == nil {
+			t.cfg.tracer.Outputs(hctx, outs)
+		}
+		traced(err)
+	}
+	t.cfg.metrics.handled(t.cfg.group, r.Topic, time.Since(start), err)
+	return outs, err
+}
+
+// failed records rec's failed attempt. After MaxAttempts, or on a
+// permanent error, it returns the DLQ record to produce instead of the
+// output (the handler's error is the reason); otherwise no record and the
+// backoff before the next attempt (Backoff).
+func (t *TxnProcessor) failed(rec *txnRec, err error) ([]*kgo.Record, time.Duration) {
+	r := rec.rec
+	if rec.it == nil {
+		rec.it = &item{rec: r, view: r}
+	}
+	now := time.Now()
+	f := rec.it.failState()
+	f.attempts++
+	f.lastErr = err
+	if f.first.IsZero() {
+		f.first = now
+	}
+	f.last = now
+	if IsPermanent(err) || f.attempts >= t.cfg.maxAttempts {
+		t.cfg.logger.Warn("record dead-lettered inside the transaction", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
+		t.cfg.metrics.forwarded(t.cfg.group, t.cfg.dlqTopic, true)
+		return []*kgo.Record{{Topic: t.cfg.dlqTopic, Key: r.Key, Value: r.Value, Headers: forwardHeaders(&t.cfg, nil, rec.it)}}, 0
+	}
+	t.cfg.metrics.retried(t.cfg.group, r.Topic)
+	return nil, backoff(f.attempts, t.cfg.backoffMin, t.cfg.backoffMax)
 }
 
 // holds reports whether the session holds k (its rebalance callbacks).
