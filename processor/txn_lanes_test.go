@@ -221,6 +221,11 @@ func TestTxnBackoffStaysInLane(t *testing.T) {
 				t.Fatal("bad/0 was not retried")
 			}
 			t.Logf("bad/0 failed, retried %v later", retry.Sub(time.Unix(0, failedAt.Load())))
+			var latest time.Duration
+			for _, v := range early {
+				latest = max(latest, out.seenAt(v).Sub(time.Unix(0, failedAt.Load())))
+			}
+			t.Logf("the other lanes' outputs were all read %v after bad/0 failed", latest.Round(time.Millisecond))
 			for _, v := range early {
 				if at := out.seenAt(v); !at.Before(retry) {
 					t.Errorf("%s read %v after bad/0's retry: held behind another lane's backoff", v, at.Sub(retry))
