@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,6 +72,31 @@ func TestTxnOptSplit(t *testing.T) {
 	for name, o := range shared {
 		if _, ok := o.(TxnOpt); !ok {
 			t.Errorf("%s is not a TxnOpt: NewTransactional cannot take it", name)
+		}
+	}
+}
+
+// TestTxnRefusesOrdering: NewTransactional refuses OrderUnordered, and
+// OrderKey without the completed-offsets map, naming the option; it takes
+// OrderPartition and OrderKey with Concurrency.
+func TestTxnRefusesOrdering(t *testing.T) {
+	h := func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil }
+	base := []TxnOpt{Brokers("a:1"), Group("g"), Topics("t")}
+	for _, tc := range []struct {
+		opts []TxnOpt
+		want string
+	}{
+		{[]TxnOpt{WithOrdering(OrderUnordered)}, "WithOrdering: OrderUnordered"},
+		{[]TxnOpt{WithOrdering(OrderKey), CommitMetadataMaxBytes(0)}, "CommitMetadataMaxBytes: 0 with OrderKey"},
+		{[]TxnOpt{WithOrdering(OrderKey), Concurrency(4)}, ""},
+		{[]TxnOpt{WithOrdering(OrderPartition), CommitMetadataMaxBytes(0)}, ""},
+	} {
+		_, err := NewTransactional("id", h, append(append([]TxnOpt{}, base...), tc.opts...)...)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%d options: %v, want no error", len(tc.opts), err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("error %v, want one containing %q", err, tc.want)
 		}
 	}
 }
