@@ -77,9 +77,10 @@ type Opt interface{ apply(*cfg) }
 
 // TxnOpt is an option NewTransactional takes, as New does: the group, the
 // topics, timeouts, attempts and backoff, the DLQ topic, the client
-// options, logging and metrics. The options of the at-least-once mode alone
-// (WithHandler, WithOrdering, Concurrency, RetryTopics, RetryTopicPrefix,
-// DeadLetter, CommitRefreshInterval, CommitMetadataMaxBytes, Producer,
+// options, logging and metrics, the ordering mode, Concurrency and the
+// completed-offsets map's budget. The options of the at-least-once mode alone
+// (WithHandler, RetryTopics, RetryTopicPrefix, BlockKeys,
+// DeadLetter, CommitRefreshInterval, Producer,
 // CreateTopics, HandleTopic, WithBatchHandler, MaxBatch) are an Opt only,
 // so passing one to NewTransactional does not compile, as franz-go's kgo
 // keeps ProducerOpt, ConsumerOpt and GroupOpt apart.
@@ -207,6 +208,10 @@ type hooks struct {
 	// partitions runs on "assigned", "release-start:<why>" and
 	// "release-end:<why>" (why: revoked, lost, shutdown).
 	partitions func(event string, parts map[string][]int32)
+	// txnProduced runs in the exactly-once mode after a transaction's
+	// outputs were handed to franz-go, before it is ended (a test may
+	// stall in it to hold the transaction open).
+	txnProduced func()
 }
 
 func defaultCfg() cfg {
@@ -376,18 +381,22 @@ func Topics(topics ...string) TxnOpt { return bothOpt(func(c *cfg) { c.topics = 
 // the topics without one.
 func WithHandler(h Handler) Opt { return opt(func(c *cfg) { c.handler = h }) }
 
-// WithOrdering sets the ordering mode. Default OrderPartition. New and
-// NewTransactional refuse a value other than OrderPartition, OrderKey and
-// OrderUnordered.
-func WithOrdering(o Ordering) Opt { return opt(func(c *cfg) { c.ordering = o }) }
+// WithOrdering sets the ordering mode. Default OrderPartition. New refuses
+// a value other than OrderPartition, OrderKey and OrderUnordered;
+// NewTransactional takes OrderPartition and OrderKey and refuses
+// OrderUnordered (its lanes are a partition or a key of a partition: see
+// TxnProcessor).
+func WithOrdering(o Ordering) TxnOpt { return bothOpt(func(c *cfg) { c.ordering = o }) }
 
 // Concurrency sets how many handler calls may run at once across all
 // partitions of this member. Default 16. Records waiting for a retry backoff
 // or parked behind a busy key do not hold one of these slots. Records of a
 // failing key or partition (its head failed and waits for a retry, or waits
 // for a retry topic's due time) do not use up MaxInFlight room either: they
-// are "parked" (Health.Parked) until the key's next success.
-func Concurrency(n int) Opt { return opt(func(c *cfg) { c.concurrency = n }) }
+// are "parked" (Health.Parked) until the key's next success. In
+// NewTransactional it bounds the TxnHandler calls running at once the same
+// way (a record backing off holds no slot).
+func Concurrency(n int) TxnOpt { return bothOpt(func(c *cfg) { c.concurrency = n }) }
 
 // MaxInFlight bounds the records (count) and key+value bytes that this
 // member has admitted for processing and not yet completed. When either bound
@@ -541,8 +550,11 @@ func CommitRefreshInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.co
 // group's start time after the map (";t=<unix ms>", at most 22 bytes, kept
 // out of the map's budget so the whole stays within n; with 0 the metadata
 // is the start time alone, "oc1:;t=<unix ms>", at most 26 bytes): see
-// StartOffset.
-func CommitMetadataMaxBytes(n int) Opt { return opt(func(c *cfg) { c.metaMaxBytes = n }) }
+// StartOffset. In NewTransactional the map travels in the transaction's
+// TxnOffsetCommit (KIP-447) and is what keeps a handover from producing a
+// completed record's output twice, so with OrderKey NewTransactional refuses
+// 0.
+func CommitMetadataMaxBytes(n int) TxnOpt { return bothOpt(func(c *cfg) { c.metaMaxBytes = n }) }
 
 // mapMaxBytes is the budget of the completed-offsets map itself: with
 // StartOffset(Latest), CommitMetadataMaxBytes less the room the group's

@@ -211,9 +211,8 @@ func (p *Processor) pausedPartitionsLocked() []string {
 // Resume: their fetching is paused in the client
 // (kgo.Client.PauseFetchPartitions, Kafka's KafkaConsumer.pause), and no
 // poll after Pause returns brings their records; records of theirs that an
-// earlier poll brought into the open transaction (at most MaxInFlight) are
-// still transformed and committed with it. Transactions go on for the other
-// partitions.
+// earlier poll brought in (at most MaxInFlight) are still transformed and
+// committed. Transactions go on for the other partitions.
 //
 // A pause is of this member's hold of the partition, as with Kafka's
 // consumer: a rebalance that takes the partition away forgets it, and so

@@ -20,39 +20,71 @@ import (
 // txn_commit.go.
 
 // TxnHandler transforms one consumed record into the records to produce for
-// it. It runs inside a Kafka transaction: its output and the consumed offset
-// commit together or not at all. It must not have side effects outside Kafka
-// (a database write or an e-mail is not covered by the transaction: use an
-// inbox for those). A permanent error sends the record to the group's DLQ
-// inside the same transaction; a transient error is retried in place up to
-// MaxAttempts, then dead-lettered the same way.
+// it. Its outputs are produced inside the Kafka transaction that commits the
+// record's offset: they and the offset commit together or not at all. It
+// must not have side effects outside Kafka (a database write or an e-mail is
+// not covered by the transaction, and a handler whose result was discarded
+// by an abort runs again: use an inbox for those). A permanent error sends
+// the record to the group's DLQ inside the transaction that commits it; a
+// transient error is retried in the record's lane up to MaxAttempts (after
+// Backoff each time), then dead-lettered the same way. Calls for different
+// lanes run concurrently (see TxnProcessor); ctx is cancelled on shutdown,
+// on an abort or rebalance that drops the record, and after HandlerTimeout.
 type TxnHandler func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error)
 
 // TxnProcessor is the exactly-once mode: transactional
-// consume-transform-produce on franz-go's GroupTransactSession. Each
-// transaction covers the records polled during one CommitInterval (or up to
-// MaxInFlight records); their output records and their offsets (sent with the
-// group's metadata, KIP-447) are committed atomically. Readers with
-// isolation.level=read_committed see every input's output exactly once.
+// consume-transform-produce on franz-go's GroupTransactSession (KIP-98,
+// KIP-447). Readers with isolation.level=read_committed see every input's
+// output exactly once.
 //
-// On a rebalance or fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, the
-// KIP-890 epoch bump) mid-transaction the session aborts, the rest of the
-// poll is discarded and consumption resumes from the committed offsets. An
-// error from ending a transaction means the outcome is unknown: the session
-// is closed and a new one re-reads the committed offsets instead of
-// guessing. A transaction reported "not committed" may have
-// committed (a lost EndTxn response): the member settles it (an epoch
-// bump) and resumes from the offsets the broker holds, read with
-// RequireStable, never from the ones franz-go cached. After a TxnOffsetCommit
-// failed on the wire, the offsets are read back after each commit and
-// re-committed if a stale copy landed late.
+// Concurrency. Records are transformed in lanes: one per partition
+// (OrderPartition, the default) or one per key within a partition
+// (OrderKey; a null key is a lane of its own). A lane runs its records one
+// at a time in offset order; up to Concurrency handler calls run at once
+// across lanes. A transient failure backs off inside its lane only: the
+// lane is set aside for Backoff (holding no Concurrency slot) while the other
+// lanes of the partition and the other partitions go on, and after
+// MaxAttempts, or at once on a permanent error, the record's result is a DLQ
+// record.
 //
-// The ordering mode is OrderPartition (records are transformed in offset
-// order); WithOrdering, Concurrency, RetryTopics, RetryTopicPrefix and
-// DeadLetter are New's alone (they are not TxnOpts, so NewTransactional does
-// not compile with them): a record that exhausts MaxAttempts, or fails
-// permanently, always goes to the DLQ. A record that cannot be written there stops Run
-// with a *DeadLetterError (see there why).
+// Transactions are cut by time, not by work: every CommitInterval (earlier
+// when half of MaxInFlight has completed, or an eighth when MaxInFlight is
+// full) the session begins a transaction, produces the outputs (and DLQ
+// records) of the records completed since the last one, commits the
+// offsets and ends it. Records still running or backing off carry over in
+// memory to a later transaction; their outputs are produced only in the
+// transaction that commits them. The committed offset of a partition is its
+// first record not yet completed; the records completed above it travel in
+// the commit's metadata as the completed-offsets map (offsetmap.go, budget
+// CommitMetadataMaxBytes: past it the partition admits no more records until
+// its commit point moves). MaxInFlight bounds the records held (running,
+// waiting, completed and not yet committed): the session polls no more
+// while it is full.
+//
+// Resuming. A partition starts from the group's committed offset read with
+// RequireStable and skips the offsets its map says are completed (their
+// outputs were committed with it). After an abort (a produce error, a
+// rebalance, fencing: PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, the KIP-890
+// epoch bump) or a revoke or loss, the member drops all its in-memory work
+// (results not committed are discarded and their records redone: a
+// handler has no side effects outside Kafka), settles the transaction
+// (the producer ID is reloaded, an epoch bump, and the offsets read with
+// RequireStable) and sets each partition it holds to exactly the broker's
+// offset, back or forward, with its map's offsets skipped. A transaction
+// reported "not committed" may have committed (a lost EndTxn response): the
+// stable read tells, and the member resumes after it. An error from ending
+// a transaction means the outcome is unknown: the session is closed and a
+// new one re-reads the committed offsets instead of guessing. After a
+// TxnOffsetCommit failed on the wire, the offsets are read back after each
+// commit and compared with what this member last committed (offset and
+// metadata); a stale copy that landed late is re-committed.
+//
+// WithOrdering takes OrderPartition and OrderKey (OrderUnordered is refused
+// at NewTransactional); RetryTopics, RetryTopicPrefix, DeadLetter,
+// WithHandler and BlockKeys are New's alone (they are not TxnOpts, so
+// NewTransactional does not compile with them): a record that exhausts
+// MaxAttempts, or fails permanently, always goes to the DLQ. A record that
+// cannot be written there stops Run with a *DeadLetterError (see there why).
 type TxnProcessor struct {
 	cfg     cfg
 	txnID   string
@@ -63,6 +95,13 @@ type TxnProcessor struct {
 	owned map[string]map[int32]bool // partitions held by sess, from its rebalance callbacks
 	// paused are the partitions of sess paused by Pause (pause.go).
 	paused map[tp]bool
+	// work is sess's records in memory (txn_work.go); pollCancel ends the
+	// poll in progress (a rebalance: noteRebalance).
+	work       *txnWork
+	pollCancel context.CancelFunc
+	// resync is set by a revoke or a loss: the session loop drops its
+	// work and resumes from the broker's offsets.
+	resync atomic.Bool
 
 	// lateRisk is when (unix ns) a TxnOffsetCommit last failed on the wire
 	// (a copy may still be in the network and land late); see
@@ -83,14 +122,17 @@ type TxnProcessor struct {
 // be unique per member and stable across its restarts (so a restarted member
 // fences its zombie predecessor). It takes the options of both modes
 // (TxnOpt: Brokers, Group, Topics, MaxAttempts, Backoff, CommitInterval,
-// MaxInFlight, Logger, ClientOpts, WithMetrics, TransactionTimeout...);
-// those of New alone (WithHandler, WithOrdering, Concurrency, RetryTopics,
-// ...) do not compile here: it handles one record at a time per partition,
-// in offset order, and retries in place. With WithMetrics the member reports the runtime's series as New's
+// MaxInFlight, WithOrdering, Concurrency, CommitMetadataMaxBytes, Logger,
+// ClientOpts, WithMetrics, TransactionTimeout...); those of New alone
+// (WithHandler, RetryTopics, RetryTopicPrefix, DeadLetter, BlockKeys, ...)
+// do not compile here. It returns an error for OrderUnordered, and for
+// OrderKey with CommitMetadataMaxBytes(0) (without the map a new owner would
+// produce again the outputs of records committed above the commit point).
+// With WithMetrics the member reports the runtime's series as New's
 // members do (consumed, processed, failed, retried, dead-lettered,
 // rebalances, committed_offset and lag after each committed transaction,
-// commit_duration_seconds for ending one); handler calls of aborted
-// transactions are counted too, as they ran.
+// commit_duration_seconds for ending one); handler calls whose results an
+// abort discarded are counted too, as they ran.
 func NewTransactional(transactionalID string, h TxnHandler, opts ...TxnOpt) (*TxnProcessor, error) {
 	c := defaultCfg()
 	c.commitInterval = 100 * time.Millisecond
@@ -108,12 +150,30 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...TxnOpt) (*Tx
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
+	if err := c.validateTxn(); err != nil {
+		return nil, fmt.Errorf("processor: invalid config: %w", err)
+	}
 	if c.clientID == "" {
 		c.clientID = transactionalID
 	}
 	c.logger = c.logger.With("group", c.group, "transactional_id", transactionalID)
 	c.metrics.initGroup(c.group, c.topics, nil, c.dlqTopic)
 	return &TxnProcessor{cfg: c, txnID: transactionalID, handler: h, groupStart: newGroupStart(&c)}, nil
+}
+
+// validateTxn refuses what the exactly-once mode cannot do: OrderUnordered
+// (a lane is a partition or a key of one), and with OrderKey a disabled
+// completed-offsets map (without it a new owner would produce again the
+// outputs of records committed above the commit point).
+func (c *cfg) validateTxn() error {
+	var errs []error
+	if c.ordering == OrderUnordered {
+		errs = append(errs, errors.New("WithOrdering: OrderUnordered is not available with NewTransactional, want OrderPartition or OrderKey"))
+	}
+	if c.ordering == OrderKey && c.metaMaxBytes == 0 {
+		errs = append(errs, errors.New("CommitMetadataMaxBytes: 0 with OrderKey, want >= 64: the exactly-once mode needs the completed-offsets map to skip records committed above the commit point"))
+	}
+	return errors.Join(errs...)
 }
 
 // txnOpts is opts as Opts, for applyOpts.
@@ -150,10 +210,14 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 			t.track(m, "revoked")
 			t.forgetPauses(cl, m)
+			if len(m) > 0 {
+				t.noteRebalance(m)
+			}
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 			t.track(m, "lost")
 			t.forgetPauses(cl, m)
+			t.noteRebalance(m)
 		}),
 	)
 	opts = append(opts, kgo.WithHooks(lateCommitHook{t}))
@@ -201,13 +265,15 @@ func (t *TxnProcessor) track(m map[string][]int32, kind string) {
 }
 
 // Health reports the member's group state, the partitions it holds
-// ("topic[partition]", sorted) and those paused by Pause. InFlight, Paused,
-// Parked and Blocked stay zero: a transaction holds no records between
-// polls. Safe for concurrent use.
+// ("topic[partition]", sorted) and those paused by Pause. InFlight counts
+// the records held (running, waiting or backing off, and completed but not
+// yet committed); Paused, Parked and Blocked stay zero. Safe for concurrent
+// use.
 func (t *TxnProcessor) Health() Health {
 	t.mu.Lock()
 	sess := t.sess
 	h := Health{Group: t.cfg.group, ClientID: t.cfg.clientID, Generation: -1}
+	w := t.work
 	for topic, ps := range t.owned {
 		for p := range ps {
 			h.Partitions = append(h.Partitions, tp{topic, p}.String())
@@ -217,6 +283,9 @@ func (t *TxnProcessor) Health() Health {
 		h.PausedPartitions = append(h.PausedPartitions, k.String())
 	}
 	t.mu.Unlock()
+	if w != nil {
+		h.InFlight = w.held()
+	}
 	slices.Sort(h.Partitions)
 	slices.Sort(h.PausedPartitions)
 	if sess != nil {
@@ -226,9 +295,9 @@ func (t *TxnProcessor) Health() Health {
 	return h
 }
 
-// Run consumes and transforms until ctx is cancelled, then ends the open
-// transaction (committing what was transformed), leaves the group and
-// returns nil. Sessions that fail are replaced after a backoff. It returns a
+// Run consumes and transforms until ctx is cancelled, then cancels the
+// handlers still running (their results are discarded), commits what
+// completed in a last transaction, leaves the group and returns nil. Sessions that fail are replaced after a backoff. It returns a
 // *FatalGroupError (after aborting the open transaction) when the broker
 // refuses the member's group session for good, an *AuthorizationError
 // (after aborting it, or leaving it to the transaction timeout when EndTxn

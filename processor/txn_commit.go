@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -74,46 +75,60 @@ import (
 // It returns whether the transaction's offsets landed (every partition of
 // last is at or past its offset+1 on the broker) and the partitions moved,
 // with their new offsets.
-func (t *TxnProcessor) settle(sess *kgo.GroupTransactSession, last map[tp]int64) (landed bool, moved map[tp]int64, err error) {
+func (t *TxnProcessor) settle(sess *kgo.GroupTransactSession, w *txnWork, sent map[tp]commitPoint) (landed bool, moved map[tp]int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.txnTimeout+30*time.Second)
 	defer cancel()
+	w.drop()
 	cl := sess.Client()
 	if _, _, err := cl.ProducerID(ctx); err != nil {
 		return false, nil, fmt.Errorf("reload producer id: %w", err)
 	}
-	held, err := t.stableOffsets(ctx, cl)
+	held, err := t.stableCommits(ctx, cl)
 	if err != nil {
 		return false, nil, err
 	}
-	landed = len(last) > 0
-	for k, off := range last {
-		if held[k] < off+1 {
+	landed = len(sent) > 0
+	for k, cp := range sent {
+		if h, ok := held[k]; !ok || h.offset < cp.offset || (h.offset == cp.offset && h.meta != cp.meta) {
 			landed = false
 		}
 	}
-	cached := cl.CommittedOffsets()
-	t.mu.Lock()
-	owned := t.owned
 	set := map[string]map[int32]kgo.EpochOffset{}
-	for k, off := range held {
-		if !owned[k.topic][k.partition] {
-			continue
+	var owned []tp
+	t.mu.Lock()
+	for topic, ps := range t.owned {
+		for p := range ps {
+			owned = append(owned, tp{topic, p})
 		}
-		if c, ok := cached[k.topic][k.partition]; ok && c.Offset >= off {
+	}
+	t.mu.Unlock()
+	w.mu.Lock()
+	for _, k := range owned {
+		off := int64(-1)
+		if h, ok := held[k]; ok {
+			off = h.offset
+			if moved == nil {
+				moved = map[tp]int64{}
+			}
+			moved[k] = off
+		} else if o, ok := w.origin[k]; ok {
+			off = o // never committed: back to where this session started it
+		}
+		if off < 0 {
 			continue
 		}
 		if set[k.topic] == nil {
 			set[k.topic] = map[int32]kgo.EpochOffset{}
 		}
 		set[k.topic][k.partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
-		if moved == nil {
-			moved = map[tp]int64{}
-		}
-		moved[k] = off
 	}
-	t.mu.Unlock()
+	w.mu.Unlock()
+	// Back or forward: franz-go rewound to the offsets it cached, which
+	// are neither what the broker holds after an unconfirmed commit nor
+	// where a partition's records were dropped.
 	cl.SetOffsets(set)
-	if err := t.repairLateCommits(sess, held); err != nil {
+	w.initParts(owned, held)
+	if err := t.repairLateCommits(sess, w, held); err != nil {
 		return landed, moved, fmt.Errorf("repair committed offsets: %w", err)
 	}
 	return landed, moved, nil
@@ -163,41 +178,34 @@ func (t *TxnProcessor) atLateRisk() bool {
 // while after a TxnOffsetCommit failed on the wire (lateRiskWindow), finds
 // every regression it causes; the repair needs no new input. The cost when
 // nothing failed on the wire is nil.
-func (t *TxnProcessor) repairLateCommits(sess *kgo.GroupTransactSession, held map[tp]int64) error {
+func (t *TxnProcessor) repairLateCommits(sess *kgo.GroupTransactSession, w *txnWork, held map[tp]commitPoint) error {
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.txnTimeout+30*time.Second)
 	defer cancel()
 	cl := sess.Client()
 	for round := 0; ; round++ {
 		if held == nil {
 			var err error
-			if held, err = t.stableOffsets(ctx, cl); err != nil {
+			if held, err = t.stableCommits(ctx, cl); err != nil {
 				return err
 			}
 		}
-		cached := cl.CommittedOffsets()
-		want := map[string]map[int32]kgo.EpochOffset{}
-		t.mu.Lock()
-		for topic, ps := range cached {
-			for p, eo := range ps {
-				k := tp{topic, p}
-				if b, ok := held[k]; t.owned[topic][p] && (!ok || b < eo.Offset) {
-					if want[topic] == nil {
-						want[topic] = map[int32]kgo.EpochOffset{}
-					}
-					want[topic][p] = eo
-					t.cfg.logger.Warn("the group's committed offset is behind this member's last commit (a stale commit landed late); re-committing it",
-						"topic", topic, "partition", p, "broker_offset", b, "committed", eo.Offset)
-				}
+		want := map[tp]commitPoint{}
+		for k, cp := range w.sentCommits() {
+			b, ok := held[k]
+			if !t.holds(k) || (ok && (b.offset > cp.offset || b == cp)) {
+				continue
 			}
+			want[k] = cp
+			t.cfg.logger.Warn("the group's committed offset is behind this member's last commit (a stale commit landed late); re-committing it",
+				"topic", k.topic, "partition", k.partition, "broker_offset", b.offset, "committed", cp.offset)
 		}
-		t.mu.Unlock()
 		if len(want) == 0 {
 			return nil
 		}
 		if round == 3 {
 			return fmt.Errorf("offsets still behind after %d re-commits: %v", round, want)
 		}
-		if err := t.recommit(ctx, sess, want); err != nil {
+		if err := t.recommit(ctx, sess, w, want); err != nil {
 			return err
 		}
 		held = nil // read back what the repair did
@@ -208,44 +216,11 @@ func (t *TxnProcessor) repairLateCommits(sess *kgo.GroupTransactSession, held ma
 // without records. franz-go's End sends only the offsets that moved since
 // its last commit, so the repaired partitions are added to the
 // TxnOffsetCommit it builds (kgo.PreTxnCommitFnContext).
-func (t *TxnProcessor) recommit(ctx context.Context, sess *kgo.GroupTransactSession, want map[string]map[int32]kgo.EpochOffset) error {
-	ids := map[string][16]byte{} // TxnOffsetCommit v6 names topics by ID (KIP-1319)
-	topics := make([]string, 0, len(want))
-	for topic := range want {
-		topics = append(topics, topic)
-	}
-	details, err := kadm.NewClient(sess.Client()).ListTopics(ctx, topics...)
-	if err != nil {
-		return fmt.Errorf("topic ids: %w", err)
-	}
-	for topic, d := range details {
-		ids[topic] = d.ID
-	}
+func (t *TxnProcessor) recommit(ctx context.Context, sess *kgo.GroupTransactSession, w *txnWork, want map[tp]commitPoint) error {
 	if err := sess.Begin(); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	fn := func(req *kmsg.TxnOffsetCommitRequest) error {
-		for topic, ps := range want {
-			i := slices.IndexFunc(req.Topics, func(rt kmsg.TxnOffsetCommitRequestTopic) bool { return rt.Topic == topic })
-			if i < 0 {
-				rt := kmsg.NewTxnOffsetCommitRequestTopic()
-				rt.Topic, rt.TopicID = topic, ids[topic]
-				req.Topics = append(req.Topics, rt)
-				i = len(req.Topics) - 1
-			}
-			rt := &req.Topics[i]
-			for p, eo := range ps {
-				if slices.ContainsFunc(rt.Partitions, func(rp kmsg.TxnOffsetCommitRequestTopicPartition) bool { return rp.Partition == p }) {
-					continue // franz-go commits a newer position for it
-				}
-				rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-				rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = p, eo.Offset, eo.Epoch, &req.MemberID
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-		}
-		return nil
-	}
-	committed, err := sess.End(t.txnCommitCtx(ctx, fn), kgo.TryCommit)
+	committed, err := sess.End(t.txnCommitCtx(ctx, w.commitsFn(want)), kgo.TryCommit)
 	if err != nil {
 		return fmt.Errorf("end: %w", err)
 	}
@@ -255,6 +230,57 @@ func (t *TxnProcessor) recommit(ctx context.Context, sess *kgo.GroupTransactSess
 		t.cfg.logger.Info("re-commit of offsets aborted")
 	}
 	return nil
+}
+
+// commitsFn returns the TxnOffsetCommit fn (kgo.PreTxnCommitFnContext) that
+// commits exactly commits, with their metadata: franz-go builds the
+// request from its consume positions (every record polled, completed or
+// not), so its partitions are replaced by ours; a partition the member no
+// longer holds is left out. Topic IDs (TxnOffsetCommit v6, KIP-1319) are
+// franz-go's or the fetches'; a topic without one pins the request to v5,
+// by name (franz-go does that itself).
+func (w *txnWork) commitsFn(commits map[tp]commitPoint) func(*kmsg.TxnOffsetCommitRequest) error {
+	return func(req *kmsg.TxnOffsetCommitRequest) error {
+		ids := map[string][16]byte{}
+		w.mu.Lock()
+		for topic, id := range w.topicIDs {
+			ids[topic] = id
+		}
+		w.mu.Unlock()
+		for _, rt := range req.Topics {
+			if rt.TopicID != ([16]byte{}) {
+				ids[rt.Topic] = rt.TopicID
+			}
+		}
+		keys := make([]tp, 0, len(commits))
+		for k := range commits {
+			if w.t.holds(k) {
+				keys = append(keys, k)
+			}
+		}
+		slices.SortFunc(keys, func(a, b tp) int {
+			if a.topic != b.topic {
+				return strings.Compare(a.topic, b.topic)
+			}
+			return int(a.partition - b.partition)
+		})
+		req.Topics = req.Topics[:0]
+		for _, k := range keys {
+			if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != k.topic {
+				rt := kmsg.NewTxnOffsetCommitRequestTopic()
+				rt.Topic, rt.TopicID = k.topic, ids[k.topic]
+				req.Topics = append(req.Topics, rt)
+			}
+			rt := &req.Topics[len(req.Topics)-1]
+			cp := commits[k]
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset, rp.LeaderEpoch = k.partition, cp.offset, -1
+			meta := cp.meta
+			rp.Metadata = &meta
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		return nil
+	}
 }
 
 // txnCommitCtx returns ctx for GroupTransactSession.End: the
@@ -277,7 +303,10 @@ func (t *TxnProcessor) txnCommitCtx(ctx context.Context, fn func(*kmsg.TxnOffset
 		if meta := withGroupStart("", t.groupStart.get()); meta != "" {
 			for i := range req.Topics {
 				for j := range req.Topics[i].Partitions {
-					req.Topics[i].Partitions[j].Metadata = &meta
+					rp := &req.Topics[i].Partitions[j]
+					if rp.Metadata == nil || !strings.HasPrefix(*rp.Metadata, offsetMapPrefix) {
+						rp.Metadata = &meta // not ours (fn set none): the start time alone
+					}
 				}
 			}
 		}
@@ -285,14 +314,14 @@ func (t *TxnProcessor) txnCommitCtx(ctx context.Context, fn func(*kmsg.TxnOffset
 	})
 }
 
-// stableOffsets returns the group's committed offsets for its topics, read
+// stableCommits returns the group's committed offsets and metadata for its topics, read
 // with RequireStable; it retries while they are unstable (a transaction of
 // the group is pending) until ctx ends.
-func (t *TxnProcessor) stableOffsets(ctx context.Context, cl *kgo.Client) (map[tp]int64, error) {
+func (t *TxnProcessor) stableCommits(ctx context.Context, cl *kgo.Client) (map[tp]commitPoint, error) {
 	adm := kadm.NewClient(cl)
 	for attempt := 1; ; attempt++ {
 		resp, err := adm.FetchOffsets(kadm.RequireStable(ctx), t.cfg.group)
-		var held map[tp]int64
+		var held map[tp]commitPoint
 		if err == nil {
 			held, err = t.ownStable(resp)
 		}
@@ -315,10 +344,10 @@ func (t *TxnProcessor) stableOffsets(ctx context.Context, cl *kgo.Client) (map[t
 // on another member's partition (UNSTABLE_OFFSET_COMMIT while that member's
 // transaction is open: Kafka answers it per partition) is not waited for:
 // with several members, some transaction of the group is nearly always open.
-func (t *TxnProcessor) ownStable(resp kadm.OffsetResponses) (map[tp]int64, error) {
+func (t *TxnProcessor) ownStable(resp kadm.OffsetResponses) (map[tp]commitPoint, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	held := map[tp]int64{}
+	held := map[tp]commitPoint{}
 	var first error
 	resp.Each(func(o kadm.OffsetResponse) {
 		if !slices.Contains(t.cfg.topics, o.Topic) {
@@ -331,7 +360,7 @@ func (t *TxnProcessor) ownStable(resp kadm.OffsetResponses) (map[tp]int64, error
 			return
 		}
 		if o.At >= 0 {
-			held[tp{o.Topic, o.Partition}] = o.At
+			held[tp{o.Topic, o.Partition}] = commitPoint{o.At, o.Metadata}
 		}
 	})
 	return held, first

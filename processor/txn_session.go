@@ -8,46 +8,194 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/ordercast/ordercast/internal/ctxtime"
 )
 
-// The exactly-once mode's transaction loop: a session polls, transforms (with
-// in-place retries and dead letters) and produces into one transaction,
-// ends it, and concludes it (metrics, dead-letter callbacks, settling).
+// The exactly-once mode's transaction loop: a session polls records into
+// its work (txn_work.go), where lanes transform them concurrently; every
+// CommitInterval it begins a transaction, produces the outputs of the
+// records completed since the last one, commits every partition's commit
+// point with its completed-offsets map, ends the transaction, and concludes
+// it (metrics, dead-letter callbacks, settling after an abort).
 
-// runSession runs transactions on one session, one after the other: each
-// polls, transforms and produces (fill), ends (end) and is concluded
-// (conclude). It returns nil on shutdown and an error when the session must
-// be replaced (outcome unknown, a fatal group error, a record that cannot be
-// dead-lettered).
+// runSession runs one session: polls, admits, and cuts transactions by
+// time. It returns nil on shutdown (after committing what completed) and an
+// error when the session must be replaced (outcome unknown, a fatal group
+// error, a record that cannot be dead-lettered).
 func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	w := newTxnWork(t, ctx)
+	t.mu.Lock()
+	t.work = w
+	t.mu.Unlock()
+	defer func() {
+		w.stop(t.cfg.drainTimeout)
+		t.mu.Lock()
+		t.work = nil
+		t.mu.Unlock()
+	}()
 	ends := map[tp]int64{} // last stable offset per partition, from the latest fetch
+	next := time.Now().Add(t.cfg.commitInterval)
 	for {
 		if ctx.Err() != nil {
-			return nil
+			// Handlers are cancelled (their results discarded); what
+			// completed commits.
+			_, err := t.commitTxn(ctx, sess, w, ends)
+			return err
 		}
-		fetches := sess.PollRecords(ctx, t.cfg.maxRecords)
+		if t.resync.Swap(false) {
+			if err := t.resyncSession(ctx, sess, w, ends); err != nil {
+				return err
+			}
+			continue
+		}
+		now := time.Now()
+		room, due := w.room(), w.cutDue()
+		if !now.Before(next) || due {
+			next = now.Add(t.cfg.commitInterval)
+			if stop, err := t.commitTxn(ctx, sess, w, ends); stop || err != nil {
+				return err
+			}
+			continue
+		}
+		if room == 0 {
+			// MaxInFlight held: no poll until records are committed.
+			timer := time.NewTimer(next.Sub(now))
+			select {
+			case <-w.wake:
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+			timer.Stop()
+			continue
+		}
+		pctx, cancel := context.WithDeadline(ctx, next)
+		t.setPollCancel(cancel)
+		if w.cutDue() {
+			cancel() // completed while the cancel was not set yet
+		}
+		fetches := sess.PollRecords(pctx, room)
+		t.setPollCancel(nil)
+		cancel()
 		if fetches.IsClientClosed() {
 			return nil
 		}
 		if fatal := t.noteFetches(fetches, ends); fatal != nil {
 			return fatal
 		}
-		recs := fetches.Records()
-		if len(recs) == 0 {
-			continue
+		if t.resync.Load() {
+			continue // polled across a rebalance: dropped, the resync reads where to resume
 		}
-		if err := sess.Begin(); err != nil {
-			return fmt.Errorf("begin transaction: %w", err)
+		if ks := w.needInit(fetches); len(ks) > 0 {
+			rctx, rcancel := context.WithTimeout(ctx, t.cfg.txnTimeout+30*time.Second)
+			held, err := t.stableCommits(rctx, sess.Client())
+			rcancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					continue
+				}
+				return fmt.Errorf("read committed offsets of assigned partitions: %w", err)
+			}
+			w.initParts(ks, held)
 		}
-		b := &txnBatch{t: t, last: map[tp]int64{}}
-		t.fill(ctx, sess, b, recs, ends)
-		committed, prodErr, err := t.end(ctx, sess, b)
-		if stop, err := t.conclude(ctx, sess, b, ends, committed, prodErr, err); stop || err != nil {
-			return err
-		}
+		w.admit(fetches)
 	}
+}
+
+// setPollCancel keeps the cancel of the poll in progress (nil: none), for
+// a rebalance to end it (noteRebalance).
+func (t *TxnProcessor) setPollCancel(c context.CancelFunc) {
+	t.mu.Lock()
+	t.pollCancel = c
+	t.mu.Unlock()
+}
+
+// cancelPoll ends the poll in progress, if any.
+func (t *TxnProcessor) cancelPoll() {
+	t.mu.Lock()
+	c := t.pollCancel
+	t.mu.Unlock()
+	if c != nil {
+		c()
+	}
+}
+
+// noteRebalance is the session's revoke and loss hook: the session's
+// in-memory work is to be dropped and its partitions resynced from the
+// broker (the session aborts the next transaction anyway).
+func (t *TxnProcessor) noteRebalance(gone map[string][]int32) {
+	t.resync.Store(true)
+	t.mu.Lock()
+	w, c := t.work, t.pollCancel
+	t.mu.Unlock()
+	if c != nil {
+		c()
+	}
+	if w != nil {
+		w.forget(gone)
+		w.poke()
+	}
+}
+
+// resyncSession follows a rebalance: End (an abort: no transaction is open
+// between transactions) resets the session's revoked state, which would
+// abort the next transaction, then settle drops the work and resumes every
+// held partition from the broker's offsets.
+func (t *TxnProcessor) resyncSession(ctx context.Context, sess *kgo.GroupTransactSession, w *txnWork, ends map[tp]int64) error {
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := sess.End(endCtx, kgo.TryAbort); err != nil {
+		return fmt.Errorf("end after a rebalance: %w", err)
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	_, moved, err := t.settle(sess, w, nil)
+	if err != nil {
+		return fmt.Errorf("settle after a rebalance: %w", err)
+	}
+	t.noteMoved(moved, ends)
+	t.cfg.logger.Info("rebalance: in-memory work dropped; resuming from the broker's committed offsets", "partitions_moved", len(moved))
+	return nil
+}
+
+// commitTxn cuts a transaction: the outputs of the records completed since
+// the last one and the commits that follow (txnWork.cut), produced and
+// committed together; a cut with nothing in it makes no transaction.
+func (t *TxnProcessor) commitTxn(ctx context.Context, sess *kgo.GroupTransactSession, w *txnWork, ends map[tp]int64) (stop bool, _ error) {
+	x := w.cut()
+	if len(x.recs) == 0 && len(x.commits) == 0 {
+		return false, nil
+	}
+	if err := sess.Begin(); err != nil {
+		return true, fmt.Errorf("begin transaction: %w", err)
+	}
+	b := &txnBatch{t: t, cut: x}
+	for _, r := range x.recs {
+		pctx, done := ctx, b.promise
+		if r.dead != nil {
+			b.dead = append(b.dead, deadLetter{rec: r.rec, reason: r.dead})
+			done = b.deadPromise(r.rec)
+			if tr := t.cfg.tracer; tr != nil {
+				// The DLQ write's send span, ended by its result; the
+				// DLQ record carries its context.
+				var fwdDone func(error)
+				pctx, fwdDone = tr.Forward(ctx, t.cfg.group, r.rec, t.cfg.dlqTopic, true, r.dead)
+				dead := done
+				done = func(o *kgo.Record, err error) { fwdDone(err); dead(o, err) }
+			}
+		}
+		for _, o := range r.outs {
+			// Not ctx: a shutdown must not fail records of a
+			// transaction that is about to commit.
+			b.pending.Add(1)
+			sess.Produce(context.WithoutCancel(pctx), o, done)
+		}
+		b.n++
+	}
+	if h := t.cfg.hooks.txnProduced; h != nil {
+		h()
+	}
+	committed, prodErr, err := t.end(ctx, sess, w, b)
+	return t.conclude(ctx, sess, w, b, ends, committed, prodErr, err)
 }
 
 // txnBatch is one transaction of a session: what it read, what it
@@ -55,10 +203,10 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 // goroutines: prodErr and deadErr are guarded by mu.
 type txnBatch struct {
 	t     *TxnProcessor
-	abort bool         // end the transaction with an abort
-	fatal error        // a fatal group error seen mid-transaction: abort, then return it
-	n     int          // records transformed
-	last  map[tp]int64 // highest offset per partition in this transaction
+	abort bool    // end the transaction with an abort
+	fatal error   // a fatal group error seen mid-transaction: abort, then return it
+	n     int     // records whose outputs it produces
+	cut   *txnCut // its records and commits
 	// dead are the records dead-lettered in this transaction (for
 	// OnDeadLetter once it commits).
 	dead []deadLetter
@@ -116,64 +264,6 @@ func (b *txnBatch) errors() (prodErr error, deadErr *DeadLetterError) {
 	return b.prodErr, b.deadErr
 }
 
-// fill transforms recs and produces their outputs in b's transaction, then
-// polls for more and does the same until the commit interval has passed,
-// maxRecords are in, a poll brings nothing, or a shutdown or a fatal group
-// error sets b.abort.
-func (t *TxnProcessor) fill(ctx context.Context, sess *kgo.GroupTransactSession, b *txnBatch, recs []*kgo.Record, ends map[tp]int64) {
-	m := t.cfg.metrics
-	deadline := time.Now().Add(t.cfg.commitInterval)
-	for {
-		for _, r := range recs {
-			b.last[tp{r.Topic, r.Partition}] = r.Offset
-			if r.Attrs.IsControl() {
-				continue // a transaction marker: nothing to transform, its offset is still committed
-			}
-			m.partition(t.cfg.group, r.Topic).consumed(int64(len(r.Key) + len(r.Value)))
-			outs, reason, fwd, err := t.transform(ctx, r)
-			if err != nil { // shutdown mid-record
-				b.abort = true
-				return
-			}
-			pctx, done := ctx, b.promise
-			if reason != nil {
-				b.dead = append(b.dead, deadLetter{rec: r, reason: reason})
-				done = b.deadPromise(r)
-				if fwd != nil { // the DLQ write's send span ends with its result
-					pctx = fwd.ctx
-					dead := done
-					done = func(o *kgo.Record, err error) { fwd.done(err); dead(o, err) }
-				}
-			}
-			for _, o := range outs {
-				// Not ctx: a shutdown must not fail records of a
-				// transaction that is about to commit.
-				b.pending.Add(1)
-				sess.Produce(context.WithoutCancel(pctx), o, done)
-			}
-			b.n++
-		}
-		if time.Now().After(deadline) || b.n >= t.cfg.maxRecords {
-			return
-		}
-		// Keep filling this transaction until the commit interval ends.
-		pctx, cancel := context.WithDeadline(ctx, deadline)
-		more := sess.PollRecords(pctx, t.cfg.maxRecords-b.n)
-		cancel()
-		if more.IsClientClosed() {
-			b.abort = true
-			return
-		}
-		if b.fatal = t.noteFetches(more, ends); b.fatal != nil {
-			b.abort = true
-			return
-		}
-		if recs = more.Records(); len(recs) == 0 {
-			return
-		}
-	}
-}
-
 // end ends b's transaction: a commit once every output was acknowledged,
 // else an abort. It returns whether it committed, the produce error that
 // made it abort (if any), and End's error (the outcome is then unknown).
@@ -182,7 +272,7 @@ func (t *TxnProcessor) fill(ctx context.Context, sess *kgo.GroupTransactSession,
 // commits; but once ctx is cancelled it gets at most DrainTimeout more,
 // whatever the brokers do (a record franz-go keeps retrying would otherwise
 // hold Run for 30s).
-func (t *TxnProcessor) end(ctx context.Context, sess *kgo.GroupTransactSession, b *txnBatch) (committed bool, prodErr, err error) {
+func (t *TxnProcessor) end(ctx context.Context, sess *kgo.GroupTransactSession, w *txnWork, b *txnBatch) (committed bool, prodErr, err error) {
 	endCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stopDrain := context.AfterFunc(ctx, func() { time.AfterFunc(t.cfg.drainTimeout, cancel) })
@@ -214,7 +304,7 @@ func (t *TxnProcessor) end(ctx context.Context, sess *kgo.GroupTransactSession, 
 		try = kgo.TryAbort
 	}
 	endStart := time.Now()
-	committed, err = sess.End(t.txnCommitCtx(endCtx, nil), try)
+	committed, err = sess.End(t.txnCommitCtx(endCtx, w.commitsFn(b.cut.commits)), try)
 	if !b.abort {
 		t.cfg.metrics.commitLatency(t.cfg.group, time.Since(endStart), err)
 		if tr := t.cfg.tracer; tr != nil {
@@ -222,7 +312,7 @@ func (t *TxnProcessor) end(ctx context.Context, sess *kgo.GroupTransactSession, 
 			if terr == nil && !committed {
 				terr = errTxnNotCommitted
 			}
-			tr.Committed(t.cfg.group, b.nextOffsets(), terr)
+			tr.Committed(t.cfg.group, b.cut.commitOffsets(), terr)
 		}
 	}
 	return committed, prodErr, err
@@ -232,33 +322,25 @@ func (t *TxnProcessor) end(ctx context.Context, sess *kgo.GroupTransactSession, 
 // transaction that tried to commit and was aborted instead (a rebalance).
 var errTxnNotCommitted = errors.New("transaction not committed")
 
-// nextOffsets are the offsets b's transaction commits: topic -> partition
-// -> the offset after the last record read.
-func (b *txnBatch) nextOffsets() map[string]map[int32]int64 {
+// commitOffsets are the commit points x commits: topic -> partition ->
+// offset.
+func (x *txnCut) commitOffsets() map[string]map[int32]int64 {
 	out := make(map[string]map[int32]int64)
-	for k, off := range b.last {
+	for k, c := range x.commits {
 		if out[k.topic] == nil {
 			out[k.topic] = make(map[int32]int64)
 		}
-		out[k.topic][k.partition] = off + 1
+		out[k.topic][k.partition] = c.offset
 	}
 	return out
 }
 
-// dlqTrace is the tracing of a DLQ write inside the transaction: the
-// context to produce the record with (the tracer's Forward) and the end of
-// its span.
-type dlqTrace struct {
-	ctx  context.Context
-	done func(error)
-}
-
 // conclude acts on how b's transaction ended: the metrics and counts, the
 // dead letters' callbacks, the repair of late commits, and after a
-// not-committed end the settling of where to resume. stop reports that the
-// session is to end without an error (a shutdown); err that it is to end
-// and be replaced.
-func (t *TxnProcessor) conclude(ctx context.Context, sess *kgo.GroupTransactSession, b *txnBatch, ends map[tp]int64,
+// not-committed end the settling of where to resume (the work is dropped).
+// stop reports that the session is to end without an error (a shutdown);
+// err that it is to end and be replaced.
+func (t *TxnProcessor) conclude(ctx context.Context, sess *kgo.GroupTransactSession, w *txnWork, b *txnBatch, ends map[tp]int64,
 	committed bool, prodErr, err error) (stop bool, _ error) {
 	m := t.cfg.metrics
 	if _, failedDead := b.errors(); failedDead != nil && !committed {
@@ -270,10 +352,11 @@ func (t *TxnProcessor) conclude(ctx context.Context, sess *kgo.GroupTransactSess
 		return true, failedDead
 	}
 	if committed && err == nil {
-		for k, off := range b.last {
-			m.committed(t.cfg.group, k.topic, k.partition, off+1)
+		w.committed(b.cut)
+		for k, cp := range b.cut.commits {
+			m.committed(t.cfg.group, k.topic, k.partition, cp.offset)
 			if end, ok := ends[k]; ok {
-				m.setLagValue(t.cfg.group, k, end-(off+1))
+				m.setLagValue(t.cfg.group, k, end-cp.offset)
 			}
 		}
 	}
@@ -298,10 +381,11 @@ func (t *TxnProcessor) conclude(ctx context.Context, sess *kgo.GroupTransactSess
 		b.mu.Unlock()
 		t.notifyDead(b.dead)
 		if t.atLateRisk() {
-			if err := t.repairLateCommits(sess, nil); err != nil {
+			if err := t.repairLateCommits(sess, w, nil); err != nil {
 				return true, fmt.Errorf("repair committed offsets: %w", err)
 			}
 		}
+		w.admitPending()
 		return false, nil
 	}
 	if ctx.Err() != nil {
@@ -310,29 +394,33 @@ func (t *TxnProcessor) conclude(ctx context.Context, sess *kgo.GroupTransactSess
 	}
 	// Not committed, and no error: a clean abort, or an outcome franz-go
 	// could not confirm and retried as an abort (see settle). Either way,
-	// resume from what the broker holds.
-	landed, moved, serr := t.settle(sess, b.last)
+	// drop the work and resume from what the broker holds.
+	landed, moved, serr := t.settle(sess, w, b.cut.commits)
 	if serr != nil {
 		t.count(false)
 		return true, fmt.Errorf("settle transaction (outcome unknown): %w", serr)
 	}
-	for k, off := range moved {
-		m.committed(t.cfg.group, k.topic, k.partition, off)
-		if end, ok := ends[k]; ok {
-			m.setLagValue(t.cfg.group, k, end-off)
-		}
-	}
+	t.noteMoved(moved, ends)
 	t.count(landed)
 	if landed && !b.abort {
 		t.cfg.logger.Warn("transaction reported not committed, but the broker holds its offsets: it committed; resuming after it",
 			"records", b.n, "partitions_moved", len(moved))
 	} else {
-		// moved is not empty after an abort when an earlier not-committed
-		// End had in fact committed.
-		t.cfg.logger.Info("transaction aborted; resuming from the broker's committed offsets",
+		t.cfg.logger.Info("transaction aborted; in-memory work dropped, resuming from the broker's committed offsets",
 			"records", b.n, "partitions_moved", len(moved), "produce_error", prodErr)
 	}
 	return false, nil
+}
+
+// noteMoved sets the committed-offset and lag series of the partitions a
+// settle moved to the broker's offsets.
+func (t *TxnProcessor) noteMoved(moved map[tp]int64, ends map[tp]int64) {
+	for k, off := range moved {
+		t.cfg.metrics.committed(t.cfg.group, k.topic, k.partition, off)
+		if end, ok := ends[k]; ok {
+			t.cfg.metrics.setLagValue(t.cfg.group, k, end-off)
+		}
+	}
 }
 
 // waitGroupCtx waits for wg until ctx ends; it reports whether wg was done.
@@ -374,64 +462,6 @@ func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) (fatal erro
 		}
 	})
 	return fatal
-}
-
-// transform runs the handler with in-place retries; after MaxAttempts, or on
-// a permanent error, it returns a DLQ record instead of the output, the
-// handler's last error as dead and, with a tracer, the DLQ write's tracing.
-// It returns err only when ctx ends.
-func (t *TxnProcessor) transform(ctx context.Context, r *kgo.Record) (outs []*kgo.Record, dead error, fwd *dlqTrace, err error) {
-	it := &item{rec: r, view: r}
-	for {
-		hctx, cancel := ctx, context.CancelFunc(func() {})
-		if t.cfg.handlerTimeout > 0 {
-			hctx, cancel = context.WithTimeout(ctx, t.cfg.handlerTimeout)
-		}
-		start := time.Now()
-		var traced func(error)
-		if tr := t.cfg.tracer; tr != nil {
-			attempt := 1
-			if it.fail != nil {
-				attempt = it.fail.attempts + 1
-			}
-			hctx, traced = tr.Attempt(hctx, t.cfg.group, r, attempt)
-		}
-		outs, err := safeTransform(hctx, t.handler, r)
-		if traced != nil {
-			if err == nil {
-				t.cfg.tracer.Outputs(hctx, outs)
-			}
-			traced(err)
-		}
-		cancel()
-		t.cfg.metrics.handled(t.cfg.group, r.Topic, time.Since(start), err)
-		if err == nil {
-			return outs, nil, nil, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil, nil, ctx.Err()
-		}
-		now := time.Now()
-		f := it.failState()
-		f.attempts++
-		f.lastErr = err
-		if f.first.IsZero() {
-			f.first = now
-		}
-		f.last = now
-		if IsPermanent(err) || f.attempts >= t.cfg.maxAttempts {
-			t.cfg.logger.Warn("record dead-lettered inside the transaction", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
-			t.cfg.metrics.forwarded(t.cfg.group, t.cfg.dlqTopic, true)
-			dl := &kgo.Record{Topic: t.cfg.dlqTopic, Key: r.Key, Value: r.Value, Headers: forwardHeaders(&t.cfg, nil, it)}
-			if tr := t.cfg.tracer; tr != nil {
-				fwd = &dlqTrace{}
-				fwd.ctx, fwd.done = tr.Forward(ctx, t.cfg.group, r, dl.Topic, true, err)
-			}
-			return []*kgo.Record{dl}, err, fwd, nil
-		}
-		t.cfg.metrics.retried(t.cfg.group, r.Topic)
-		ctxtime.Sleep(ctx, backoff(f.attempts, t.cfg.backoffMin, t.cfg.backoffMax))
-	}
 }
 
 func safeTransform(ctx context.Context, h TxnHandler, r *kgo.Record) (outs []*kgo.Record, err error) {

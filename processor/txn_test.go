@@ -108,8 +108,9 @@ func readCommitted(t *testing.T, addrs []string, topic string, n int, within tim
 }
 
 // TestTxnTransactionTimeout: TransactionTimeout reaches the transaction
-// coordinator. A transaction that stays open longer than it (a handler
-// stalls after earlier records of the transaction were produced) is aborted
+// coordinator. A transaction that stays open longer than it (the member
+// stalls after producing the transaction's outputs, before ending it: a
+// test seam, as a slow handler no longer holds a transaction open) is aborted
 // by the broker, the member resumes from the committed offsets, and every
 // input still has exactly one committed output. With Kafka's default of 60s
 // nothing would be aborted and the Aborted count would stay 0. Health lists
@@ -125,24 +126,23 @@ func TestTxnTransactionTimeout(t *testing.T) {
 	produce(t, addrs, recs...)
 	var stalled atomic.Bool
 	h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-		if string(r.Value) == string(val(5)) && stalled.CompareAndSwap(false, true) {
-			// A slow call, well past the 2s transaction timeout (plus
-			// the coordinator's 1s expiry check on the test broker,
-			// scripts/kafka.sh). The timeout itself stays well above
-			// the commit interval, as TransactionTimeout's doc asks: at
-			// 1s with a 1s interval, a loaded machine aborted every
-			// transaction and nothing committed.
-			select {
-			case <-time.After(6 * time.Second):
-			case <-ctx.Done():
-			}
-		}
 		return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
 	}
 	tp, err := NewTransactional("txn-timeout", h, Brokers(addrs...), Group("g"), Topics("in"),
 		CommitInterval(100*time.Millisecond), TransactionTimeout(2*time.Second), Backoff(50*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
+	}
+	tp.cfg.hooks.txnProduced = func() {
+		if stalled.CompareAndSwap(false, true) {
+			// Well past the 2s transaction timeout (plus the
+			// coordinator's 1s expiry check on the test broker,
+			// scripts/kafka.sh). The timeout itself stays well above
+			// the commit interval, as TransactionTimeout's doc asks: at
+			// 1s with a 1s interval, a loaded machine aborted every
+			// transaction and nothing committed.
+			time.Sleep(6 * time.Second)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,18 +43,16 @@ func mustTxnOpts(t testing.TB, opts []Opt) []TxnOpt {
 func TestTxnOptSplit(t *testing.T) {
 	nop := func(context.Context, *kgo.Record) error { return nil }
 	newOnly := map[string]Opt{
-		"WithHandler":            WithHandler(nop),
-		"WithOrdering":           WithOrdering(OrderKey),
-		"Concurrency":            Concurrency(4),
-		"RetryTopics":            RetryTopics(time.Second),
-		"RetryTopicPrefix":       RetryTopicPrefix("x"),
-		"DeadLetter":             DeadLetter(false),
-		"CommitRefreshInterval":  CommitRefreshInterval(time.Second),
-		"CommitMetadataMaxBytes": CommitMetadataMaxBytes(1 << 10),
-		"Producer":               Producer(nil),
-		"HandleTopic":            HandleTopic("a", nop),
-		"WithBatchHandler":       WithBatchHandler(func(context.Context, []*kgo.Record) error { return nil }),
-		"MaxBatch":               MaxBatch(10),
+		"WithHandler":           WithHandler(nop),
+		"BlockKeys":             BlockKeys(KeyBlockRetries),
+		"RetryTopics":           RetryTopics(time.Second),
+		"RetryTopicPrefix":      RetryTopicPrefix("x"),
+		"DeadLetter":            DeadLetter(false),
+		"CommitRefreshInterval": CommitRefreshInterval(time.Second),
+		"Producer":              Producer(nil),
+		"HandleTopic":           HandleTopic("a", nop),
+		"WithBatchHandler":      WithBatchHandler(func(context.Context, []*kgo.Record) error { return nil }),
+		"MaxBatch":              MaxBatch(10),
 	}
 	for name, o := range newOnly {
 		if _, ok := o.(TxnOpt); ok {
@@ -68,10 +67,36 @@ func TestTxnOptSplit(t *testing.T) {
 		"ClientID": ClientID("c"), "GroupProtocol": GroupProtocol("consumer"), "Logger": Logger(nil), "WithMetrics": WithMetrics(nil),
 		"ClientOpts": ClientOpts(), "ConsumerOpts": ConsumerOpts(), "ProducerOpts": ProducerOpts(), "DeadLetterTopic": DeadLetterTopic("d"),
 		"OnDeadLetter": OnDeadLetter(nil), "HeaderPrefix": HeaderPrefix("x-"), "StartOffset": StartOffset(Latest), "CreateTopics": CreateTopics(true),
+		"WithOrdering": WithOrdering(OrderKey), "Concurrency": Concurrency(4), "CommitMetadataMaxBytes": CommitMetadataMaxBytes(1 << 10),
 	}
 	for name, o := range shared {
 		if _, ok := o.(TxnOpt); !ok {
 			t.Errorf("%s is not a TxnOpt: NewTransactional cannot take it", name)
+		}
+	}
+}
+
+// TestTxnRefusesOrdering: NewTransactional refuses OrderUnordered, and
+// OrderKey without the completed-offsets map, naming the option; it takes
+// OrderPartition and OrderKey with Concurrency.
+func TestTxnRefusesOrdering(t *testing.T) {
+	h := func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil }
+	base := []TxnOpt{Brokers("a:1"), Group("g"), Topics("t")}
+	for _, tc := range []struct {
+		opts []TxnOpt
+		want string
+	}{
+		{[]TxnOpt{WithOrdering(OrderUnordered)}, "WithOrdering: OrderUnordered"},
+		{[]TxnOpt{WithOrdering(OrderKey), CommitMetadataMaxBytes(0)}, "CommitMetadataMaxBytes: 0 with OrderKey"},
+		{[]TxnOpt{WithOrdering(OrderKey), Concurrency(4)}, ""},
+		{[]TxnOpt{WithOrdering(OrderPartition), CommitMetadataMaxBytes(0)}, ""},
+	} {
+		_, err := NewTransactional("id", h, append(append([]TxnOpt{}, base...), tc.opts...)...)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%d options: %v, want no error", len(tc.opts), err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("error %v, want one containing %q", err, tc.want)
 		}
 	}
 }

@@ -1,0 +1,571 @@
+package processor
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The exactly-once mode's records in memory: each polled record enters its
+// partition's offset tracker and its lane (the partition in OrderPartition,
+// its key within the partition in OrderKey); Concurrency workers take
+// ready lanes in turn and run the first record of each, so a lane's records
+// run one at a time in offset order; a failed attempt puts its lane aside
+// until its backoff ends (holding no worker); completed
+// results wait for the next transaction (txn_session.go), which produces
+// them and commits each partition's commit point with its completed-offsets
+// map (offsetmap.go).
+
+// commitPoint is a partition's committed offset and metadata (the
+// completed-offsets map and the group's start time, offsetmap.go).
+type commitPoint struct {
+	offset int64
+	meta   string
+}
+
+// txnWork is a session's records in memory. Its fields are guarded by mu;
+// gen counts the drops (drop): a lane goroutine of an older generation
+// discards what it completes.
+type txnWork struct {
+	t    *TxnProcessor
+	base context.Context // Run's context: a shutdown cancels the handlers
+
+	mu     sync.Mutex
+	gen    uint64
+	ctx    context.Context // the generation's: cancelled by drop
+	cancel context.CancelFunc
+	parts  map[tp]*txnPart
+	recs   int   // records held: running, waiting or completed, not yet committed (MaxInFlight)
+	bytes  int64 // their key+value bytes
+	done   int   // completed records not yet in a transaction
+	// sent is, per partition this member holds, what it last committed (a
+	// confirmed transaction) or, after reading the broker's offsets, what
+	// the group holds: the reference for the read-back of late commits.
+	sent map[tp]commitPoint
+	// origin is where a partition without a committed offset started in
+	// this session (the first offset polled): where it resumes after a
+	// drop until one of its offsets is committed.
+	origin   map[tp]int64
+	topicIDs map[string][16]byte // from the fetches, for the TxnOffsetCommit (KIP-1319)
+
+	// ready are the lanes whose first record is to run next, in turn;
+	// Concurrency workers take them (cond signals one). A lane is in
+	// ready, with a worker, or waiting out a backoff: never two of them.
+	ready   []*txnLane
+	cond    *sync.Cond
+	stopped bool
+	workers sync.WaitGroup
+	wake    chan struct{} // a record completed (capacity 1)
+}
+
+// txnPart is a held partition's records.
+type txnPart struct {
+	tp      tp
+	gen     uint64
+	tracker *offsetTracker
+	lanes   map[txnLaneKey]*txnLane
+	// pending are polled records not admitted yet: admitting them could
+	// take the completed-offsets map past its budget (backpressure, as
+	// New's admission does).
+	pending []*kgo.Record
+	// completed are the records completed since the last transaction, in
+	// completion order (each lane's in offset order).
+	completed []*txnRec
+}
+
+// txnLaneKey names a lane within its partition: the record's key in
+// OrderKey (a null key is a key of its own), nothing in OrderPartition.
+type txnLaneKey struct {
+	null bool
+	key  string
+}
+
+type txnLane struct {
+	part    *txnPart
+	gen     uint64
+	key     txnLaneKey
+	queue   []*txnRec // waiting or running (queue[0]), in offset order
+	running bool
+}
+
+// txnRec is a record held by the session and, once completed, its result.
+type txnRec struct {
+	rec   *kgo.Record
+	entry offsetEntry
+	size  int64
+	outs  []*kgo.Record // the handler's outputs, or the DLQ record
+	dead  error         // the reason it was dead-lettered, if it was
+	it    *item         // its failed attempts (the DLQ record's headers)
+}
+
+func newTxnWork(t *TxnProcessor, base context.Context) *txnWork {
+	w := &txnWork{t: t, base: base, parts: map[tp]*txnPart{}, sent: map[tp]commitPoint{},
+		origin: map[tp]int64{}, topicIDs: map[string][16]byte{}, wake: make(chan struct{}, 1)}
+	w.cond = sync.NewCond(&w.mu)
+	w.ctx, w.cancel = context.WithCancel(base)
+	for range t.cfg.concurrency {
+		w.workers.Add(1)
+		go w.worker()
+	}
+	return w
+}
+
+// poke wakes the session loop.
+func (w *txnWork) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// room is how many more records may be polled (MaxInFlight): 0 when full.
+func (w *txnWork) room() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	held := w.recs
+	for _, ps := range w.parts {
+		held += len(ps.pending)
+	}
+	if w.bytes >= w.t.cfg.maxBytes {
+		return 0
+	}
+	return max(0, w.t.cfg.maxRecords-held)
+}
+
+// cutDue reports whether the completed results cut a transaction before
+// its time: half of MaxInFlight, or an eighth of it when MaxInFlight is
+// full (records running, backing off or waiting hold the rest).
+func (w *txnWork) cutDue() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cutDueLocked()
+}
+
+func (w *txnWork) cutDueLocked() bool {
+	maxRecs := w.t.cfg.maxRecords
+	if w.done >= max(1, maxRecs/2) {
+		return true
+	}
+	if w.done < max(1, maxRecs/8) {
+		return false
+	}
+	held := w.recs
+	for _, ps := range w.parts {
+		held += len(ps.pending)
+	}
+	return held >= maxRecs || w.bytes >= w.t.cfg.maxBytes
+}
+
+// held reports the records held (Health.InFlight).
+func (w *txnWork) held() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.recs
+}
+
+// drop discards every record and result held (a transaction aborted, a
+// rebalance, a settle): the lanes of the old generation stop, and what
+// their handlers still return is discarded. The partitions get their state
+// again from the broker's offsets (initParts).
+func (w *txnWork) drop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.gen++
+	w.cancel()
+	w.ctx, w.cancel = context.WithCancel(w.base)
+	w.parts = map[tp]*txnPart{}
+	clear(w.ready)
+	w.ready = w.ready[:0]
+	w.recs, w.bytes, w.done = 0, 0, 0
+}
+
+// stop cancels the handlers and waits up to d for the workers.
+func (w *txnWork) stop(d time.Duration) {
+	w.mu.Lock()
+	w.gen++
+	w.stopped = true
+	w.cancel()
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() { w.workers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+}
+
+// needInit returns the partitions of fetches, held by the member, that have
+// no state yet.
+func (w *txnWork) needInit(fetches kgo.Fetches) []tp {
+	var out []tp
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		k := tp{fp.Topic, fp.Partition}
+		if len(fp.Records) > 0 && w.parts[k] == nil && !slices.Contains(out, k) && w.t.holds(k) {
+			out = append(out, k)
+		}
+	})
+	return out
+}
+
+// initParts gives the partitions ks their state from held, the broker's
+// committed offsets and metadata (read with RequireStable): the commit
+// point, and the offsets completed above it (the map) that are skipped.
+// A partition absent from held has no committed offset yet.
+func (w *txnWork) initParts(ks []tp, held map[tp]commitPoint) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range ks {
+		ps := &txnPart{tp: k, gen: w.gen, tracker: newOffsetTracker(), lanes: map[txnLaneKey]*txnLane{}}
+		if cp, ok := held[k]; ok {
+			ps.tracker.mark = cp.offset
+			w.sent[k] = cp
+			if cp.meta != "" {
+				ranges, err := decodeOffsetMap(cp.meta, cp.offset)
+				switch {
+				case err == nil:
+					ps.tracker.earlier = ranges
+				case !errors.Is(err, errNotOffsetMap):
+					w.t.cfg.logger.Warn("ignoring the completed-offsets map of a commit", "topic", k.topic, "partition", k.partition, "offset", cp.offset, "error", err)
+				}
+			}
+		} else {
+			delete(w.sent, k)
+		}
+		w.parts[k] = ps
+	}
+}
+
+// admit takes a poll's records into their partitions' lanes. Records of a
+// partition the member does not hold, or that has no state, are dropped.
+func (w *txnWork) admit(fetches kgo.Fetches) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fetches.EachTopic(func(ft kgo.FetchTopic) {
+		if ft.TopicID != ([16]byte{}) {
+			w.topicIDs[ft.Topic] = ft.TopicID
+		}
+	})
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if len(fp.Records) == 0 {
+			return
+		}
+		k := tp{fp.Topic, fp.Partition}
+		ps := w.parts[k]
+		if ps == nil || !w.t.holds(k) {
+			w.t.cfg.metrics.dropped(w.t.cfg.group, fp.Topic, len(fp.Records))
+			return
+		}
+		if _, ok := w.sent[k]; !ok {
+			if _, ok := w.origin[k]; !ok {
+				w.origin[k] = fp.Records[0].Offset
+			}
+		}
+		ps.pending = append(ps.pending, fp.Records...)
+		w.admitPendingLocked(ps)
+	})
+}
+
+// admitPending admits what every partition's map budget allows again (after
+// a transaction moved commit points).
+func (w *txnWork) admitPending() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ps := range w.parts {
+		w.admitPendingLocked(ps)
+	}
+}
+
+// admitPendingLocked admits ps's pending records, in offset order, until one
+// could take its completed-offsets map past the budget. w.mu held.
+func (w *txnWork) admitPendingLocked(ps *txnPart) {
+	n := 0
+	for _, r := range ps.pending {
+		if w.mapFullLocked(ps, r) {
+			break
+		}
+		w.admitLocked(ps, r)
+		n++
+	}
+	if n > 0 {
+		clear(ps.pending[:n])
+		ps.pending = ps.pending[n:]
+		if len(ps.pending) == 0 {
+			ps.pending = nil
+		}
+	}
+}
+
+// mapFullLocked is windowBlocksLocked (admit.go) for a transactional
+// partition: OrderPartition completes in offset order and never builds a
+// map of its own; the first record above the commit point is always
+// admitted.
+func (w *txnWork) mapFullLocked(ps *txnPart, r *kgo.Record) bool {
+	c := &w.t.cfg
+	if c.metaMaxBytes == 0 || c.ordering == OrderPartition || ps.tracker.pending() == 0 {
+		return false
+	}
+	return binary.MaxVarintLen64+ps.tracker.mapBound+ps.tracker.mapCost(r.Offset) > mapRawBudget(c.mapMaxBytes())
+}
+
+// admitLocked puts r into its lane (starting the lane's goroutine), or
+// completes it at once: a transaction marker, or a record an earlier owner
+// committed above its commit point (the map). w.mu held.
+func (w *txnWork) admitLocked(ps *txnPart, r *kgo.Record) {
+	c := &w.t.cfg
+	rec := &txnRec{rec: r, size: int64(len(r.Key) + len(r.Value))}
+	rec.entry.offset = r.Offset
+	if !ps.tracker.add(&rec.entry) {
+		c.metrics.dropped(c.group, r.Topic, 1) // below the commit point, or a re-delivery
+		return
+	}
+	m := c.metrics.partition(c.group, r.Topic)
+	if r.Attrs.IsControl() {
+		ps.tracker.complete(&rec.entry) // nothing to transform; its offset is committed
+		return
+	}
+	if ps.tracker.doneEarlier(r.Offset) {
+		// Committed, with its output, by a transaction whose commit
+		// point was below it (its map): not handled again.
+		ps.tracker.complete(&rec.entry)
+		m.skippedEarlier()
+		return
+	}
+	m.consumed(rec.size)
+	w.recs++
+	w.bytes += rec.size
+	key := txnLaneKey{}
+	if c.ordering == OrderKey {
+		key = txnLaneKey{null: r.Key == nil, key: string(r.Key)}
+	}
+	l := ps.lanes[key]
+	if l == nil {
+		l = &txnLane{part: ps, gen: ps.gen, key: key}
+		ps.lanes[key] = l
+	}
+	l.queue = append(l.queue, rec)
+	if !l.running {
+		l.running = true
+		w.readyLocked(l)
+	}
+}
+
+// readyLocked queues l for a worker. w.mu held.
+func (w *txnWork) readyLocked(l *txnLane) {
+	w.ready = append(w.ready, l)
+	w.cond.Signal()
+}
+
+// worker runs ready lanes' first records, one attempt at a time, until
+// stop.
+func (w *txnWork) worker() {
+	defer w.workers.Done()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		for len(w.ready) == 0 && !w.stopped {
+			w.cond.Wait()
+		}
+		if w.stopped {
+			return
+		}
+		l := w.ready[0]
+		w.ready[0] = nil
+		w.ready = w.ready[1:]
+		if l.gen != w.gen {
+			continue // dropped
+		}
+		rec, ctx := l.queue[0], w.ctx
+		w.mu.Unlock()
+		outs, err := w.t.attempt(ctx, rec)
+		w.mu.Lock()
+		if l.gen != w.gen || ctx.Err() != nil {
+			continue // dropped, or shutting down: the result is discarded
+		}
+		if err != nil {
+			var wait time.Duration
+			if outs, wait = w.t.failed(rec, err); outs == nil {
+				// Aside until its backoff ends: the lane holds no worker.
+				time.AfterFunc(wait, func() {
+					w.mu.Lock()
+					defer w.mu.Unlock()
+					if l.gen == w.gen && !w.stopped {
+						w.readyLocked(l)
+					}
+				})
+				continue
+			}
+			rec.dead = err
+		}
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		rec.outs = outs
+		l.part.completed = append(l.part.completed, rec)
+		w.done++
+		if len(l.queue) > 0 {
+			w.readyLocked(l)
+		} else {
+			l.running = false
+			l.queue = nil
+			delete(l.part.lanes, l.key)
+		}
+		due := w.cutDueLocked()
+		w.poke()
+		if due {
+			w.t.cancelPoll() // the session loop may be waiting in a poll
+		}
+	}
+}
+
+// txnCut is what one transaction takes from the work: the completed
+// records whose outputs it produces, and the commit point and map of every
+// partition whose commit changes.
+type txnCut struct {
+	recs    []*txnRec
+	commits map[tp]commitPoint
+	bytes   int64
+}
+
+// cut takes the records completed since the last transaction, passes them
+// in their partitions' trackers and returns them (by partition, in offset
+// order) with the commits that follow. The trackers are not rolled back if
+// the transaction does not commit: the work is dropped then.
+func (w *txnWork) cut() *txnCut {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c := &w.t.cfg
+	x := &txnCut{commits: map[tp]commitPoint{}}
+	start := w.t.groupStart.get()
+	for k, ps := range w.parts {
+		recs := ps.completed
+		ps.completed = nil
+		slices.SortFunc(recs, func(a, b *txnRec) int { return cmp.Compare(a.rec.Offset, b.rec.Offset) })
+		for _, r := range recs {
+			ps.tracker.complete(&r.entry)
+			x.bytes += r.size
+		}
+		x.recs = append(x.recs, recs...)
+		base := ps.tracker.base()
+		if base < 0 {
+			continue
+		}
+		var meta string
+		if c.metaMaxBytes > 0 {
+			meta = ps.tracker.encodeOffsetMap(base, c.mapMaxBytes())
+		}
+		cp := commitPoint{base, withGroupStart(meta, start)}
+		if sent, ok := w.sent[k]; !ok || sent != cp {
+			x.commits[k] = cp
+		}
+	}
+	w.done = 0
+	return x
+}
+
+// committed records that x's transaction committed: its records leave the
+// member, its commits are what the member last committed.
+func (w *txnWork) committed(x *txnCut) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, cp := range x.commits {
+		w.sent[k] = cp
+		delete(w.origin, k)
+	}
+	w.recs -= len(x.recs)
+	w.bytes -= x.bytes
+	for _, r := range x.recs {
+		r.outs, r.rec, r.it = nil, nil, nil
+	}
+}
+
+// sentCommits returns a copy of what the member last committed (sent).
+func (w *txnWork) sentCommits() map[tp]commitPoint {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[tp]commitPoint, len(w.sent))
+	for k, cp := range w.sent {
+		out[k] = cp
+	}
+	return out
+}
+
+// forget drops what the member knows of partitions it no longer holds.
+func (w *txnWork) forget(gone map[string][]int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for topic, ps := range gone {
+		for _, p := range ps {
+			delete(w.sent, tp{topic, p})
+			delete(w.origin, tp{topic, p})
+		}
+	}
+}
+
+// attempt runs the handler once for rec (HandlerTimeout, tracing, metrics).
+func (t *TxnProcessor) attempt(ctx context.Context, rec *txnRec) ([]*kgo.Record, error) {
+	r := rec.rec
+	hctx, cancel := ctx, context.CancelFunc(func() {})
+	if t.cfg.handlerTimeout > 0 {
+		hctx, cancel = context.WithTimeout(ctx, t.cfg.handlerTimeout)
+	}
+	defer cancel()
+	start := time.Now()
+	var traced func(error)
+	if tr := t.cfg.tracer; tr != nil {
+		attempt := 1
+		if rec.it != nil && rec.it.fail != nil {
+			attempt = rec.it.fail.attempts + 1
+		}
+		hctx, traced = tr.Attempt(hctx, t.cfg.group, r, attempt)
+	}
+	outs, err := safeTransform(hctx, t.handler, r)
+	if traced != nil {
+		if err == nil {
+			t.cfg.tracer.Outputs(hctx, outs)
+		}
+		traced(err)
+	}
+	t.cfg.metrics.handled(t.cfg.group, r.Topic, time.Since(start), err)
+	return outs, err
+}
+
+// failed records rec's failed attempt. After MaxAttempts, or on a
+// permanent error, it returns the DLQ record to produce instead of the
+// output (the handler's error is the reason); otherwise no record and the
+// backoff before the next attempt (Backoff).
+func (t *TxnProcessor) failed(rec *txnRec, err error) ([]*kgo.Record, time.Duration) {
+	r := rec.rec
+	if rec.it == nil {
+		rec.it = &item{rec: r, view: r}
+	}
+	now := time.Now()
+	f := rec.it.failState()
+	f.attempts++
+	f.lastErr = err
+	if f.first.IsZero() {
+		f.first = now
+	}
+	f.last = now
+	if IsPermanent(err) || f.attempts >= t.cfg.maxAttempts {
+		t.cfg.logger.Warn("record dead-lettered inside the transaction", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
+		t.cfg.metrics.forwarded(t.cfg.group, t.cfg.dlqTopic, true)
+		return []*kgo.Record{{Topic: t.cfg.dlqTopic, Key: r.Key, Value: r.Value, Headers: forwardHeaders(&t.cfg, nil, rec.it)}}, 0
+	}
+	t.cfg.metrics.retried(t.cfg.group, r.Topic)
+	return nil, backoff(f.attempts, t.cfg.backoffMin, t.cfg.backoffMax)
+}
+
+// holds reports whether the session holds k (its rebalance callbacks).
+func (t *TxnProcessor) holds(k tp) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.owned[k.topic][k.partition]
+}
