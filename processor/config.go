@@ -398,11 +398,20 @@ func WithOrdering(o Ordering) TxnOpt { return bothOpt(func(c *cfg) { c.ordering 
 // way (a record backing off holds no slot).
 func Concurrency(n int) TxnOpt { return bothOpt(func(c *cfg) { c.concurrency = n }) }
 
+// DefaultTxnMaxInFlight is NewTransactional's default MaxInFlight records.
+// Measured by BenchmarkTxnVsPlain (kfake, 100-byte records, a no-op
+// handler): exactly-once ran at 0.39-0.56 of plain with 1,000 and at
+// 0.52-0.63 with 10,000, since each transaction then takes more records.
+const DefaultTxnMaxInFlight = 10_000
+
 // MaxInFlight bounds the records (count) and key+value bytes that this
 // member has admitted for processing and not yet completed. When either bound
 // is reached the processor stops polling, and goes on once an eighth of the
 // room is free again (both below 7/8 of their bound): the backpressure that keeps a slow handler from
-// growing memory. Defaults 1000 records and 64 MiB. The closest Kafka
+// growing memory. Defaults 1000 records (DefaultTxnMaxInFlight, 10,000, for
+// NewTransactional, whose records are held until their transaction commits:
+// a transaction is cut at half the bound at the latest) and 64 MiB. The
+// closest Kafka
 // settings are max.poll.records and fetch.max.bytes, which bound one poll,
 // not the backlog.
 //

@@ -166,3 +166,34 @@ func (p *Processor) preCommitter(ctx context.Context) {
 		p.mu.Unlock()
 	}
 }
+
+// amoHeadTried reports whether the first record of s's lane has been
+// attempted and is not running (it waits for a retry). p.mu held.
+func amoHeadTried(s *partState) bool {
+	l := s.partLane
+	return l != nil && len(l.queue) > 0 && !l.running && l.queue[0].tried()
+}
+
+// amoReleasePosLocked is the final commit of a partition released under
+// AtMostOnce, after the drain. Its committed offset is one past the last
+// record whose handler started; a record whose offset was committed ahead
+// of its start (the pre-commit landed, then the revoke came before a worker
+// took it) must go to the next owner, so the commit moves back to the first
+// record not started: the commit point of the completed records. When a
+// record is still running (the drain timed out) or its first attempt
+// failed and it waits for a retry, it was started: the committed offset
+// stays past it (it is lost to the next owner, as in a crash). It returns
+// false when nothing is to be committed. p.mu held.
+func (p *Processor) amoReleasePosLocked(s *partState) (commitPos, bool) {
+	if s.running > 0 || s.amoTried {
+		return commitPos{}, false
+	}
+	// Sent even when it equals the offset committed: a pre-commit past
+	// it may still be in flight (it holds commitMu, so this commit lands
+	// after it).
+	base := s.tracker.base()
+	if base < 0 {
+		return commitPos{}, false
+	}
+	return commitPos{offset: base, meta: withGroupStart("", p.groupStart.get())}, true
+}

@@ -157,9 +157,33 @@ func TestAtMostOnceCleanHandoverLosesNothing(t *testing.T) {
 	waitFor(t, 60*time.Second, "everything committed", func() bool {
 		return committedEquals(t, addrs, "g", map[tp]int64{{"in", 0}: perPart, {"in", 1}: perPart, {"in", 2}: perPart, {"in", 3}: perPart})
 	})
-	waitFor(t, 10*time.Second, "every record applied", func() bool {
-		return h.count(func(e event) bool { return e.Kind == evApplied }) >= 4*perPart
-	})
+	deadline := time.Now().Add(10 * time.Second)
+	for h.count(func(e event) bool { return e.Kind == evApplied }) < 4*perPart {
+		if time.Now().After(deadline) {
+			applied := map[string]bool{}
+			for _, e := range h.snapshot() {
+				if e.Kind == evApplied {
+					applied[fmt.Sprintf("%s@%d", e.tp(), e.Offset)] = true
+				}
+			}
+			for p := range 4 {
+				for o := range perPart {
+					k := fmt.Sprintf("in[%d]@%d", p, o)
+					if applied[k] {
+						continue
+					}
+					t.Errorf("%s never applied; its partition's history:", k)
+					for _, e := range h.snapshot() {
+						if e.Topic == "in" && e.Partition == int32(p) && e.Kind != evApplied && e.Kind != evHandle && e.Kind != evHandled && e.Kind != evCompleted {
+							t.Logf("  %+v", e)
+						}
+					}
+				}
+			}
+			t.FailNow()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	b.stop()
 	applied := map[string]int{}
 	for _, e := range h.snapshot() {

@@ -223,6 +223,7 @@ type partState struct {
 	tracker     *offsetTracker
 	lanes       laneTable
 	partLane    *lane         // OrderPartition: the one lane, if it exists
+	amoTried    bool          // AtMostOnce: at its release, its first record waited for a retry (delivery.go)
 	pending     []*kgo.Record // fetched, not admitted into a lane yet
 	pendingB    int64         // their key+value bytes
 	slab        []item        // items to take for the next admitted records

@@ -138,6 +138,9 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 			}
 			s.state = partDraining
 			p.activeParts--
+			if p.pre != nil {
+				s.amoTried = amoHeadTried(s) // before its queue is dropped (delivery.go)
+			}
 			p.dropPendingLocked(s)
 			p.dropQueuedLocked(s)
 			list = append(list, s)
@@ -166,6 +169,12 @@ func (p *Processor) release(cl *kgo.Client, parts map[string][]int32, commit boo
 			p.cfg.logger.Warn("in-flight records still running after drain timeout; they will be redelivered to the next owner", "topic", s.tp.topic, "partition", s.tp.partition, "running", s.running)
 		}
 		if !commit || s.lost {
+			continue
+		}
+		if p.pre != nil {
+			if pos, ok := p.amoReleasePosLocked(s); ok {
+				batch[s] = pos
+			}
 			continue
 		}
 		// The final commit goes out even when unchanged: it is the one

@@ -136,6 +136,7 @@ type TxnProcessor struct {
 func NewTransactional(transactionalID string, h TxnHandler, opts ...TxnOpt) (*TxnProcessor, error) {
 	c := defaultCfg()
 	c.commitInterval = 100 * time.Millisecond
+	c.maxRecords = DefaultTxnMaxInFlight // a transaction holds its records until it commits
 	c.handler = func(context.Context, *kgo.Record) error { return nil }
 	c.txn = true
 	if err := applyOpts(&c, txnOpts(opts)); err != nil {

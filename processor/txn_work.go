@@ -370,17 +370,21 @@ func (w *txnWork) worker() {
 	defer w.workers.Done()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	var l *txnLane // kept while it has records and no other lane waits
 	for {
-		for len(w.ready) == 0 && !w.stopped {
-			w.cond.Wait()
+		if l == nil {
+			for len(w.ready) == 0 && !w.stopped {
+				w.cond.Wait()
+			}
+			if w.stopped {
+				return
+			}
+			l = w.ready[0]
+			w.ready[0] = nil
+			w.ready = w.ready[1:]
 		}
-		if w.stopped {
-			return
-		}
-		l := w.ready[0]
-		w.ready[0] = nil
-		w.ready = w.ready[1:]
-		if l.gen != w.gen {
+		if l.gen != w.gen || w.stopped {
+			l = nil
 			continue // dropped
 		}
 		rec, ctx := l.queue[0], w.ctx
@@ -388,19 +392,22 @@ func (w *txnWork) worker() {
 		outs, err := w.t.attempt(ctx, rec)
 		w.mu.Lock()
 		if l.gen != w.gen || ctx.Err() != nil {
+			l = nil
 			continue // dropped, or shutting down: the result is discarded
 		}
 		if err != nil {
 			var wait time.Duration
 			if outs, wait = w.t.failed(rec, err); outs == nil {
 				// Aside until its backoff ends: the lane holds no worker.
+				aside := l
 				time.AfterFunc(wait, func() {
 					w.mu.Lock()
 					defer w.mu.Unlock()
-					if l.gen == w.gen && !w.stopped {
-						w.readyLocked(l)
+					if aside.gen == w.gen && !w.stopped {
+						w.readyLocked(aside)
 					}
 				})
+				l = nil
 				continue
 			}
 			rec.dead = err
@@ -410,17 +417,23 @@ func (w *txnWork) worker() {
 		rec.outs = outs
 		l.part.completed = append(l.part.completed, rec)
 		w.done++
-		if len(l.queue) > 0 {
-			w.readyLocked(l)
-		} else {
+		switch {
+		case len(l.queue) == 0:
 			l.running = false
 			l.queue = nil
 			delete(l.part.lanes, l.key)
+			l = nil
+		case len(w.ready) > 0:
+			// Take turns with the lanes waiting; no other worker needs
+			// waking (this one takes the next lane itself).
+			w.ready = append(w.ready, l)
+			l = nil
 		}
-		due := w.cutDueLocked()
-		w.poke()
-		if due {
-			w.t.cancelPoll() // the session loop may be waiting in a poll
+		if w.cutDueLocked() {
+			// Only then: the session loop waits for a cut (or polls), and
+			// a completion frees no room before its transaction commits.
+			w.poke()
+			w.t.cancelPoll()
 		}
 	}
 }
@@ -512,11 +525,14 @@ func (w *txnWork) forget(gone map[string][]int32) {
 // attempt runs the handler once for rec (HandlerTimeout, tracing, metrics).
 func (t *TxnProcessor) attempt(ctx context.Context, rec *txnRec) ([]*kgo.Record, error) {
 	r := rec.rec
-	hctx, cancel := ctx, context.CancelFunc(func() {})
+	hctx := ctx
 	if t.cfg.handlerTimeout > 0 {
-		hctx, cancel = context.WithTimeout(ctx, t.cfg.handlerTimeout)
+		// The plain mode's attempt context (attempt.go): no timer unless
+		// the handler asks for Done.
+		actx := newAttemptCtx(ctx, t.cfg.handlerTimeout)
+		defer actx.release()
+		hctx = actx
 	}
-	defer cancel()
 	start := time.Now()
 	var traced func(error)
 	if tr := t.cfg.tracer; tr != nil {
