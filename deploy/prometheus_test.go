@@ -34,6 +34,7 @@ import (
 	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 	"github.com/ordercast/ordercast/ordersystem/ops"
 	"github.com/ordercast/ordercast/ordersystem/system"
+	"github.com/ordercast/ordercast/processor"
 )
 
 const (
@@ -142,10 +143,13 @@ func startSystem(t *testing.T) (*system.System, *prometheus.Registry) {
 		Schema: system.SchemaConfig{RegistryURL: sreg.URL()},
 		Kafka: system.KafkaConfig{Brokers: brokers, Layout: ops.Layout{Partitions: 2, ReplicationFactor: 1,
 			RetryDelays: []time.Duration{time.Second, 5 * time.Second}}},
-		Metrics:  mreg,
-		DB:       system.DBConfig{DSN: "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db")},
-		HTTP:     system.HTTPConfig{Addr: "127.0.0.1:0"},
-		SeedFile: "../data/online-retail/online_retail_2010-12-01.csv",
+		// Key order, as the CLI runs: payments and orders then block keys
+		// through the retry topics and export the key-blocking series.
+		Consumers: system.ConsumerConfig{Ordering: processor.OrderKey},
+		Metrics:   mreg,
+		DB:        system.DBConfig{DSN: "sqlite:" + filepath.Join(t.TempDir(), "ordercast.db")},
+		HTTP:      system.HTTPConfig{Addr: "127.0.0.1:0"},
+		SeedFile:  "../data/online-retail/online_retail_2010-12-01.csv",
 	})
 	if err != nil {
 		t.Fatal(err)
