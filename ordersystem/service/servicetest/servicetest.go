@@ -16,13 +16,13 @@ import (
 
 // Each runs fn, as storetest.Each does, in a subtest per available dialect
 // on a freshly migrated database (SQLite; PostgreSQL when
-// ORDERCAST_TEST_POSTGRES is set), with ctx, cancelled after 20 s or when
+// ORDERCAST_TEST_POSTGRES is set), with ctx, cancelled after 60 s (a bound against a hang; a loaded machine under -race takes over 20 s for the larger tests) or when
 // fn returns, and a Serde on a new in-memory schema registry
 // (schematest.Serde) with the order system's schemas.
 func Each(t *testing.T, fn func(t *testing.T, ctx context.Context, db *store.DB, serde *schema.Serde)) {
 	t.Helper()
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		fn(t, ctx, db, schematest.Serde(t, nil))
 	})
