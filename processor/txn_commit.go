@@ -321,6 +321,13 @@ func (t *TxnProcessor) stableCommits(ctx context.Context, cl *kgo.Client) (map[t
 	adm := kadm.NewClient(cl)
 	for attempt := 1; ; attempt++ {
 		resp, err := adm.FetchOffsets(kadm.RequireStable(ctx), t.cfg.group)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			// The coordinator holds no state of the group (it never
+			// formed, or it was deleted): nothing is committed. Kafka
+			// answers such an OffsetFetch with no offsets, newer
+			// coordinators (and kfake) with GROUP_ID_NOT_FOUND.
+			return map[tp]commitPoint{}, nil
+		}
 		var held map[tp]commitPoint
 		if err == nil {
 			held, err = t.ownStable(resp)
