@@ -1,9 +1,10 @@
 // This file holds the DLQ handle: one consumer group's dead-letter topic and
-// the clients that reach it. The operations are in dlq_list.go (List, Show),
-// dlq_replay.go (Replay) and dlq_purge.go (Purge); what they share is in
-// dlq_record.go (the record and its coordinates), dlq_scan.go (selecting and
-// reading records) and dlq_txn.go (the transactional id and the read-back of
-// commits). StateTopic (state.go) holds the purge positions and replay marks.
+// the clients that reach it. The operations are in list.go (List, Show),
+// replay.go (Replay), purge.go (Purge) and blocked.go (BlockedKeys); what
+// they share is in record.go (the record and its coordinates), scan.go
+// (selecting and reading records), payload.go (decoding values for people)
+// and txn.go (the transactional id and the read-back of commits).
+// StateTopic (state.go) holds the purge positions and replay marks.
 
 package dlq
 
@@ -39,8 +40,10 @@ type DLQ struct {
 
 // New returns the DLQ tools for group. opts are the franz-go options to
 // reach the cluster (kgo.SeedBrokers and any TLS or SASL options); the
-// clients it creates add their own consume or transactional options. It
-// fails only on invalid options: nothing is dialled until a method is called.
+// clients it creates add their own consume or transactional options, so opts
+// should not set a consumer, a transactional id or a partitioner other than
+// the one replayed records are to be written with. It fails on an empty
+// group or invalid options: nothing is dialled until a method is called.
 func New(group string, opts ...kgo.Opt) (*DLQ, error) {
 	if group == "" {
 		return nil, errors.New("dlq: a consumer group is required (its DLQ is <group>.dlq)")
@@ -52,7 +55,7 @@ func New(group string, opts ...kgo.Opt) (*DLQ, error) {
 	return &DLQ{group: group, topic: processor.DLQTopic(group), opts: slices.Clone(opts), cl: cl, adm: kadm.NewClient(cl)}, nil
 }
 
-// Close closes the DLQ's admin client.
+// Close closes the DLQ's client. Calls made after Close fail.
 func (d *DLQ) Close() { d.cl.Close() }
 
 // Topic returns the DLQ topic, "<group>.dlq".

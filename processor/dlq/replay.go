@@ -32,8 +32,8 @@ type Target string
 const (
 	// TargetSource writes each record back to its original topic (header
 	// ordercast-original-topic). Every group that consumes that topic gets
-	// it again; the order system's services deduplicate by event id (inbox),
-	// so only the group that failed it applies it.
+	// it again: consumers that deduplicate by event id (the inbox package)
+	// apply it only in the group that failed it.
 	TargetSource Target = "source"
 	// TargetRetry writes each record to the group's first retry topic
 	// "<group>.retry.1", due at once, with its original coordinates: only
@@ -155,7 +155,7 @@ func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error
 		retryTopic = processor.RetryTopicNames(d.group, 1)[0]
 		if _, err := kread.PartitionBounds(ctx, d.cl, retryTopic); err != nil {
 			if errors.Is(err, ErrNoTopic) {
-				return nil, fmt.Errorf("group %s has no retry topic %s (%w; it runs without retry topics, as fulfillment does): replay to the source topic instead (--to source)", d.group, retryTopic, err)
+				return nil, fmt.Errorf("group %s has no retry topic %s (%w; it runs without retry topics): replay to the source topic instead (--to source)", d.group, retryTopic, err)
 			}
 			return nil, err
 		}
