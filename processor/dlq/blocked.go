@@ -22,8 +22,9 @@ type BlockedKey struct {
 }
 
 // BlockedKeys reads the group's blocked-keys table
-// (processor.BlockedKeysTopicName): none when the group does not block
-// keys. It only reads.
+// (processor.BlockedKeysTopicName, with processor.ReadBlockedKeys): none
+// when the group does not block keys. It only reads, bounded by ctx; the
+// error wraps the read's.
 func (d *DLQ) BlockedKeys(ctx context.Context) ([]BlockedKey, error) {
 	bks, err := processor.ReadBlockedKeys(ctx, processor.BlockedKeysTopicName(d.group), d.opts...)
 	if err != nil {

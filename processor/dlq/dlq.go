@@ -58,5 +58,5 @@ func New(group string, opts ...kgo.Opt) (*DLQ, error) {
 // Close closes the DLQ's client. Calls made after Close fail.
 func (d *DLQ) Close() { d.cl.Close() }
 
-// Topic returns the DLQ topic, "<group>.dlq".
+// Topic returns the DLQ topic, "<group>.dlq". It does not block.
 func (d *DLQ) Topic() string { return d.topic }

@@ -74,8 +74,12 @@ func (d *DLQ) List(ctx context.Context, sel Selection, limit int) (*Listing, err
 }
 
 // Show returns the DLQ record at partition and offset with its value, all
-// headers, and whether it was replayed or purged. It returns an error
-// wrapping ErrNoRecord when there is no data record at that offset.
+// headers, and whether it was replayed or purged (a purged record is
+// shown, with Purged set). Payload is nil: Record.Decode decodes the value.
+// It only reads, bounded by ctx. Errors: ErrNoRecord when there is no data
+// record at that offset (the message names the offsets the partition
+// holds), ErrNoTopic when the DLQ topic does not exist, and a missing
+// partition.
 func (d *DLQ) Show(ctx context.Context, partition int32, offset int64) (*Record, error) {
 	st, err := readState(ctx, d.opts, d.cl, d.topic)
 	if err != nil {

@@ -95,7 +95,7 @@ type Record struct {
 	// Purged is true when the record lies below its partition's purge
 	// position (listed only with Selection.IncludePurged).
 	Purged bool `json:"purged,omitempty"`
-	// Payload is the decoded value; set by the caller (see DecodePayload).
+	// Payload is the decoded value: nil until Record.Decode sets it.
 	Payload *Payload `json:"payload,omitempty"`
 
 	// Value is the raw record value (nil for a null value). List drops it.
