@@ -35,6 +35,9 @@ type Selection struct {
 	// IncludePurged also selects records below the purge position: List
 	// marks them Purged, Replay refuses them (ErrPurged).
 	IncludePurged bool
+	// OriginalTopics selects records whose ordercast-original-topic header
+	// (processor.HeaderOriginalTopic) is one of these; empty means any.
+	OriginalTopics []string
 	// IDs selects records whose ID ("<dlq topic>/<partition>/<offset>") is
 	// one of these; empty means any. The other fields still apply.
 	IDs []string
@@ -45,6 +48,9 @@ func (s *Selection) matches(r *Record) bool {
 		return false
 	}
 	if len(s.Keys) > 0 && !slices.Contains(s.Keys, r.Key) {
+		return false
+	}
+	if len(s.OriginalTopics) > 0 && !slices.Contains(s.OriginalTopics, r.OriginalTopic) {
 		return false
 	}
 	if len(s.IDs) > 0 && !slices.Contains(s.IDs, r.ID) {
