@@ -8,9 +8,10 @@ import (
 )
 
 // TestRuntimeLinksNoDriver: what `go list -deps` says a program importing
-// processor, inbox and outbox links contains no package of the order system
-// (only processor, inbox, outbox, sqldb, internal/txncheck, internal/brokererr and internal/ctxtime
-// of this module: not sqldb/drivers, nor any package under ordersystem/), no SQL
+// processor, processor/dlq, inbox and outbox links contains no package of the order system
+// (only processor, processor/dlq, inbox, outbox, sqldb, internal/txncheck, internal/kread,
+// internal/brokererr and internal/ctxtime of this module: not sqldb/drivers, nor any package
+// under ordersystem/), no SQL
 // driver (the user brings theirs: no pgx, lib/pq, modernc.org/sqlite,
 // mattn/go-sqlite3), no Avro library, no cobra and no OpenTelemetry (tracing
 // is processor/proctrace's, imported only by who wants it). A failure names the chain of
@@ -22,7 +23,7 @@ func TestRuntimeLinksNoDriver(t *testing.T) {
 	if err != nil {
 		t.Fatalf("this test runs `go list -deps` and needs the go command on PATH: %v", err)
 	}
-	roots := []string{module + "processor", module + "inbox", module + "outbox"}
+	roots := []string{module + "processor", module + "processor/dlq", module + "inbox", module + "outbox"}
 	cmd := exec.Command(goBin, append([]string{"list", "-deps", "-f", `{{.ImportPath}} {{join .Imports " "}}`}, roots...)...)
 	cmd.Dir = ".."
 	out, err := cmd.Output()
@@ -34,7 +35,8 @@ func TestRuntimeLinksNoDriver(t *testing.T) {
 		t.Fatalf("go list -deps: %v\n%s", err, stderr)
 	}
 	allowed := map[string]bool{"processor": true, "inbox": true, "outbox": true, "sqldb": true,
-		"internal/txncheck": true, "internal/brokererr": true, "internal/ctxtime": true} // the relay's commit read-back, the start checks' error class (franz-go and the standard library only)
+		"internal/txncheck": true, "internal/brokererr": true, "internal/ctxtime": true, // the relay's commit read-back, the start checks' error class (franz-go and the standard library only)
+		"processor/dlq": true, "internal/kread": true} // the DLQ tools and their read_committed range reads
 	forbidden := []string{
 		"github.com/jackc/",           // pgx
 		"github.com/lib/pq",           // lib/pq
@@ -81,7 +83,7 @@ func TestRuntimeLinksNoDriver(t *testing.T) {
 	bad := func(pkg string) string {
 		if rel, ok := strings.CutPrefix(pkg, module); ok {
 			if !allowed[rel] {
-				return "only processor, inbox, outbox, sqldb, internal/txncheck, internal/brokererr and internal/ctxtime of this module may be linked"
+				return "only processor, processor/dlq, inbox, outbox, sqldb, internal/txncheck, internal/kread, internal/brokererr and internal/ctxtime of this module may be linked"
 			}
 			return ""
 		}

@@ -1,59 +1,65 @@
-// This file holds the DLQ handle: one consumer group's dead-letter topic and
-// the clients that reach it. The operations are in dlq_list.go (List, Show),
-// dlq_replay.go (Replay) and dlq_purge.go (Purge); what they share is in
-// dlq_record.go (the record and its coordinates), dlq_scan.go (selecting and
-// reading records) and dlq_txn.go (the transactional id and the read-back of
-// commits). StateTopic (state.go) holds the purge positions and replay marks.
+// This file holds the order system's names for the runtime's DLQ tools
+// (processor/dlq): the operator's commands (`ordercast dlq ...`) and the
+// console use them, with the order system's payload decoder (Decoder,
+// payload.go) and error classes (ErrorClasses).
 
 package ops
 
 import (
-	"errors"
-	"slices"
-
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/ordersystem/schema"
 	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/processor/dlq"
 )
 
-// DLQ is the operator's handle on one consumer group's dead-letter topic
-// "<group>.dlq" (processor.DLQTopic) and its state in StateTopic.
-//
-// List and Show only read. Replay and Purge write the state topic inside a
-// Kafka transaction with the transactional id "ordercast-dlq-<group>": a
-// second Replay or Purge of the same group started elsewhere fences the first
-// (whose transaction then aborts), and each reads the state only after
-// fencing, so two concurrent replays cannot both replay one record. Nothing
-// here needs more than Kafka 2.5 (KIP-447 is not used) or differs on the
-// embedded broker.
-//
-// A DLQ's methods may be called concurrently; Close it when done.
-type DLQ struct {
-	group string
-	topic string
-	opts  []kgo.Opt
-	cl    *kgo.Client
-	adm   *kadm.Client
+// The DLQ tools, as processor/dlq defines them.
+type (
+	DLQ             = dlq.DLQ
+	DLQRecord       = dlq.Record
+	Coord           = dlq.Coord
+	Header          = dlq.Header
+	Selection       = dlq.Selection
+	PartitionState  = dlq.PartitionState
+	Listing         = dlq.Listing
+	BlockedKey      = dlq.BlockedKey
+	ReplayMark      = dlq.ReplayMark
+	Target          = dlq.Target
+	ReplayOptions   = dlq.ReplayOptions
+	ReplayedRecord  = dlq.ReplayedRecord
+	Refusal         = dlq.Refusal
+	ReplayResult    = dlq.ReplayResult
+	RefusedError    = dlq.RefusedError
+	PurgeOptions    = dlq.PurgeOptions
+	PurgedPartition = dlq.PurgedPartition
+	PurgeResult     = dlq.PurgeResult
+)
+
+// Replay targets (dlq.TargetSource, dlq.TargetRetry).
+const (
+	TargetSource = dlq.TargetSource
+	TargetRetry  = dlq.TargetRetry
+)
+
+// StateTopic is the topic of the DLQ tools' purge positions and replay
+// marks (dlq.StateTopic).
+const StateTopic = dlq.StateTopic
+
+// NewDLQ returns the DLQ tools for group (dlq.New).
+func NewDLQ(group string, opts ...kgo.Opt) (*DLQ, error) { return dlq.New(group, opts...) }
+
+// ParseCoord parses "<topic>/<partition>/<offset>" (dlq.ParseCoord).
+func ParseCoord(s string) (Coord, error) { return dlq.ParseCoord(s) }
+
+// ErrorClasses are the values of the ordercast-error-class header that the
+// order system's consumers write (processor.ErrorClass): the schema
+// package's classes of a record that cannot be decoded or breaks its
+// contract, then "timeout" (a handler timeout), "permanent" (another
+// permanent handler error) and "transient" (any other error, after the
+// retries). A DLQ written by other handlers may hold other classes: those of
+// errors with a Class() string method.
+var ErrorClasses = []string{
+	schema.ClassUndecodable, schema.ClassUnknownSchemaID, schema.ClassWrongSubject, schema.ClassIncompatibleSchema,
+	schema.ClassInvalid, schema.ClassUnknownTopic, schema.ClassUnsupportedType,
+	processor.ClassTimeout, processor.ClassPermanent, processor.ClassTransient,
 }
-
-// NewDLQ returns the DLQ tools for group. opts are the franz-go options to
-// reach the cluster (kgo.SeedBrokers and any TLS or SASL options); the
-// clients it creates add their own consume or transactional options. It
-// fails only on invalid options: nothing is dialled until a method is called.
-func NewDLQ(group string, opts ...kgo.Opt) (*DLQ, error) {
-	if group == "" {
-		return nil, errors.New("dlq: a consumer group is required (its DLQ is <group>.dlq)")
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &DLQ{group: group, topic: processor.DLQTopic(group), opts: slices.Clone(opts), cl: cl, adm: kadm.NewClient(cl)}, nil
-}
-
-// Close closes the DLQ's admin client.
-func (d *DLQ) Close() { d.cl.Close() }
-
-// Topic returns the DLQ topic, "<group>.dlq".
-func (d *DLQ) Topic() string { return d.topic }

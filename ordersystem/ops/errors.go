@@ -2,56 +2,26 @@ package ops
 
 import (
 	"errors"
-	"fmt"
-	"strings"
+
+	"github.com/ordercast/ordercast/processor/dlq"
 )
 
 // Sentinel errors of the operator's tools; test with errors.Is. Messages of
 // the errors that wrap them name the topic, partition or offset and the flag
-// that changes the outcome.
+// that changes the outcome. The DLQ's are processor/dlq's (the same values).
 var (
-	// ErrAlreadyReplayed: a selected DLQ record was replayed before (its
-	// coordinates are in the state topic). Replay refuses it unless
-	// ReplayOptions.Force is set (`--force`).
-	ErrAlreadyReplayed = errors.New("already replayed")
-
-	// ErrPurged: a selected DLQ record lies below its partition's purge
-	// position. Purged records are neither listed nor replayed; they are
-	// still in the topic until its retention deletes them, and Purge with
-	// Force can move the position back.
-	ErrPurged = errors.New("purged")
-
-	// ErrNotReplayable: a DLQ record lacks the ordercast-original-topic
-	// header (it was not written by the runtime), or, replaying to the
-	// source, its original topic does not exist: there is nowhere to send it
-	// back to.
-	ErrNotReplayable = errors.New("not replayable")
-
-	// ErrNoTopic: a topic that the operation needs does not exist.
-	ErrNoTopic = errors.New("topic does not exist")
-
-	// ErrFailedReplay: a DLQ record that is itself a replay that failed
-	// again, left out of a replay that did not ask for such records
-	// (ReplayOptions.IncludeFailedReplays).
-	ErrFailedReplay = errors.New("a replay that failed again")
-
-	// ErrNoRecord: no record at the given coordinates (below the log start,
-	// at or past the end, or a transaction marker).
-	ErrNoRecord = errors.New("no such record")
-
-	// ErrBackwards: Purge was asked to move a partition's position below
-	// where it is; pass Force to un-purge.
-	ErrBackwards = errors.New("position would move backwards")
+	ErrAlreadyReplayed = dlq.ErrAlreadyReplayed // a selected record was replayed before (dlq.ErrAlreadyReplayed)
+	ErrPurged          = dlq.ErrPurged          // a selected record lies below its purge position (dlq.ErrPurged)
+	ErrNotReplayable   = dlq.ErrNotReplayable   // a record has nowhere to be sent back to (dlq.ErrNotReplayable)
+	ErrNoTopic         = dlq.ErrNoTopic         // a topic that the operation needs does not exist (dlq.ErrNoTopic)
+	ErrFailedReplay    = dlq.ErrFailedReplay    // a replay that failed again, left out (dlq.ErrFailedReplay)
+	ErrNoRecord        = dlq.ErrNoRecord        // no record at the given coordinates (dlq.ErrNoRecord)
+	ErrBackwards       = dlq.ErrBackwards       // Purge would move a position back (dlq.ErrBackwards)
+	ErrInterrupted     = dlq.ErrInterrupted     // Replay's context ended first (dlq.ErrInterrupted)
 
 	// ErrGroupNotFound: the consumer group has no members and no committed
 	// offsets.
 	ErrGroupNotFound = errors.New("consumer group not found")
-
-	// ErrInterrupted: Replay's context ended (a signal, a timeout) before
-	// it was done. What was committed before stays replayed and marked;
-	// the open transaction was aborted, so none of its records is visible
-	// to read_committed consumers or marked: replay again to finish.
-	ErrInterrupted = errors.New("replay interrupted")
 
 	// ErrGroupActive: ResetOffsets was asked to move the committed offsets
 	// of a group that has members. Kafka refuses such a commit from a
@@ -59,50 +29,3 @@ var (
 	// next commit: stop the group's members first.
 	ErrGroupActive = errors.New("consumer group has members")
 )
-
-// RefusedError is returned by Replay when some selected records were not
-// replayed: already replayed (without Force), purged or not replayable. The
-// other selected records were replayed; the ReplayResult lists both.
-// errors.Is matches each distinct reason's sentinel (ErrAlreadyReplayed,
-// ErrPurged, ErrNotReplayable).
-type RefusedError struct {
-	// Refused are the records that were refused, in topic order.
-	Refused []Refusal
-}
-
-// Error summarises the refusals and says how to override them.
-func (e *RefusedError) Error() string {
-	counts := map[error]int{}
-	var kinds []error
-	for _, r := range e.Refused {
-		if counts[r.Err] == 0 {
-			kinds = append(kinds, r.Err)
-		}
-		counts[r.Err]++
-	}
-	var parts []string
-	for _, k := range kinds {
-		hint := ""
-		switch k {
-		case ErrAlreadyReplayed:
-			hint = " (pass --force to replay them again)"
-		case ErrPurged:
-			hint = " (below the purge position; `dlq purge --force --to-offset N` moves it back)"
-		}
-		parts = append(parts, fmt.Sprintf("%d %s%s", counts[k], k, hint))
-	}
-	return fmt.Sprintf("%d records refused: %s", len(e.Refused), strings.Join(parts, ", "))
-}
-
-// Unwrap returns the distinct sentinels of the refusals.
-func (e *RefusedError) Unwrap() []error {
-	seen := map[error]bool{}
-	var out []error
-	for _, r := range e.Refused {
-		if r.Err != nil && !seen[r.Err] {
-			seen[r.Err] = true
-			out = append(out, r.Err)
-		}
-	}
-	return out
-}

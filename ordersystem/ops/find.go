@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/internal/kread"
 )
 
 // FoundRecord is one record FindRecords found.
@@ -54,7 +56,7 @@ func FindRecords(ctx context.Context, opts []kgo.Opt, topics []string, needle []
 	defer cl.Close()
 	res := &FindResult{Records: []FoundRecord{}}
 	for _, t := range topics {
-		b, err := partitionBounds(ctx, cl, t)
+		b, err := kread.PartitionBounds(ctx, cl, t)
 		if errors.Is(err, ErrNoTopic) {
 			continue
 		}
@@ -69,14 +71,14 @@ func FindRecords(ctx context.Context, opts []kgo.Opt, topics []string, needle []
 			b[p] = pb
 		}
 		var found []FoundRecord
-		err = readRange(ctx, opts, t, b, func(r *kgo.Record) error {
+		err = kread.ReadRange(ctx, opts, t, b, func(r *kgo.Record) error {
 			res.Scanned++
 			if !bytes.Contains(r.Value, needle) {
 				return nil
 			}
-			fr := FoundRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UTC(), Key: display(r.Key), Value: r.Value}
+			fr := FoundRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UTC(), Key: kread.Display(r.Key), Value: r.Value}
 			for _, h := range r.Headers {
-				fr.Headers = append(fr.Headers, Header{Key: h.Key, Value: display(h.Value)})
+				fr.Headers = append(fr.Headers, Header{Key: h.Key, Value: kread.Display(h.Value)})
 			}
 			found = append(found, fr)
 			return nil

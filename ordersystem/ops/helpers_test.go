@@ -1,7 +1,6 @@
 package ops_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -48,39 +47,4 @@ func runProcessor(t *testing.T, opts ...processor.Opt) (stop func()) {
 		t.Fatal(err)
 	}
 	return testkafka.Run(t, p)
-}
-
-// counter counts handled values, concurrency-safe.
-type counter struct {
-	mu sync.Mutex
-	n  map[string]int
-	hs map[string][]kgo.RecordHeader
-}
-
-func newCounter() *counter {
-	return &counter{n: map[string]int{}, hs: map[string][]kgo.RecordHeader{}}
-}
-
-func (c *counter) add(r *kgo.Record) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n[string(r.Value)]++
-	c.hs[string(r.Value)] = r.Headers
-}
-
-func (c *counter) get(v string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[v]
-}
-
-func (c *counter) header(v, key string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, h := range c.hs[v] {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
 }

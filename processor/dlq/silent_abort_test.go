@@ -1,4 +1,4 @@
-package ops_test
+package dlq_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/internal/testkit/txnchecktest"
-	"github.com/ordercast/ordercast/ordersystem/ops"
+	"github.com/ordercast/ordercast/processor/dlq"
 )
 
 // TestPurgeAndReplaySurviveSilentAbort: the first commit of a Purge and of
@@ -22,14 +22,14 @@ func TestPurgeAndReplaySurviveSilentAbort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	produce(t, addrs, dlqRec("g", 0, "k1", "bad1", "permanent", "events", 7), dlqRec("g", 0, "k2", "bad2", "invalid", "events", 8))
-	d, err := ops.NewDLQ("g", kgo.SeedBrokers(addrs...))
+	d, err := dlq.New("g", kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 
 	turned := txnchecktest.AbortCommits(c, 1)
-	res, err := d.Replay(ctx, ops.ReplayOptions{Selection: ops.Selection{Classes: []string{"permanent"}}})
+	res, err := d.Replay(ctx, dlq.ReplayOptions{Selection: dlq.Selection{Classes: []string{"permanent"}}})
 	if err != nil {
 		t.Fatalf("Replay: %v", err)
 	}
@@ -44,19 +44,19 @@ func TestPurgeAndReplaySurviveSilentAbort(t *testing.T) {
 	if got := readCommitted(t, addrs, kadm.NewClient(cl), "events"); len(got) != 1 || got[0] != "bad1" {
 		t.Fatalf("read_committed events after the replay: %q, want [bad1] once", got)
 	}
-	l, err := d.List(ctx, ops.Selection{}, 0)
+	l, err := d.List(ctx, dlq.Selection{}, 0)
 	if err != nil || l.Replayed != 1 {
 		t.Fatalf("List after the replay: %+v, %v; want 1 replayed", l, err)
 	}
 
 	turned = txnchecktest.AbortCommits(c, 1)
-	if _, err := d.Purge(ctx, ops.PurgeOptions{}); err != nil {
+	if _, err := d.Purge(ctx, dlq.PurgeOptions{}); err != nil {
 		t.Fatalf("Purge: %v", err)
 	}
 	if turned.Load() != 1 {
 		t.Fatalf("purge: %d commits turned into aborts, want 1", turned.Load())
 	}
-	if l, err := d.List(ctx, ops.Selection{}, 0); err != nil || l.Selected != 0 {
+	if l, err := d.List(ctx, dlq.Selection{}, 0); err != nil || l.Selected != 0 {
 		t.Fatalf("List right after the purge: %+v, %v; want nothing pending", l, err)
 	}
 }

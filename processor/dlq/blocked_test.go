@@ -1,4 +1,4 @@
-package ops_test
+package dlq_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/ordersystem/ops"
 	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/processor/dlq"
 )
 
 // TestDLQBlockedKeys: with processor.BlockKeys(KeyBlockDeadLetters), a
@@ -57,15 +57,15 @@ func TestDLQBlockedKeys(t *testing.T) {
 		return n, order
 	}
 	waitFor(t, 20*time.Second, "key c handled, a and b held", func() bool { n, _ := count("c"); return n == 4 })
-	d, err := ops.NewDLQ("g", kgo.SeedBrokers(addrs...))
+	d, err := dlq.New("g", kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	ctx := context.Background()
-	var l *ops.Listing
+	var l *dlq.Listing
 	waitFor(t, 10*time.Second, "two records in the DLQ", func() bool {
-		l, err = d.List(ctx, ops.Selection{}, 0)
+		l, err = d.List(ctx, dlq.Selection{}, 0)
 		return err == nil && l.Selected == 2 && len(l.BlockedKeys) == 2
 	})
 	for _, r := range l.Records {
@@ -84,7 +84,7 @@ func TestDLQBlockedKeys(t *testing.T) {
 	mu.Lock()
 	delete(poison, "b:1")
 	mu.Unlock()
-	if _, err := d.Replay(ctx, ops.ReplayOptions{Selection: ops.Selection{Keys: []string{"b"}}}); err != nil {
+	if _, err := d.Replay(ctx, dlq.ReplayOptions{Selection: dlq.Selection{Keys: []string{"b"}}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, "key b released by the replay", func() bool { n, _ := count("b"); return n == 4 })
@@ -93,13 +93,13 @@ func TestDLQBlockedKeys(t *testing.T) {
 	}
 
 	// Purge: a dry run releases nothing, the purge releases a; a:1 is gone, a:2 and a:3 follow in order.
-	if _, err := d.Purge(ctx, ops.PurgeOptions{DryRun: true}); err != nil {
+	if _, err := d.Purge(ctx, dlq.PurgeOptions{DryRun: true}); err != nil {
 		t.Fatal(err)
 	}
 	if bk, err := d.BlockedKeys(ctx); err != nil || len(bk) != 1 || bk[0].Key != "a" {
 		t.Fatalf("after a dry-run purge: blocked keys %+v, %v; want a alone", bk, err)
 	}
-	if _, err := d.Purge(ctx, ops.PurgeOptions{}); err != nil {
+	if _, err := d.Purge(ctx, dlq.PurgeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, "key a released by the purge", func() bool { n, _ := count("a"); return n == 3 })

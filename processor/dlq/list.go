@@ -1,7 +1,7 @@
 // This file holds the read-only DLQ operations: List (count and list the
 // selected records) and Show (one record with its value).
 
-package ops
+package dlq
 
 import (
 	"context"
@@ -20,10 +20,10 @@ type Listing struct {
 	ByOriginalTopic map[string]int `json:"byOriginalTopic"`
 	Replayed        int            `json:"replayed"`
 	// FailedReplays counts the selected records that are themselves
-	// replays that failed again (DLQRecord.ReplayedFrom set).
+	// replays that failed again (Record.ReplayedFrom set).
 	FailedReplays int `json:"failedReplays"`
 	// Records are the first Limit selected records, without their values.
-	Records []DLQRecord `json:"records"`
+	Records []Record `json:"records"`
 	// Truncated is true when more records were selected than returned.
 	Truncated bool `json:"truncated"`
 	// BlockedKeys are the group's keys held behind a record in a retry
@@ -47,8 +47,8 @@ func (d *DLQ) List(ctx context.Context, sel Selection, limit int) (*Listing, err
 	if err != nil {
 		return nil, err
 	}
-	l := &Listing{Group: d.group, Topic: d.topic, ByClass: map[string]int{}, ByOriginalTopic: map[string]int{}, Records: []DLQRecord{}, BlockedKeys: bks}
-	l.Partitions, err = d.scan(ctx, sel, st, func(r *DLQRecord) {
+	l := &Listing{Group: d.group, Topic: d.topic, ByClass: map[string]int{}, ByOriginalTopic: map[string]int{}, Records: []Record{}, BlockedKeys: bks}
+	l.Partitions, err = d.scan(ctx, sel, st, func(r *Record) {
 		r.BlocksKey = d.blocking(bks, r) != nil
 		l.Selected++
 		l.ByClass[r.ErrorClass]++
@@ -74,15 +74,19 @@ func (d *DLQ) List(ctx context.Context, sel Selection, limit int) (*Listing, err
 }
 
 // Show returns the DLQ record at partition and offset with its value, all
-// headers, and whether it was replayed or purged. It returns an error
-// wrapping ErrNoRecord when there is no data record at that offset.
-func (d *DLQ) Show(ctx context.Context, partition int32, offset int64) (*DLQRecord, error) {
+// headers, and whether it was replayed or purged (a purged record is
+// shown, with Purged set). Payload is nil: Record.Decode decodes the value.
+// It only reads, bounded by ctx. Errors: ErrNoRecord when there is no data
+// record at that offset (the message names the offsets the partition
+// holds), ErrNoTopic when the DLQ topic does not exist, and a missing
+// partition.
+func (d *DLQ) Show(ctx context.Context, partition int32, offset int64) (*Record, error) {
 	st, err := readState(ctx, d.opts, d.cl, d.topic)
 	if err != nil {
 		return nil, err
 	}
-	var found *DLQRecord
-	states, err := d.scan(ctx, Selection{Partitions: []int32{partition}, From: offset, Until: offset + 1, IncludePurged: true}, st, func(r *DLQRecord) {
+	var found *Record
+	states, err := d.scan(ctx, Selection{Partitions: []int32{partition}, From: offset, Until: offset + 1, IncludePurged: true}, st, func(r *Record) {
 		found = r
 	})
 	if err != nil {

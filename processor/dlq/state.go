@@ -1,4 +1,4 @@
-package ops
+package dlq
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/internal/kread"
 )
 
 // StateTopic is the compacted, single-partition topic where the DLQ tools
@@ -79,7 +81,7 @@ func (s *dlqState) mark(c Coord) (ReplayMark, bool) {
 // dlqTopic. A missing state topic is an empty state.
 func readState(ctx context.Context, opts []kgo.Opt, cl *kgo.Client, dlqTopic string) (*dlqState, error) {
 	st := &dlqState{positions: map[int32]int64{}, replayed: map[int32]map[int64]ReplayMark{}}
-	b, err := partitionBounds(ctx, cl, StateTopic)
+	b, err := kread.PartitionBounds(ctx, cl, StateTopic)
 	if errors.Is(err, ErrNoTopic) {
 		return st, nil
 	}
@@ -88,7 +90,7 @@ func readState(ctx context.Context, opts []kgo.Opt, cl *kgo.Client, dlqTopic str
 	}
 	posPrefix := "position/" + dlqTopic + "/"
 	repPrefix := "replayed/" + dlqTopic + "/"
-	err = readRange(ctx, opts, StateTopic, b, func(r *kgo.Record) error {
+	err = kread.ReadRange(ctx, opts, StateTopic, b, func(r *kgo.Record) error {
 		k := string(r.Key)
 		switch {
 		case strings.HasPrefix(k, posPrefix):
@@ -133,9 +135,11 @@ func readState(ctx context.Context, opts []kgo.Opt, cl *kgo.Client, dlqTopic str
 
 // ensureStateTopic creates the state topic when it does not exist: one
 // partition, cleanup.policy=compact, replication factor min(3, brokers) and
-// min.insync.replicas RF-1 (at least 1), the same rule as DefaultReplication.
+// min.insync.replicas RF-1 (at least 1): RF 3 and min ISR 2 on a real
+// cluster (one broker may fail without stopping acks=all writes), 1 and 1
+// on a single broker such as the embedded one.
 func ensureStateTopic(ctx context.Context, cl *kgo.Client) error {
-	_, err := partitionBounds(ctx, cl, StateTopic)
+	_, err := kread.PartitionBounds(ctx, cl, StateTopic)
 	if !errors.Is(err, ErrNoTopic) {
 		return err
 	}
@@ -144,7 +148,8 @@ func ensureStateTopic(ctx context.Context, cl *kgo.Client) error {
 	if err != nil {
 		return err
 	}
-	rf, minISR := DefaultReplication(len(meta.Brokers))
+	rf := int16(min(3, max(len(meta.Brokers), 1)))
+	minISR := max(int(rf)-1, 1)
 	isr := strconv.Itoa(minISR)
 	compact := "compact"
 	resp, err := adm.CreateTopic(ctx, 1, rf, map[string]*string{"cleanup.policy": &compact, "min.insync.replicas": &isr}, StateTopic)

@@ -1,20 +1,18 @@
-// This file holds a dead-lettered record as the DLQ tools show it: its
+// This file holds a dead-lettered record as the package shows it: its
 // coordinates (Coord), its headers, and the runtime's DLQ headers parsed into
-// DLQRecord.
+// Record.
 
-package ops
+package dlq
 
 import (
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/ordersystem/schema"
+	"github.com/ordercast/ordercast/internal/kread"
 	"github.com/ordercast/ordercast/processor"
 )
 
@@ -57,8 +55,8 @@ type Header struct {
 	Value string `json:"value"` // header value as text
 }
 
-// DLQRecord is one dead-lettered record with the runtime's headers parsed.
-type DLQRecord struct {
+// Record is one dead-lettered record with the runtime's headers parsed.
+type Record struct {
 	// ID is the record's coordinates in the DLQ, "<dlq topic>/<p>/<offset>":
 	// what Show, processor.HeaderReplayed and the state topic use.
 	ID        string    `json:"id"`
@@ -97,7 +95,7 @@ type DLQRecord struct {
 	// Purged is true when the record lies below its partition's purge
 	// position (listed only with Selection.IncludePurged).
 	Purged bool `json:"purged,omitempty"`
-	// Payload is the decoded value; set by the caller (see DecodePayload).
+	// Payload is the decoded value: nil until Record.Decode sets it.
 	Payload *Payload `json:"payload,omitempty"`
 
 	// Value is the raw record value (nil for a null value). List drops it.
@@ -106,21 +104,13 @@ type DLQRecord struct {
 	raw *kgo.Record
 }
 
-// display renders key or header bytes as text.
-func display(b []byte) string {
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	return "0x" + hex.EncodeToString(b)
-}
-
-func parseDLQRecord(r *kgo.Record) DLQRecord {
-	d := DLQRecord{
+func parseRecord(r *kgo.Record) Record {
+	d := Record{
 		ID:         Coord{r.Topic, r.Partition, r.Offset}.String(),
 		Partition:  r.Partition,
 		Offset:     r.Offset,
 		Timestamp:  r.Timestamp.UTC(),
-		Key:        display(r.Key),
+		Key:        kread.Display(r.Key),
 		ValueBytes: len(r.Value),
 		Value:      r.Value,
 		raw:        r,
@@ -133,7 +123,7 @@ func parseDLQRecord(r *kgo.Record) DLQRecord {
 		return time.UnixMilli(n).UTC()
 	}
 	for _, h := range r.Headers {
-		v := display(h.Value)
+		v := kread.Display(h.Value)
 		d.Headers = append(d.Headers, Header{Key: h.Key, Value: v})
 		switch h.Key {
 		case processor.HeaderOriginalTopic:
@@ -160,17 +150,4 @@ func parseDLQRecord(r *kgo.Record) DLQRecord {
 		}
 	}
 	return d
-}
-
-// ErrorClasses are the values of the ordercast-error-class header that the
-// order system's consumers write (processor.ErrorClass): the schema
-// package's classes of a record that cannot be decoded or breaks its
-// contract, then "timeout" (a handler timeout), "permanent" (another
-// permanent handler error) and "transient" (any other error, after the
-// retries). A DLQ written by other handlers may hold other classes: those of
-// errors with a Class() string method.
-var ErrorClasses = []string{
-	schema.ClassUndecodable, schema.ClassUnknownSchemaID, schema.ClassWrongSubject, schema.ClassIncompatibleSchema,
-	schema.ClassInvalid, schema.ClassUnknownTopic, schema.ClassUnsupportedType,
-	processor.ClassTimeout, processor.ClassPermanent, processor.ClassTransient,
 }

@@ -2,7 +2,7 @@
 // records, each partition's offsets (PartitionState) and the scan that reads
 // the selected records in partition and offset order.
 
-package ops
+package dlq
 
 import (
 	"cmp"
@@ -12,6 +12,8 @@ import (
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/internal/kread"
 )
 
 // Selection chooses DLQ records. The zero Selection is every record at or
@@ -33,16 +35,22 @@ type Selection struct {
 	// IncludePurged also selects records below the purge position: List
 	// marks them Purged, Replay refuses them (ErrPurged).
 	IncludePurged bool
+	// OriginalTopics selects records whose ordercast-original-topic header
+	// (processor.HeaderOriginalTopic) is one of these; empty means any.
+	OriginalTopics []string
 	// IDs selects records whose ID ("<dlq topic>/<partition>/<offset>") is
 	// one of these; empty means any. The other fields still apply.
 	IDs []string
 }
 
-func (s *Selection) matches(r *DLQRecord) bool {
+func (s *Selection) matches(r *Record) bool {
 	if len(s.Classes) > 0 && !slices.Contains(s.Classes, r.ErrorClass) {
 		return false
 	}
 	if len(s.Keys) > 0 && !slices.Contains(s.Keys, r.Key) {
+		return false
+	}
+	if len(s.OriginalTopics) > 0 && !slices.Contains(s.OriginalTopics, r.OriginalTopic) {
 		return false
 	}
 	if len(s.IDs) > 0 && !slices.Contains(s.IDs, r.ID) {
@@ -69,8 +77,8 @@ type PartitionState struct {
 
 // partitions returns the offsets of the given DLQ partitions (all when
 // empty), sorted, checking that they exist.
-func (d *DLQ) partitions(ctx context.Context, parts []int32, st *dlqState) ([]PartitionState, map[int32]bounds, error) {
-	b, err := partitionBounds(ctx, d.cl, d.topic)
+func (d *DLQ) partitions(ctx context.Context, parts []int32, st *dlqState) ([]PartitionState, map[int32]kread.Bounds, error) {
+	b, err := kread.PartitionBounds(ctx, d.cl, d.topic)
 	if errors.Is(err, ErrNoTopic) {
 		return nil, nil, fmt.Errorf("DLQ topic %s of group %s: %w (is the group right? `ordercast topics list` shows the topics; the DLQ is created with the system's topics)", d.topic, d.group, err)
 	}
@@ -98,7 +106,7 @@ func (d *DLQ) partitions(ctx context.Context, parts []int32, st *dlqState) ([]Pa
 
 // scan reads the selected records and calls fn for each in partition and
 // offset order. It returns the selected partitions' offsets.
-func (d *DLQ) scan(ctx context.Context, sel Selection, st *dlqState, fn func(*DLQRecord)) ([]PartitionState, error) {
+func (d *DLQ) scan(ctx context.Context, sel Selection, st *dlqState, fn func(*Record)) ([]PartitionState, error) {
 	if sel.Until > 0 && sel.From >= sel.Until {
 		return nil, fmt.Errorf("offset range [%d, %d) is empty: the first offset must be at most the last", sel.From, sel.Until-1)
 	}
@@ -107,7 +115,7 @@ func (d *DLQ) scan(ctx context.Context, sel Selection, st *dlqState, fn func(*DL
 		return nil, err
 	}
 	parts := make([]int32, len(states))
-	want := map[int32]bounds{}
+	want := map[int32]kread.Bounds{}
 	for i, s := range states {
 		parts[i] = s.Partition
 		from := max(s.Start, sel.From)
@@ -118,11 +126,11 @@ func (d *DLQ) scan(ctx context.Context, sel Selection, st *dlqState, fn func(*DL
 		if sel.Until > 0 {
 			until = min(until, sel.Until)
 		}
-		want[s.Partition] = bounds{Start: from, End: until}
+		want[s.Partition] = kread.Bounds{Start: from, End: until}
 	}
-	var recs []*DLQRecord
-	err = readRange(ctx, d.opts, d.topic, want, func(r *kgo.Record) error {
-		rec := parseDLQRecord(r)
+	var recs []*Record
+	err = kread.ReadRange(ctx, d.opts, d.topic, want, func(r *kgo.Record) error {
+		rec := parseRecord(r)
 		rec.Purged = r.Offset < st.position(r.Partition)
 		if m, ok := st.mark(Coord{r.Topic, r.Partition, r.Offset}); ok {
 			rec.Replay = &m
@@ -146,7 +154,7 @@ func (d *DLQ) scan(ctx context.Context, sel Selection, st *dlqState, fn func(*DL
 			states[i].Pending = int(states[i].End - states[i].Position)
 		}
 	}
-	slices.SortFunc(recs, func(a, b *DLQRecord) int {
+	slices.SortFunc(recs, func(a, b *Record) int {
 		if c := cmp.Compare(a.Partition, b.Partition); c != 0 {
 			return c
 		}

@@ -1,9 +1,16 @@
-package ops
+// Package kread reads Kafka topics as a read_committed reader between given
+// offsets: the partitions of a topic with their log start and last stable
+// offsets (PartitionBounds), and the records of offset ranges (ReadRange).
+// The runtime's DLQ tools (processor/dlq) and the operator's record search
+// share it. It imports franz-go and the standard library only.
+package kread
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -11,11 +18,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// bounds are the readable offsets of one partition: [Start, End), where End
-// is the last stable offset (the end a read_committed reader can reach).
-type bounds struct{ Start, End int64 }
+// ErrNoTopic: the topic does not exist.
+var ErrNoTopic = errors.New("topic does not exist")
 
-// partitionBounds lists topic's partitions with their log start and last
+// Bounds are the readable offsets of one partition: [Start, End), where End
+// is the last stable offset (the end a read_committed reader can reach).
+type Bounds struct{ Start, End int64 }
+
+// PartitionBounds lists topic's partitions with their log start and last
 // stable offsets. It returns an error wrapping ErrNoTopic when the topic does
 // not exist.
 //
@@ -23,7 +33,7 @@ type bounds struct{ Start, End int64 }
 // from the client's metadata cache (up to MetadataMinAge, 5s, old), which
 // may still say that a topic created a moment ago does not exist; the direct
 // request also refreshes that cache for the offset lookups that follow.
-func partitionBounds(ctx context.Context, cl *kgo.Client, topic string) (map[int32]bounds, error) {
+func PartitionBounds(ctx context.Context, cl *kgo.Client, topic string) (map[int32]Bounds, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	rt := kmsg.NewMetadataRequestTopic()
 	rt.Topic = kmsg.StringPtr(topic)
@@ -58,7 +68,7 @@ func partitionBounds(ctx context.Context, cl *kgo.Client, topic string) (map[int
 	if err != nil {
 		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
 	}
-	out := make(map[int32]bounds, len(parts))
+	out := make(map[int32]Bounds, len(parts))
 	for _, p := range parts {
 		s, sok := starts.Lookup(topic, p)
 		e, eok := ends.Lookup(topic, p)
@@ -70,19 +80,19 @@ func partitionBounds(ctx context.Context, cl *kgo.Client, topic string) (map[int
 		case e.Err != nil:
 			return nil, fmt.Errorf("end offset of %s partition %d: %w", topic, p, e.Err)
 		}
-		out[p] = bounds{Start: s.Offset, End: e.Offset}
+		out[p] = Bounds{Start: s.Offset, End: e.Offset}
 	}
 	return out, nil
 }
 
-// readRange reads topic's records as a read_committed reader, for each
+// ReadRange reads topic's records as a read_committed reader, for each
 // partition p in want from want[p].Start (inclusive) to want[p].End
 // (exclusive), and calls fn for each data record, in offset order within a
 // partition. Records of aborted transactions and transaction markers are not
 // passed to fn. It returns fn's first error, or ctx's error if the ranges
 // could not be read to their ends in time. opts are the base client options
 // (seed brokers, TLS, SASL).
-func readRange(ctx context.Context, opts []kgo.Opt, topic string, want map[int32]bounds, fn func(*kgo.Record) error) error {
+func ReadRange(ctx context.Context, opts []kgo.Opt, topic string, want map[int32]Bounds, fn func(*kgo.Record) error) error {
 	offsets := map[int32]kgo.Offset{}
 	left := map[int32]int64{}
 	for p, b := range want {
@@ -142,4 +152,13 @@ func readRange(ctx context.Context, opts []kgo.Opt, topic string, want map[int32
 		}
 	}
 	return nil
+}
+
+// Display renders key or header bytes as text: the bytes themselves when
+// they are valid UTF-8, else "0x" and their hex.
+func Display(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return "0x" + hex.EncodeToString(b)
 }

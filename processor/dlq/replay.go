@@ -2,7 +2,7 @@
 // the group's retry topic, paced, each marked as replayed in StateTopic in the
 // same Kafka transaction.
 
-package ops
+package dlq
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/time/rate"
 
+	"github.com/ordercast/ordercast/internal/kread"
 	"github.com/ordercast/ordercast/processor"
 )
 
@@ -31,8 +32,8 @@ type Target string
 const (
 	// TargetSource writes each record back to its original topic (header
 	// ordercast-original-topic). Every group that consumes that topic gets
-	// it again; the order system's services deduplicate by event id (inbox),
-	// so only the group that failed it applies it.
+	// it again: consumers that deduplicate by event id (the inbox package)
+	// apply it only in the group that failed it.
 	TargetSource Target = "source"
 	// TargetRetry writes each record to the group's first retry topic
 	// "<group>.retry.1", due at once, with its original coordinates: only
@@ -57,7 +58,7 @@ type ReplayOptions struct {
 	// Limit caps the number of records replayed; 0 means no cap.
 	Limit int
 	// IncludeFailedReplays also replays the records that are themselves
-	// replays that failed again (DLQRecord.ReplayedFrom set: the runtime
+	// replays that failed again (Record.ReplayedFrom set: the runtime
 	// keeps processor.HeaderReplayed on what it dead-letters). Without it
 	// a selection that does not name records by ID leaves them out (listed
 	// in ReplayResult.Skipped), so that replaying everything twice does not
@@ -152,9 +153,9 @@ func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error
 	var retryTopic string
 	if o.To == TargetRetry {
 		retryTopic = processor.RetryTopicNames(d.group, 1)[0]
-		if _, err := partitionBounds(ctx, d.cl, retryTopic); err != nil {
+		if _, err := kread.PartitionBounds(ctx, d.cl, retryTopic); err != nil {
 			if errors.Is(err, ErrNoTopic) {
-				return nil, fmt.Errorf("group %s has no retry topic %s (%w; it runs without retry topics, as fulfillment does): replay to the source topic instead (--to source)", d.group, retryTopic, err)
+				return nil, fmt.Errorf("group %s has no retry topic %s (%w; it runs without retry topics): replay to the source topic instead (--to source)", d.group, retryTopic, err)
 			}
 			return nil, err
 		}
@@ -171,8 +172,8 @@ func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error
 	if err != nil {
 		return nil, err
 	}
-	var queue []*DLQRecord
-	if _, err := d.scan(ctx, o.Selection, st, func(r *DLQRecord) {
+	var queue []*Record
+	if _, err := d.scan(ctx, o.Selection, st, func(r *Record) {
 		res.Selected++
 		switch {
 		case r.Purged:
@@ -210,7 +211,7 @@ func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error
 // dropMissingSources refuses the records whose original topic does not exist
 // (any more) when replaying to the source, rather than letting the producer
 // wait for a topic that will not appear.
-func (d *DLQ) dropMissingSources(ctx context.Context, queue []*DLQRecord, to Target, res *ReplayResult) []*DLQRecord {
+func (d *DLQ) dropMissingSources(ctx context.Context, queue []*Record, to Target, res *ReplayResult) []*Record {
 	if to != TargetSource {
 		return queue
 	}
@@ -219,7 +220,7 @@ func (d *DLQ) dropMissingSources(ctx context.Context, queue []*DLQRecord, to Tar
 	for _, r := range queue {
 		gone, checked := missing[r.OriginalTopic]
 		if !checked {
-			_, err := partitionBounds(ctx, d.cl, r.OriginalTopic)
+			_, err := kread.PartitionBounds(ctx, d.cl, r.OriginalTopic)
 			gone = errors.Is(err, ErrNoTopic)
 			missing[r.OriginalTopic] = gone
 		}
@@ -246,7 +247,7 @@ func refusedErr(res *ReplayResult) error {
 // commit is read back (awaitCommitted); a batch found aborted is written
 // again with a new client of the transactional id, at most commitAttempts
 // times in all (errNotApplied).
-func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*DLQRecord, to Target, retryTopic string, perSec float64, res *ReplayResult) error {
+func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*Record, to Target, retryTopic string, perSec float64, res *ReplayResult) error {
 	lim := rate.NewLimiter(rate.Inf, 1)
 	if perSec > 0 {
 		lim = rate.NewLimiter(rate.Limit(perSec), 1)
@@ -259,13 +260,13 @@ func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*DLQRec
 	}()
 	var (
 		pending   []ReplayedRecord
-		batch     []*DLQRecord // the DLQ records of pending
+		batch     []*Record // the DLQ records of pending
 		inTxn     bool
 		opened    time.Time
 		lastState int64
 	)
 	// write produces r's replay and its mark in the open transaction.
-	write := func(r *DLQRecord) (ReplayedRecord, error) {
+	write := func(r *Record) (ReplayedRecord, error) {
 		out := replayRecord(r, to, retryTopic)
 		pr := txn.ProduceSync(ctx, out)
 		if err := pr.FirstErr(); err != nil {
@@ -390,7 +391,7 @@ func (d *DLQ) writeReplays(ctx context.Context, txn *kgo.Client, queue []*DLQRec
 }
 
 // replayRecord builds the record written back for r.
-func replayRecord(r *DLQRecord, to Target, retryTopic string) *kgo.Record {
+func replayRecord(r *Record, to Target, retryTopic string) *kgo.Record {
 	src := r.raw
 	out := &kgo.Record{Key: src.Key, Value: src.Value}
 	keep := func(k string) bool { return !strings.HasPrefix(k, runtimeHeaderPrefix) }

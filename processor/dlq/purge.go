@@ -2,7 +2,7 @@
 // StateTopic (records are never deleted; they stay until the topic's
 // retention).
 
-package ops
+package dlq
 
 import (
 	"context"
@@ -51,7 +51,7 @@ type PurgeResult struct {
 // o.Until (or their end), in one transaction on StateTopic. It never
 // deletes records: they stay in the DLQ topic until its retention.ms, and
 // Force can move a position back. List, Show and Replay start from the
-// position. A purged record that held its key (DLQRecord.BlocksKey) releases
+// position. A purged record that held its key (Record.BlocksKey) releases
 // it once the purge is committed: the group handles the records it held. It returns once read_committed readers see the new positions
 // (a List right after shows them): the commit is read back, and a
 // transaction found aborted is run again with a new client, at most
@@ -120,7 +120,7 @@ func (d *DLQ) purgeOnce(ctx context.Context, o PurgeOptions) (*PurgeResult, bool
 		if to < from {
 			sign, lo, hi = -1, to, from
 		}
-		if _, err := d.scan(ctx, Selection{Partitions: []int32{s.Partition}, From: lo, Until: hi, IncludePurged: true}, st, func(r *DLQRecord) {
+		if _, err := d.scan(ctx, Selection{Partitions: []int32{s.Partition}, From: lo, Until: hi, IncludePurged: true}, st, func(r *Record) {
 			pp.Records += sign
 			if b := d.blocking(bks, r); b != nil && sign > 0 {
 				release = append(release, *b)

@@ -1,4 +1,4 @@
-package ops_test
+package dlq_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/ordersystem/ops"
 	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/processor/dlq"
 )
 
 // TestFailedReplayLeftOutOfBulkReplay: a still-poison record replayed from
@@ -32,16 +32,16 @@ func TestFailedReplayLeftOutOfBulkReplay(t *testing.T) {
 			return nil
 		}))
 	produce(t, addrs, rec("events", 0, "k", "poison"))
-	d, err := ops.NewDLQ("g", kgo.SeedBrokers(addrs...))
+	d, err := dlq.New("g", kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	list := func(n int) *ops.Listing {
+	list := func(n int) *dlq.Listing {
 		t.Helper()
-		var l *ops.Listing
+		var l *dlq.Listing
 		waitFor(t, 10*time.Second, "DLQ records", func() bool {
-			l, err = d.List(ctx, ops.Selection{}, 0)
+			l, err = d.List(ctx, dlq.Selection{}, 0)
 			return err == nil && l.Selected == n
 		})
 		return l
@@ -52,7 +52,7 @@ func TestFailedReplayLeftOutOfBulkReplay(t *testing.T) {
 	}
 
 	// Replay everything: the record fails again and comes back as a copy.
-	res, err := d.Replay(ctx, ops.ReplayOptions{})
+	res, err := d.Replay(ctx, dlq.ReplayOptions{})
 	if err != nil || len(res.Replayed) != 1 {
 		t.Fatalf("first replay: %+v, %v", res, err)
 	}
@@ -64,10 +64,10 @@ func TestFailedReplayLeftOutOfBulkReplay(t *testing.T) {
 
 	// Replay everything again: nothing is written.
 	for _, dry := range []bool{true, false} {
-		res, err = d.Replay(ctx, ops.ReplayOptions{DryRun: dry})
-		var refused *ops.RefusedError
-		if !errors.As(err, &refused) || len(res.Replayed) != 0 || len(res.Refused) != 1 || !errors.Is(res.Refused[0].Err, ops.ErrAlreadyReplayed) ||
-			len(res.Skipped) != 1 || res.Skipped[0].ID != copyRec.ID || !errors.Is(res.Skipped[0].Err, ops.ErrFailedReplay) {
+		res, err = d.Replay(ctx, dlq.ReplayOptions{DryRun: dry})
+		var refused *dlq.RefusedError
+		if !errors.As(err, &refused) || len(res.Replayed) != 0 || len(res.Refused) != 1 || !errors.Is(res.Refused[0].Err, dlq.ErrAlreadyReplayed) ||
+			len(res.Skipped) != 1 || res.Skipped[0].ID != copyRec.ID || !errors.Is(res.Skipped[0].Err, dlq.ErrFailedReplay) {
 			t.Fatalf("second replay (dry run %v): %+v, %v", dry, res, err)
 		}
 	}
@@ -76,11 +76,11 @@ func TestFailedReplayLeftOutOfBulkReplay(t *testing.T) {
 	}
 
 	// Asked for, the copy is replayed: by flag, and by ID.
-	res, err = d.Replay(ctx, ops.ReplayOptions{DryRun: true, IncludeFailedReplays: true})
+	res, err = d.Replay(ctx, dlq.ReplayOptions{DryRun: true, IncludeFailedReplays: true})
 	if len(res.Replayed) != 1 || res.Replayed[0].From != copyRec.ID || len(res.Skipped) != 0 {
 		t.Fatalf("replay with IncludeFailedReplays: %+v, %v", res, err)
 	}
-	res, err = d.Replay(ctx, ops.ReplayOptions{Selection: ops.Selection{IDs: []string{copyRec.ID}}})
+	res, err = d.Replay(ctx, dlq.ReplayOptions{Selection: dlq.Selection{IDs: []string{copyRec.ID}}})
 	if err != nil || len(res.Replayed) != 1 || res.Replayed[0].From != copyRec.ID {
 		t.Fatalf("replay of %s by ID: %+v, %v", copyRec.ID, res, err)
 	}

@@ -2,7 +2,7 @@
 // fenced client of the transactional id "ordercast-dlq-<group>", what a fenced
 // run means, and the read-back that checks a commit became visible.
 
-package ops
+package dlq
 
 import (
 	"context"

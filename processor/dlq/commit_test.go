@@ -1,4 +1,4 @@
-package ops_test
+package dlq_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/internal/testkit/testkafka"
-	"github.com/ordercast/ordercast/ordersystem/ops"
+	"github.com/ordercast/ordercast/processor/dlq"
 )
 
 // TestAwaitCommittedReadsBack: what Purge and Replay check after each
@@ -20,7 +20,7 @@ import (
 // left open, which holds the last stable offset back, is an error after the
 // wait instead of a silent return.
 func TestAwaitCommittedReadsBack(t *testing.T) {
-	addrs := testkafka.Cluster(t, map[string]int32{ops.StateTopic: 1})
+	addrs := testkafka.Cluster(t, map[string]int32{dlq.StateTopic: 1})
 	seeds := []kgo.Opt{kgo.SeedBrokers(addrs...)}
 	cl, err := kgo.NewClient(seeds...)
 	if err != nil {
@@ -39,7 +39,7 @@ func TestAwaitCommittedReadsBack(t *testing.T) {
 		if err := txn.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		r, err := txn.ProduceSync(ctx, &kgo.Record{Topic: ops.StateTopic, Key: []byte("k"), Value: []byte("v")}).First()
+		r, err := txn.ProduceSync(ctx, &kgo.Record{Topic: dlq.StateTopic, Key: []byte("k"), Value: []byte("v")}).First()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,15 +62,15 @@ func TestAwaitCommittedReadsBack(t *testing.T) {
 		want bool
 	}{{"committed", &commit, true}, {"aborted", &abort, false}} {
 		off := write(c.end)
-		got, err := ops.AwaitCommitted(ctx, seeds, off)
+		got, err := dlq.AwaitCommitted(ctx, seeds, off)
 		if err != nil || got != c.want {
 			t.Errorf("%s record at %d: read back %v, %v; want %v, nil", c.name, off, got, err, c.want)
 		}
 	}
-	defer ops.SetStableTimeout(300 * time.Millisecond)()
+	defer dlq.SetStableTimeout(300 * time.Millisecond)()
 	off := write(nil) // left open
 	start := time.Now()
-	got, err := ops.AwaitCommitted(ctx, seeds, off)
+	got, err := dlq.AwaitCommitted(ctx, seeds, off)
 	if err == nil || !strings.Contains(err.Error(), "last stable offset") {
 		t.Errorf("record of an open transaction: %v, %v; want an error naming the last stable offset", got, err)
 	}

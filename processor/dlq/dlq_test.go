@@ -1,4 +1,4 @@
-package ops_test
+package dlq_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/ordersystem/ops"
 	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/processor/dlq"
 )
 
 func rec(topic string, partition int32, key, value string, headers ...string) *kgo.Record {
@@ -113,14 +113,14 @@ func TestReplayRoundTrip(t *testing.T) {
 	produce(t, addrs, rec("events", 0, "k1", "ok1"), rec("events", 0, "k2", "bad", "trace", "abc"), rec("events", 0, "k3", "ok2"))
 	waitFor(t, 10*time.Second, "ok2 handled", func() bool { return seen.get("ok2") == 1 })
 
-	d, err := ops.NewDLQ("g", kgo.SeedBrokers(addrs...))
+	d, err := dlq.New("g", kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	var l *ops.Listing
+	var l *dlq.Listing
 	waitFor(t, 10*time.Second, "the bad record in the DLQ", func() bool {
-		l, err = d.List(ctx, ops.Selection{}, 0)
+		l, err = d.List(ctx, dlq.Selection{}, 0)
 		return err == nil && l.Selected == 1
 	})
 	dead := l.Records[0]
@@ -130,8 +130,8 @@ func TestReplayRoundTrip(t *testing.T) {
 	}
 
 	fixed.Store(true)
-	sel := ops.Selection{Classes: []string{"permanent"}}
-	res, err := d.Replay(ctx, ops.ReplayOptions{Selection: sel, Rate: 50})
+	sel := dlq.Selection{Classes: []string{"permanent"}}
+	res, err := d.Replay(ctx, dlq.ReplayOptions{Selection: sel, Rate: 50})
 	if err != nil {
 		t.Fatalf("Replay: %v", err)
 	}
@@ -150,8 +150,8 @@ func TestReplayRoundTrip(t *testing.T) {
 	}
 
 	before := endOffsets(t, adm, "events")
-	res2, err := d.Replay(ctx, ops.ReplayOptions{Selection: sel})
-	if !errors.Is(err, ops.ErrAlreadyReplayed) {
+	res2, err := d.Replay(ctx, dlq.ReplayOptions{Selection: sel})
+	if !errors.Is(err, dlq.ErrAlreadyReplayed) {
 		t.Fatalf("second replay: err %v, want ErrAlreadyReplayed", err)
 	}
 	if len(res2.Replayed) != 0 || len(res2.Refused) != 1 || res2.Refused[0].ID != dead.ID {
@@ -165,7 +165,7 @@ func TestReplayRoundTrip(t *testing.T) {
 	if n := seen.get("bad"); n != 1 {
 		t.Fatalf("the replayed record was handled %d times, want 1", n)
 	}
-	l2, err := d.List(ctx, ops.Selection{}, 0)
+	l2, err := d.List(ctx, dlq.Selection{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestReplayRoundTrip(t *testing.T) {
 		t.Fatalf("listing after replay %+v", l2.Records)
 	}
 
-	res3, err := d.Replay(ctx, ops.ReplayOptions{Selection: sel, Force: true})
+	res3, err := d.Replay(ctx, dlq.ReplayOptions{Selection: sel, Force: true})
 	if err != nil || len(res3.Replayed) != 1 || !res3.Replayed[0].Forced {
 		t.Fatalf("forced replay: %+v, %v", res3, err)
 	}
@@ -202,17 +202,17 @@ func TestReplayToRetryTopic(t *testing.T) {
 			return nil
 		}))
 	produce(t, addrs, rec("events", 0, "k", "v"))
-	d, err := ops.NewDLQ("h", kgo.SeedBrokers(addrs...))
+	d, err := dlq.New("h", kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	waitFor(t, 10*time.Second, "the record in the DLQ", func() bool {
-		l, err := d.List(ctx, ops.Selection{}, 0)
+		l, err := d.List(ctx, dlq.Selection{}, 0)
 		return err == nil && l.Selected == 1
 	})
 	fixed.Store(true)
-	res, err := d.Replay(ctx, ops.ReplayOptions{To: ops.TargetRetry})
+	res, err := d.Replay(ctx, dlq.ReplayOptions{To: dlq.TargetRetry})
 	if err != nil || len(res.Replayed) != 1 || !strings.HasPrefix(res.Replayed[0].To, "h.retry.1/") {
 		t.Fatalf("replay to retry: %+v, %v", res, err)
 	}
@@ -249,9 +249,9 @@ func TestReplayToRetryTopic(t *testing.T) {
 	}
 
 	// A group without retry topics: the error says so and how to proceed.
-	d2, _ := ops.NewDLQ("nogroup", kgo.SeedBrokers(addrs...))
+	d2, _ := dlq.New("nogroup", kgo.SeedBrokers(addrs...))
 	defer d2.Close()
-	if _, err := d2.Replay(ctx, ops.ReplayOptions{To: ops.TargetRetry}); err == nil || !strings.Contains(err.Error(), "--to source") {
+	if _, err := d2.Replay(ctx, dlq.ReplayOptions{To: dlq.TargetRetry}); err == nil || !strings.Contains(err.Error(), "--to source") {
 		t.Errorf("replay to a missing retry topic: %v", err)
 	}
 }
@@ -268,32 +268,32 @@ func TestPurgeAdvancesPosition(t *testing.T) {
 		dlqRec("p", 0, "c", "3", "invalid", "events", 2),
 		dlqRec("p", 1, "d", "4", "invalid", "events", 3),
 	)
-	d, err := ops.NewDLQ("p", kgo.SeedBrokers(addrs...))
+	d, err := dlq.New("p", kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 
-	l, err := d.List(ctx, ops.Selection{Classes: []string{"invalid"}}, 0)
+	l, err := d.List(ctx, dlq.Selection{Classes: []string{"invalid"}}, 0)
 	if err != nil || l.Selected != 3 || l.ByClass["invalid"] != 3 || len(l.Partitions) != 2 || l.Partitions[0].Pending != 3 {
 		t.Fatalf("list: %+v, %v", l, err)
 	}
 	// Replay one record so the purge reports it as replayed.
-	if _, err := d.Replay(ctx, ops.ReplayOptions{Selection: ops.Selection{Partitions: []int32{0}, From: 0, Until: 1}}); err != nil {
+	if _, err := d.Replay(ctx, dlq.ReplayOptions{Selection: dlq.Selection{Partitions: []int32{0}, From: 0, Until: 1}}); err != nil {
 		t.Fatal(err)
 	}
 
-	dry, err := d.Purge(ctx, ops.PurgeOptions{Partitions: []int32{0}, Until: 2, DryRun: true})
+	dry, err := d.Purge(ctx, dlq.PurgeOptions{Partitions: []int32{0}, Until: 2, DryRun: true})
 	if err != nil || len(dry.Partitions) != 1 || dry.Partitions[0].Records != 2 || dry.Partitions[0].Replayed != 1 || dry.Partitions[0].NotReplayed != 1 {
 		t.Fatalf("dry-run purge: %+v, %v", dry, err)
 	}
-	if l, _ := d.List(ctx, ops.Selection{}, 0); l.Selected != 4 {
+	if l, _ := d.List(ctx, dlq.Selection{}, 0); l.Selected != 4 {
 		t.Fatalf("a dry run purged: %d selected", l.Selected)
 	}
-	if _, err := d.Purge(ctx, ops.PurgeOptions{Partitions: []int32{0}, Until: 2}); err != nil {
+	if _, err := d.Purge(ctx, dlq.PurgeOptions{Partitions: []int32{0}, Until: 2}); err != nil {
 		t.Fatal(err)
 	}
-	l, err = d.List(ctx, ops.Selection{}, 0)
+	l, err = d.List(ctx, dlq.Selection{}, 0)
 	if err != nil || l.Selected != 2 || l.Records[0].ID != "p.dlq/0/2" || l.Partitions[0].Position != 2 || l.Partitions[0].Pending != 1 {
 		t.Fatalf("after purge to 2: %+v, %v", l, err)
 	}
@@ -302,8 +302,8 @@ func TestPurgeAdvancesPosition(t *testing.T) {
 		t.Fatalf("purge deleted records: start %d", s.Offset)
 	}
 	// Purged records are refused by replay, even when selected explicitly.
-	res, err := d.Replay(ctx, ops.ReplayOptions{Selection: ops.Selection{Partitions: []int32{0}, Until: 2, IncludePurged: true}, Force: true})
-	if !errors.Is(err, ops.ErrPurged) || len(res.Replayed) != 0 || len(res.Refused) != 2 {
+	res, err := d.Replay(ctx, dlq.ReplayOptions{Selection: dlq.Selection{Partitions: []int32{0}, Until: 2, IncludePurged: true}, Force: true})
+	if !errors.Is(err, dlq.ErrPurged) || len(res.Replayed) != 0 || len(res.Refused) != 2 {
 		t.Fatalf("replay of purged records: %+v, %v", res, err)
 	}
 	// Show still finds a purged record, marked.
@@ -311,28 +311,28 @@ func TestPurgeAdvancesPosition(t *testing.T) {
 	if err != nil || !r.Purged || r.ErrorClass != "undecodable" || string(r.Value) != "2" {
 		t.Fatalf("show purged: %+v, %v", r, err)
 	}
-	if _, err := d.Show(ctx, 0, 9); !errors.Is(err, ops.ErrNoRecord) {
+	if _, err := d.Show(ctx, 0, 9); !errors.Is(err, dlq.ErrNoRecord) {
 		t.Fatalf("show past the end: %v", err)
 	}
 	// Backwards needs Force.
-	if _, err := d.Purge(ctx, ops.PurgeOptions{Partitions: []int32{0}, Until: 1}); !errors.Is(err, ops.ErrBackwards) {
+	if _, err := d.Purge(ctx, dlq.PurgeOptions{Partitions: []int32{0}, Until: 1}); !errors.Is(err, dlq.ErrBackwards) {
 		t.Fatalf("purge backwards: %v", err)
 	}
-	if _, err := d.Purge(ctx, ops.PurgeOptions{Partitions: []int32{0}, Until: 1, Force: true}); err != nil {
+	if _, err := d.Purge(ctx, dlq.PurgeOptions{Partitions: []int32{0}, Until: 1, Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := d.List(ctx, ops.Selection{Partitions: []int32{0}}, 0); l.Selected != 2 {
+	if l, _ := d.List(ctx, dlq.Selection{Partitions: []int32{0}}, 0); l.Selected != 2 {
 		t.Fatalf("after un-purge to 1: %d selected, want 2", l.Selected)
 	}
 	// Purge everything.
-	pr, err := d.Purge(ctx, ops.PurgeOptions{})
+	pr, err := d.Purge(ctx, dlq.PurgeOptions{})
 	if err != nil || len(pr.Partitions) != 2 {
 		t.Fatalf("purge all: %+v, %v", pr, err)
 	}
-	if l, _ := d.List(ctx, ops.Selection{}, 0); l.Selected != 0 {
+	if l, _ := d.List(ctx, dlq.Selection{}, 0); l.Selected != 0 {
 		t.Fatalf("after purge all: %d selected", l.Selected)
 	}
-	if _, err := d.Purge(ctx, ops.PurgeOptions{Partitions: []int32{1}, Until: 5}); err == nil || !strings.Contains(err.Error(), "past its end") {
+	if _, err := d.Purge(ctx, dlq.PurgeOptions{Partitions: []int32{1}, Until: 5}); err == nil || !strings.Contains(err.Error(), "past its end") {
 		t.Fatalf("purge past the end: %v", err)
 	}
 }
@@ -349,24 +349,24 @@ func TestConcurrentReplaysReplayOnce(t *testing.T) {
 	}
 	produce(t, addrs, recs...)
 	var wg sync.WaitGroup
-	results := make([]*ops.ReplayResult, 2)
+	results := make([]*dlq.ReplayResult, 2)
 	for i := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := ops.NewDLQ("c", kgo.SeedBrokers(addrs...))
+			d, err := dlq.New("c", kgo.SeedBrokers(addrs...))
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			defer d.Close()
-			results[i], _ = d.Replay(ctx, ops.ReplayOptions{})
+			results[i], _ = d.Replay(ctx, dlq.ReplayOptions{})
 		}()
 	}
 	wg.Wait()
-	d, _ := ops.NewDLQ("c", kgo.SeedBrokers(addrs...))
+	d, _ := dlq.New("c", kgo.SeedBrokers(addrs...))
 	defer d.Close()
-	l, err := d.List(ctx, ops.Selection{}, 0)
+	l, err := d.List(ctx, dlq.Selection{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +388,7 @@ func TestConcurrentReplaysReplayOnce(t *testing.T) {
 	t.Logf("replayed by the two: %d and %d; marked %d", lenReplayed(results[0]), lenReplayed(results[1]), l.Replayed)
 }
 
-func lenReplayed(r *ops.ReplayResult) int {
+func lenReplayed(r *dlq.ReplayResult) int {
 	if r == nil {
 		return -1
 	}
@@ -399,13 +399,13 @@ func lenReplayed(r *ops.ReplayResult) int {
 func TestShowEmptyPartition(t *testing.T) {
 	ctx := context.Background()
 	addrs, _ := testCluster(t, map[string]int32{"q.dlq": 1})
-	d, err := ops.NewDLQ("q", kgo.SeedBrokers(addrs...))
+	d, err := dlq.New("q", kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	_, err = d.Show(ctx, 0, 0)
-	if !errors.Is(err, ops.ErrNoRecord) || !strings.Contains(err.Error(), "partition 0 holds no records now; its next offset is 0") {
+	if !errors.Is(err, dlq.ErrNoRecord) || !strings.Contains(err.Error(), "partition 0 holds no records now; its next offset is 0") {
 		t.Fatalf("show on an empty partition: %v", err)
 	}
 }

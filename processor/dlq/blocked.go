@@ -1,10 +1,11 @@
-package ops
+package dlq
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/ordercast/ordercast/internal/kread"
 	"github.com/ordercast/ordercast/processor"
 )
 
@@ -13,7 +14,7 @@ import (
 // of Key wait for the record RecordID (its original "topic/partition/offset"),
 // which waits in At since Since.
 type BlockedKey struct {
-	Key      string    `json:"key"` // as text, as DLQRecord.Key
+	Key      string    `json:"key"` // as text, as Record.Key
 	RecordID string    `json:"recordId"`
 	At       string    `json:"at"`
 	Since    time.Time `json:"since"`
@@ -21,8 +22,9 @@ type BlockedKey struct {
 }
 
 // BlockedKeys reads the group's blocked-keys table
-// (processor.BlockedKeysTopicName): none when the group does not block
-// keys. It only reads.
+// (processor.BlockedKeysTopicName, with processor.ReadBlockedKeys): none
+// when the group does not block keys. It only reads, bounded by ctx; the
+// error wraps the read's.
 func (d *DLQ) BlockedKeys(ctx context.Context) ([]BlockedKey, error) {
 	bks, err := processor.ReadBlockedKeys(ctx, processor.BlockedKeysTopicName(d.group), d.opts...)
 	if err != nil {
@@ -30,7 +32,7 @@ func (d *DLQ) BlockedKeys(ctx context.Context) ([]BlockedKey, error) {
 	}
 	out := make([]BlockedKey, 0, len(bks))
 	for _, b := range bks {
-		out = append(out, BlockedKey{Key: display(b.Key), RecordID: b.ID, At: b.At, Since: b.Since.UTC(), key: b.Key})
+		out = append(out, BlockedKey{Key: kread.Display(b.Key), RecordID: b.ID, At: b.At, Since: b.Since.UTC(), key: b.Key})
 	}
 	return out, nil
 }
@@ -38,7 +40,7 @@ func (d *DLQ) BlockedKeys(ctx context.Context) ([]BlockedKey, error) {
 // blocking returns the entry of bks that record r holds: r's key is held at
 // this DLQ by r (the entry names r's original coordinates) and r is not
 // replayed yet.
-func (d *DLQ) blocking(bks []BlockedKey, r *DLQRecord) *BlockedKey {
+func (d *DLQ) blocking(bks []BlockedKey, r *Record) *BlockedKey {
 	if r.Replay != nil || r.Purged {
 		return nil
 	}

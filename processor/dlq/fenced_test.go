@@ -1,4 +1,4 @@
-package ops_test
+package dlq_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/ordersystem/ops"
+	"github.com/ordercast/ordercast/processor/dlq"
 )
 
 // TestFencedReplaySaysWhy: a slow replay fenced by a second replay of the
@@ -24,23 +24,23 @@ func TestFencedReplaySaysWhy(t *testing.T) {
 		recs = append(recs, dlqRec("c", 0, "k", "v"+itoa(i), "invalid", "events", i))
 	}
 	produce(t, addrs, recs...)
-	slow, err := ops.NewDLQ("c", kgo.SeedBrokers(addrs...))
+	slow, err := dlq.New("c", kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer slow.Close()
 	done := make(chan error, 1)
 	go func() {
-		_, err := slow.Replay(ctx, ops.ReplayOptions{Rate: 5}) // 4 s, in one transaction
+		_, err := slow.Replay(ctx, dlq.ReplayOptions{Rate: 5}) // 4 s, in one transaction
 		done <- err
 	}()
 	waitFor(t, 10*time.Second, "the slow replay writing", func() bool { return endOffsets(t, adm, "events") > 0 })
-	fast, err := ops.NewDLQ("c", kgo.SeedBrokers(addrs...))
+	fast, err := dlq.New("c", kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fast.Close()
-	if _, err := fast.Replay(ctx, ops.ReplayOptions{}); err != nil {
+	if _, err := fast.Replay(ctx, dlq.ReplayOptions{}); err != nil {
 		t.Fatalf("second replay: %v", err)
 	}
 	select {
