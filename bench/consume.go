@@ -35,6 +35,9 @@ type runSpec struct {
 	// CPUProfile, when set, is a file the consume process writes a CPU
 	// profile of its measured span to (go tool pprof).
 	CPUProfile string `json:"cpu_profile,omitempty"`
+	// MemProfile, when set, is a file the consume process writes a heap
+	// profile to at the end of its measured span (in-use bytes then).
+	MemProfile string `json:"mem_profile,omitempty"`
 }
 
 // runResult is what a consumer process writes on its stdout as one JSON
@@ -168,6 +171,12 @@ func (m *meter) finish() {
 	m.doneOnce.Do(func() {
 		m.end, m.cpuEnd, m.endN = time.Now(), cpuNow(), m.n.Load()
 		m.reqEnd = m.reqs.snapshot()
+		if m.spec.MemProfile != "" {
+			if f, err := os.Create(m.spec.MemProfile); err == nil {
+				pprof.WriteHeapProfile(f)
+				f.Close()
+			}
+		}
 		if m.profile != nil {
 			pprof.StopCPUProfile()
 			m.profile.Close()

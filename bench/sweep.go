@@ -48,7 +48,7 @@ type sweepFlags struct {
 	records, maxRecords                              int
 	backlogBytes                                     int64
 	window, handler                                  time.Duration
-	cpuprofile                                       bool
+	cpuprofile, memprofile                           bool
 }
 
 // sweepSample is one run of one contender at one value of the parameter.
@@ -128,6 +128,7 @@ func sweepMain(args []string) error {
 	fs.DurationVar(&f.window, "window", 12*time.Second, "a run stops this long after its first record, or at the backlog's end")
 	fs.DurationVar(&f.handler, "handler", 0, "handler duration (0: no-op)")
 	fs.BoolVar(&f.cpuprofile, "cpuprofile", false, "write a CPU profile of each run's measured span to <out>/prof/")
+	fs.BoolVar(&f.memprofile, "memprofile", false, "write a heap profile at the end of each run's measured span to <out>/prof/")
 	fs.Parse(args)
 
 	name, list, ok := strings.Cut(f.vary, "=")
@@ -194,6 +195,9 @@ func sweepMain(args []string) error {
 					Group: fmt.Sprintf("scale-%s-%s-%s-%d-%d", name, v, c, r, time.Now().UnixNano())}
 				if f.cpuprofile {
 					s.CPUProfile, _ = filepath.Abs(filepath.Join(f.out, "prof", fmt.Sprintf("%s-%s-%s-%d.pprof", name, v, c, r)))
+				}
+				if f.memprofile {
+					s.MemProfile, _ = filepath.Abs(filepath.Join(f.out, "prof", fmt.Sprintf("%s-%s-%s-%d.heap", name, v, c, r)))
 				}
 				smp := sweepSample{Value: v, Client: c, Round: r, Backlog: b, Load1Before: load1(), Profile: s.CPUProfile}
 				got, err := runOne(s, "node")
