@@ -415,6 +415,13 @@ func sweepPlots(path string, res *sweepResults, clients []string) error {
 		pl.Add(plotter.NewGrid())
 		drawn := 0
 		defer func() {
+			// A log axis needs a range: widen one of a single value.
+			if pl.X.Min == pl.X.Max && pl.X.Min > 0 {
+				pl.X.Min, pl.X.Max = pl.X.Min/2, pl.X.Max*2
+			}
+			if pl.Y.Min == pl.Y.Max && pl.Y.Min > 0 {
+				pl.Y.Min, pl.Y.Max = pl.Y.Min/2, pl.Y.Max*2
+			}
 			if drawn == 0 { // a log axis needs a positive range
 				pl.Y.Scale, pl.Y.Tick.Marker, pl.Y.Min, pl.Y.Max = plot.LinearScale{}, plot.DefaultTicks{}, 0, 1
 				pl.X.Scale, pl.X.Tick.Marker, pl.X.Min, pl.X.Max = plot.LinearScale{}, plot.DefaultTicks{}, 0, 1
