@@ -319,7 +319,8 @@ func seedTopic(ctx context.Context, brokers []string, b backlog) error {
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(b.Topic), kgo.ProducerBatchCompression(cc))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(b.Topic), kgo.ProducerBatchCompression(cc),
+		kgo.UnknownTopicRetries(-1)) // a new topic may take a moment to reach the broker's metadata
 	if err != nil {
 		return err
 	}
