@@ -400,7 +400,7 @@ func sweepPlots(path string, res *sweepResults, clients []string) error {
 		pl.Title.Text = title
 		pl.X.Label.Text = res.Vary
 		pl.Y.Label.Text = ylabel
-		pl.Y.Scale, pl.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+		pl.Y.Scale, pl.Y.Tick.Marker = plot.LogScale{}, fewDecadeTicks{}
 		if numeric {
 			pl.X.Scale, pl.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 		} else {
@@ -533,4 +533,15 @@ func splitCanvas(c draw.Canvas, n int) []draw.Canvas {
 		out[i] = t.At(c, i, 0)
 	}
 	return out
+}
+
+// fewDecadeTicks are gonum's log ticks, or its linear ticks when the range
+// spans less than a decade and a half (log ticks would label none of it).
+type fewDecadeTicks struct{}
+
+func (fewDecadeTicks) Ticks(min, max float64) []plot.Tick {
+	if min > 0 && max/min < 30 {
+		return plot.DefaultTicks{}.Ticks(min, max)
+	}
+	return plot.LogTicks{Prec: -1}.Ticks(min, max)
 }
