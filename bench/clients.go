@@ -27,7 +27,7 @@ import (
 // partitions in parallel); with the no-op handler the loop handles inline.
 func consumeRaw(ctx context.Context, m *meter) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(m.spec.Brokers...), kgo.ConsumerGroup(m.spec.Group),
-		kgo.ConsumeTopics(m.spec.Topic), kgo.AutoCommitMarks(), kgo.BlockRebalanceOnPoll())
+		kgo.ConsumeTopics(m.spec.Topic), kgo.AutoCommitMarks(), kgo.BlockRebalanceOnPoll(), kgo.WithHooks(&m.reqs))
 	if err != nil {
 		return err
 	}
@@ -91,6 +91,7 @@ func consumeProcessor(ordering string) func(ctx context.Context, m *meter) error
 			processor.Brokers(m.spec.Brokers...), processor.Group(m.spec.Group), processor.Topics(m.spec.Topic),
 			processor.WithOrdering(o),
 			processor.DeadLetter(false), // the handler never fails; the bench topic has no DLQ beside it
+			processor.ConsumerOpts(kgo.WithHooks(&m.reqs)),
 			processor.WithHandler(func(hctx context.Context, r *kgo.Record) error {
 				m.begin()
 				handle(hctx, m.spec.Handler)
@@ -98,8 +99,13 @@ func consumeProcessor(ordering string) func(ctx context.Context, m *meter) error
 				return nil
 			}),
 		}
+		conc := 1000
+		if m.spec.InFlight > 0 {
+			opts = append(opts, processor.MaxInFlight(m.spec.InFlight, 64<<20))
+			conc = m.spec.InFlight
+		}
 		if o != processor.OrderPartition {
-			opts = append(opts, processor.Concurrency(1000))
+			opts = append(opts, processor.Concurrency(conc))
 		}
 		p, err := processor.New(opts...)
 		if err != nil {

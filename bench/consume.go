@@ -5,10 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // runSpec is what one consumer process is asked to do: read topic from its
@@ -24,6 +29,15 @@ type runSpec struct {
 	Handler   time.Duration `json:"handler"`
 	Window    time.Duration `json:"window"`
 	Partitons int           `json:"partitions"`
+	// InFlight, when > 0, is the processor's MaxInFlight records (and, in
+	// key and unordered order, its Concurrency); 0 keeps the defaults.
+	InFlight int `json:"in_flight,omitempty"`
+	// CPUProfile, when set, is a file the consume process writes a CPU
+	// profile of its measured span to (go tool pprof).
+	CPUProfile string `json:"cpu_profile,omitempty"`
+	// MemProfile, when set, is a file the consume process writes a heap
+	// profile to at the end of its measured span (in-use bytes then).
+	MemProfile string `json:"mem_profile,omitempty"`
 }
 
 // runResult is what a consumer process writes on its stdout as one JSON
@@ -33,6 +47,51 @@ type runResult struct {
 	Records    int64   `json:"records"`
 	Seconds    float64 `json:"seconds"`
 	CPUSeconds float64 `json:"cpu_seconds"`
+	// Requests written to the brokers in the measured span, counted by a
+	// kgo.HookBrokerWrite on the consumer's clients (Go franz-go clients
+	// only: raw and processor-*): OffsetCommit requests and their bytes,
+	// Fetch requests.
+	CommitRequests int64 `json:"commit_requests,omitempty"`
+	CommitBytes    int64 `json:"commit_bytes,omitempty"`
+	FetchRequests  int64 `json:"fetch_requests,omitempty"`
+	// PeakRSS is the process's peak resident set (VmHWM), bytes.
+	PeakRSS int64 `json:"peak_rss_bytes,omitempty"`
+}
+
+// reqCounter is a kgo.HookBrokerWrite counting the OffsetCommit (key 8) and
+// Fetch (key 1) requests a client writes, and the OffsetCommit bytes.
+type reqCounter struct{ commits, commitBytes, fetches atomic.Int64 }
+
+func (c *reqCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, n int, _, _ time.Duration, err error) {
+	if err != nil {
+		return
+	}
+	switch key {
+	case 8:
+		c.commits.Add(1)
+		c.commitBytes.Add(int64(n))
+	case 1:
+		c.fetches.Add(1)
+	}
+}
+
+func (c *reqCounter) snapshot() [3]int64 {
+	return [3]int64{c.commits.Load(), c.commitBytes.Load(), c.fetches.Load()}
+}
+
+// peakRSS reads VmHWM from /proc/self/status, bytes (0 where absent).
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
 }
 
 // meter counts handled records and marks the measured span: it starts at the
@@ -49,6 +108,11 @@ type meter struct {
 	end      time.Time
 	cpuEnd   float64
 	endN     int64
+	// reqs counts the requests of the consumer's clients; reqStart and
+	// reqEnd are its counts at the span's start and end.
+	reqs             reqCounter
+	reqStart, reqEnd [3]int64
+	profile          *os.File
 }
 
 func newMeter(s runSpec) *meter {
@@ -67,6 +131,12 @@ func cpuNow() float64 {
 // begin is called when a record arrives, before its handler runs.
 func (m *meter) begin() {
 	m.once.Do(func() {
+		m.reqStart = m.reqs.snapshot()
+		if m.spec.CPUProfile != "" {
+			if f, err := os.Create(m.spec.CPUProfile); err == nil && pprof.StartCPUProfile(f) == nil {
+				m.profile = f
+			}
+		}
 		m.start, m.cpuStart = time.Now(), cpuNow()
 		close(m.started)
 		go func() {
@@ -100,12 +170,25 @@ func (m *meter) stopped() bool {
 func (m *meter) finish() {
 	m.doneOnce.Do(func() {
 		m.end, m.cpuEnd, m.endN = time.Now(), cpuNow(), m.n.Load()
+		m.reqEnd = m.reqs.snapshot()
+		if m.spec.MemProfile != "" {
+			if f, err := os.Create(m.spec.MemProfile); err == nil {
+				pprof.WriteHeapProfile(f)
+				f.Close()
+			}
+		}
+		if m.profile != nil {
+			pprof.StopCPUProfile()
+			m.profile.Close()
+		}
 		close(m.done)
 	})
 }
 
 func (m *meter) result() runResult {
-	return runResult{Records: m.endN, Seconds: m.end.Sub(m.start).Seconds(), CPUSeconds: m.cpuEnd - m.cpuStart}
+	return runResult{Records: m.endN, Seconds: m.end.Sub(m.start).Seconds(), CPUSeconds: m.cpuEnd - m.cpuStart,
+		CommitRequests: m.reqEnd[0] - m.reqStart[0], CommitBytes: m.reqEnd[1] - m.reqStart[1],
+		FetchRequests: m.reqEnd[2] - m.reqStart[2], PeakRSS: peakRSS()}
 }
 
 // handle is the workload: nothing, or a sleep of the handler duration (a

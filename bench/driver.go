@@ -264,14 +264,45 @@ func lastLineBytes(b []byte) []byte { return []byte(lastLine(string(b))) }
 // random (incompressible) values over keys distinct keys with franz-go's
 // default producer (default batching, linger, compression and partitioner).
 func seed(ctx context.Context, brokers []string, topic string, n, keys int) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
-	if err != nil {
-		return err
+	return seedTopic(ctx, brokers, backlog{Topic: topic, Records: n, Keys: keys, Partitions: partitions, ValueBytes: valueSize})
+}
+
+// backlog is a topic seedTopic writes: Records records of ValueBytes over
+// Keys distinct keys ("key-<i mod Keys>", partitioned by franz-go's default
+// key hash) on Partitions partitions. Values are random bytes
+// (incompressible) or, with Values "letters", random letters a-z (about 5/8
+// of their size compressed). Compression is the producer's batch codec:
+// "" for franz-go's default (snappy), or none, gzip, snappy, lz4, zstd.
+type backlog struct {
+	Topic       string `json:"topic"`
+	Records     int    `json:"records"`
+	Keys        int    `json:"keys"`
+	Partitions  int    `json:"partitions"`
+	ValueBytes  int    `json:"value_bytes"`
+	Compression string `json:"compression,omitempty"`
+	Values      string `json:"values,omitempty"`
+}
+
+func codec(name string) (kgo.CompressionCodec, error) {
+	switch name {
+	case "none":
+		return kgo.NoCompression(), nil
+	case "gzip":
+		return kgo.GzipCompression(), nil
+	case "", "snappy":
+		return kgo.SnappyCompression(), nil
+	case "lz4":
+		return kgo.Lz4Compression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
 	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	return kgo.CompressionCodec{}, fmt.Errorf("unknown compression %q", name)
+}
+
+// deleteTopic deletes topic and waits (up to 30 s) until its name is free
+// (deletion is asynchronous on the broker). A missing topic is no error.
+func deleteTopic(ctx context.Context, adm *kadm.Client, topic string) {
 	if _, err := adm.DeleteTopic(ctx, topic); err == nil {
-		// Deletion is asynchronous on the broker: wait until the name is free.
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 			td, err := adm.ListTopics(ctx, topic)
 			if err == nil && !td.Has(topic) {
@@ -279,28 +310,52 @@ func seed(ctx context.Context, brokers []string, topic string, n, keys int) erro
 			}
 		}
 	}
+}
+
+// seedTopic (re)creates b.Topic and writes its records with franz-go's
+// default producer but for the codec.
+func seedTopic(ctx context.Context, brokers []string, b backlog) error {
+	cc, err := codec(b.Compression)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(b.Topic), kgo.ProducerBatchCompression(cc),
+		kgo.UnknownTopicRetries(-1)) // a new topic may take a moment to reach the broker's metadata
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deleteTopic(ctx, adm, b.Topic)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+		resp, err := adm.CreateTopic(ctx, int32(b.Partitions), 1, nil, b.Topic)
 		if err == nil && resp.Err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("create %s: %v %v", topic, err, resp.Err)
+			return fmt.Errorf("create %s: %v %v", b.Topic, err, resp.Err)
 		}
 	}
-	logf("seeding %s: %d records of %d B over %d keys", topic, n, valueSize, keys)
+	logf("seeding %s: %d records of %d B over %d keys, %d partitions, compression %q, values %q",
+		b.Topic, b.Records, b.ValueBytes, b.Keys, b.Partitions, b.Compression, b.Values)
 	start := time.Now()
-	rng := rand.New(rand.NewPCG(uint64(n), uint64(keys)))
+	rng := rand.New(rand.NewPCG(uint64(b.Records), uint64(b.Keys)))
 	errc := make(chan error, 1)
-	for i := 0; i < n; i++ {
-		v := make([]byte, valueSize)
-		for j := 0; j < valueSize; j += 8 {
-			x := rng.Uint64()
-			for b := 0; b < 8; b++ {
-				v[j+b] = byte(x >> (8 * b))
+	for i := 0; i < b.Records; i++ {
+		v := make([]byte, b.ValueBytes)
+		if b.Values == "letters" {
+			for j := range v {
+				v[j] = 'a' + byte(rng.UintN(26))
+			}
+		} else {
+			for j := 0; j < len(v); j += 8 {
+				x := rng.Uint64()
+				for k := 0; k < 8 && j+k < len(v); k++ {
+					v[j+k] = byte(x >> (8 * k))
+				}
 			}
 		}
-		r := &kgo.Record{Key: []byte("key-" + strconv.Itoa(i%keys)), Value: v}
+		r := &kgo.Record{Key: []byte("key-" + strconv.Itoa(i%b.Keys)), Value: v}
 		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
 			if err != nil {
 				select {
@@ -315,10 +370,10 @@ func seed(ctx context.Context, brokers []string, topic string, n, keys int) erro
 	}
 	select {
 	case err := <-errc:
-		return fmt.Errorf("seed %s: %w", topic, err)
+		return fmt.Errorf("seed %s: %w", b.Topic, err)
 	default:
 	}
-	logf("seeded %s in %.1fs", topic, time.Since(start).Seconds())
+	logf("seeded %s in %.1fs", b.Topic, time.Since(start).Seconds())
 	return nil
 }
 

@@ -8,6 +8,7 @@
 //
 //	go run . all --brokers 127.0.0.1:9092 --out results/ [--quick]
 //	go run . report --out results/      # tables and plots again from results.json
+//	go run . sweep --vary partitions=1,6,60,600 --out results/scaling/   # scaling curves (sweep.go)
 //
 // Each contender runs in its own process (the Go ones through the "consume"
 // subcommand of this binary, KafkaJS through node/consume.js), so the CPU
@@ -22,13 +23,17 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: bench all|seed|report|consume ...")
+		fmt.Fprintln(os.Stderr, "usage: bench all|report|sweep|sweep-report|consume ...")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
 	case "all":
 		err = allMain(os.Args[2:])
+	case "sweep":
+		err = sweepMain(os.Args[2:])
+	case "sweep-report":
+		err = sweepReportMain(os.Args[2:])
 	case "report":
 		err = reportMain(os.Args[2:])
 	case "consume":
