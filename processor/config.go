@@ -210,8 +210,9 @@ type hooks struct {
 	partitions func(event string, parts map[string][]int32)
 	// txnProduced runs in the exactly-once mode after a transaction's
 	// outputs were handed to franz-go, before it is ended (a test may
-	// stall in it to hold the transaction open).
-	txnProduced func()
+	// stall in it to hold the transaction open), with the number of
+	// records the transaction carries (0: commits only).
+	txnProduced func(records int)
 }
 
 func defaultCfg() cfg {

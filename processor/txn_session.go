@@ -192,7 +192,7 @@ func (t *TxnProcessor) commitTxn(ctx context.Context, sess *kgo.GroupTransactSes
 		b.n++
 	}
 	if h := t.cfg.hooks.txnProduced; h != nil {
-		h()
+		h(len(x.recs))
 	}
 	committed, prodErr, err := t.end(ctx, sess, w, b)
 	return t.conclude(ctx, sess, w, b, ends, committed, prodErr, err)
