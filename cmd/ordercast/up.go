@@ -318,7 +318,9 @@ func runUp(parent context.Context, f *upFlags) error {
 			return err
 		}
 		warnUnclean(stack, f.dataDir)
-		if stack.Unclean {
+		if stack.Unclean && len(cfg.Kafka.Brokers) == 0 {
+			// Only the embedded broker's transactions are in doubt: with
+			// --brokers the stack serves the registry alone.
 			f.unclean = true
 			cfg.Logger.Warn("the previous process on this data directory did not stop cleanly (its RUNNING marker was left): transactions the embedded broker had open may be partially committed",
 				"data_dir", f.dataDir)
