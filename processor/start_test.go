@@ -267,13 +267,25 @@ func addPartition(t *testing.T, addrs []string) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	resp, err := kadm.NewClient(cl).CreatePartitions(context.Background(), 1, "in")
+	adm := kadm.NewClient(cl)
+	before, err := adm.ListTopics(context.Background(), "in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := adm.CreatePartitions(context.Background(), 1, "in")
 	if err == nil {
 		err = resp.Error()
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A real cluster's metadata shows the new partition a moment later;
+	// a producer that asks before then refuses to write to it.
+	want := len(before["in"].Partitions) + 1
+	waitFor(t, 30*time.Second, "the new partition in the metadata", func() bool {
+		td, err := adm.ListTopics(context.Background(), "in")
+		return err == nil && len(td["in"].Partitions) == want
+	})
 }
 
 // commitMetadata returns the metadata of the group's committed offsets for
