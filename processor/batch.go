@@ -246,7 +246,7 @@ func (p *Processor) callBatch(lanes []batchLane, recs []*kgo.Record) (err error)
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("batch handler panic: %v\n%s", r, debug.Stack())
+			err = fmt.Errorf("batch %w", &PanicError{Value: r, Stack: debug.Stack()})
 		}
 		if traced != nil {
 			traced(err)

@@ -133,6 +133,15 @@ func refusedClientOpts(where string, opts []kgo.Opt, txn bool) error {
 	if len(opts) == 0 {
 		return nil
 	}
+	var nils []string
+	for i, o := range opts {
+		if o == nil {
+			nils = append(nils, fmt.Sprintf("%s: option %d of %d is nil", where, i+1, len(opts)))
+		}
+	}
+	if len(nils) > 0 {
+		return errors.New(strings.Join(nils, "; "))
+	}
 	var probes [2]*kgo.Client
 	var probeErr error // franz-go's error, when the probes needed DisableIdempotentWrite
 	relaxed := append(opts[:len(opts):len(opts)], kgo.DisableIdempotentWrite())

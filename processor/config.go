@@ -162,28 +162,32 @@ type cfg struct {
 	metaMaxBytes   int
 	drainTimeout   time.Duration
 	drainSet       bool // DrainTimeout was given (otherwise it follows RebalanceTimeout)
-	sessionTimeout time.Duration
-	rebalanceTO    time.Duration
-	instanceID     string
-	clientID       string
-	groupProtocol  string
-	assignors      []string          // Assignors (assignors.go)
-	delivery       DeliverySemantics // Delivery (delivery.go)
-	assignorsSet   bool
-	txnTimeout     time.Duration
-	logger         *slog.Logger
-	metrics        *Metrics
-	clientOpts     []kgo.Opt // both clients (ClientOpts)
-	consumerOpts   []kgo.Opt
-	producerOpts   []kgo.Opt
-	start          Start
-	producer       *kgo.Client
-	errorMsgMax    int
-	hooks          hooks
-	batch          *batchCfg // WithBatchHandler, MaxBatch (batch.go)
-	txn            bool      // NewTransactional (for its error hints)
-	queue          bool      // NewQueue (queue.go)
-	maxDeliveries  int       // MaxDeliveries (NewQueue only); 0: the broker's limit
+	// Set by the options whose empty value would otherwise fall back to
+	// a default silently (DeadLetterTopic(""), RetryTopicPrefix(""),
+	// Logger(nil), WithBatchHandler(nil)): validate refuses those.
+	dlqTopicSet, retryPrefixSet, loggerNil, batchNil bool
+	sessionTimeout                                   time.Duration
+	rebalanceTO                                      time.Duration
+	instanceID                                       string
+	clientID                                         string
+	groupProtocol                                    string
+	assignors                                        []string          // Assignors (assignors.go)
+	delivery                                         DeliverySemantics // Delivery (delivery.go)
+	assignorsSet                                     bool
+	txnTimeout                                       time.Duration
+	logger                                           *slog.Logger
+	metrics                                          *Metrics
+	clientOpts                                       []kgo.Opt // both clients (ClientOpts)
+	consumerOpts                                     []kgo.Opt
+	producerOpts                                     []kgo.Opt
+	start                                            Start
+	producer                                         *kgo.Client
+	errorMsgMax                                      int
+	hooks                                            hooks
+	batch                                            *batchCfg // WithBatchHandler, MaxBatch (batch.go)
+	txn                                              bool      // NewTransactional (for its error hints)
+	queue                                            bool      // NewQueue (queue.go)
+	maxDeliveries                                    int       // MaxDeliveries (NewQueue only); 0: the broker's limit
 }
 
 // hooks are test seams that record a history of what the runtime did; they
@@ -256,6 +260,32 @@ func (c *cfg) validate() error {
 	}
 	if len(c.topics) == 0 {
 		errs = append(errs, errors.New("Topics: at least one topic is required"))
+	}
+	seen := make(map[string]int, len(c.topics))
+	for i, t := range c.topics {
+		switch j, dup := seen[t]; {
+		case strings.TrimSpace(t) == "":
+			errs = append(errs, fmt.Errorf("Topics: topic %d of %d is empty, want a topic name", i+1, len(c.topics)))
+		case dup:
+			errs = append(errs, fmt.Errorf("Topics: %q is given twice (topics %d and %d)", t, j+1, i+1))
+		default:
+			seen[t] = i
+		}
+	}
+	if c.loggerNil {
+		errs = append(errs, errors.New("Logger: nil, want a *slog.Logger (leave the option out to discard the logs)"))
+	}
+	if c.batchNil {
+		errs = append(errs, errors.New("WithBatchHandler: nil, want a BatchHandler (leave the option out to handle records one at a time)"))
+	}
+	if c.dlqTopicSet && strings.TrimSpace(c.dlqTopic) == "" {
+		errs = append(errs, fmt.Errorf("DeadLetterTopic: empty, want a topic name (leave the option out for %q)", DLQTopic(c.group)))
+	}
+	if c.retryPrefixSet && strings.TrimSpace(c.retryPrefix) == "" {
+		errs = append(errs, fmt.Errorf("RetryTopicPrefix: empty, want a prefix (leave the option out for %q)", c.group+".retry."))
+	}
+	if c.maxBlockedKeys < 1 && c.keyBlock == KeyBlockOff {
+		errs = append(errs, fmt.Errorf("MaxBlockedKeys: %d, want >= 1", c.maxBlockedKeys))
 	}
 	if len(c.topicHandlers) > 0 {
 		errs = append(errs, c.resolveTopicHandlers()...) // sets c.handler
@@ -663,7 +693,18 @@ func GroupProtocol(p string) TxnOpt { return bothOpt(func(c *cfg) { c.groupProto
 // partition is then held), a record NewTransactional could not dead-letter
 // and a transactional session replaced; INFO is about rebalances, start
 // offsets and shutdown. Keys used: group, topic, partition, offset, error.
-func Logger(l *slog.Logger) TxnOpt { return bothOpt(func(c *cfg) { c.logger = l }) }
+//
+// A nil logger is refused (New, NewTransactional and NewQueue return an
+// error naming Logger).
+func Logger(l *slog.Logger) TxnOpt {
+	return bothOpt(func(c *cfg) {
+		if l == nil {
+			c.loggerNil = true
+			return
+		}
+		c.logger, c.loggerNil = l, false
+	})
+}
 
 // WithMetrics sets the Prometheus metrics the processor updates. Default none.
 // One *Metrics may be shared by every processor of a process.
@@ -728,12 +769,18 @@ func Producer(cl *kgo.Client) Opt { return opt(func(c *cfg) { c.producer = cl })
 // DeadLetterTopic sets the DLQ topic. Default DLQTopic(group),
 // "<group>.dlq". Kafka has no setting of its own for it (Kafka Connect's is
 // errors.deadletterqueue.topic.name).
-func DeadLetterTopic(name string) TxnOpt { return bothOpt(func(c *cfg) { c.dlqTopic = name }) }
+// An empty name is refused (an unset variable would otherwise fall back to
+// the default without a word).
+func DeadLetterTopic(name string) TxnOpt {
+	return bothOpt(func(c *cfg) { c.dlqTopic, c.dlqTopicSet = name, true })
+}
 
 // RetryTopicPrefix sets the prefix of the retry topics: RetryTopics' n-th
 // delay uses "<prefix><n>" (n from 1). Default "<group>.retry.", as
-// RetryTopicNames.
-func RetryTopicPrefix(prefix string) Opt { return opt(func(c *cfg) { c.retryPrefix = prefix }) }
+// RetryTopicNames. An empty prefix is refused.
+func RetryTopicPrefix(prefix string) Opt {
+	return opt(func(c *cfg) { c.retryPrefix, c.retryPrefixSet = prefix, true })
+}
 
 // validateKeyBlock checks the BlockKeys options and resolves the
 // blocked-keys topic.
@@ -829,7 +876,7 @@ func WithBatchHandler(h BatchHandler) Opt {
 		if c.batch == nil {
 			c.batch = &batchCfg{max: DefaultMaxBatch}
 		}
-		c.batch.handler = h
+		c.batch.handler, c.batchNil = h, h == nil
 	})
 }
 

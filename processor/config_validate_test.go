@@ -65,11 +65,29 @@ func TestConfigRefusedAtNew(t *testing.T) {
 		{"MaxBatch(-1) alone", append(base[:4:4], MaxBatch(-1)), "MaxBatch: -1, want >= 1"},
 		{`Brokers("")`, []Opt{Brokers(""), Group("g"), Topics("t"), WithHandler(nop)}, "Brokers: address 1 of 1 is empty"},
 		{`Brokers("a:1", " ")`, []Opt{Brokers("a:1", " "), Group("g"), Topics("t"), WithHandler(nop)}, "Brokers: address 2 of 2 is empty"},
+		// An empty or nil value that would otherwise fall back to a default
+		// without a word, or panic later.
+		{`Topics("")`, []Opt{Brokers("a:1"), Group("g"), Topics(""), WithHandler(nop)}, "Topics: topic 1 of 1 is empty"},
+		{`Topics("t", "u", "t")`, []Opt{Brokers("a:1"), Group("g"), Topics("t", "u", "t"), WithHandler(nop)}, `Topics: "t" is given twice (topics 1 and 3)`},
+		{"Logger(nil)", append(base[:4:4], Logger(nil)), "Logger: nil, want a *slog.Logger"},
+		{"ClientOpts(nil)", append(base[:4:4], ClientOpts(kgo.ClientID("x"), nil)), "ClientOpts: option 2 of 2 is nil"},
+		{"ConsumerOpts(nil)", append(base[:4:4], ConsumerOpts(nil)), "ConsumerOpts: option 1 of 1 is nil"},
+		{`DeadLetterTopic("")`, append(base[:4:4], DeadLetterTopic("")), `DeadLetterTopic: empty, want a topic name (leave the option out for "g.dlq")`},
+		{`RetryTopicPrefix("")`, append(base[:4:4], RetryTopics(time.Second), RetryTopicPrefix("")), "RetryTopicPrefix: empty, want a prefix"},
+		{"MaxBlockedKeys(-1) alone", append(base[:4:4], MaxBlockedKeys(-1)), "MaxBlockedKeys: -1, want >= 1"},
+		{"WithBatchHandler(nil)", append(base[:4:4], WithBatchHandler(nil)), "WithBatchHandler: nil, want a BatchHandler"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := New(c.opts...)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("New: error %v, want one containing %q", err, c.want)
+			}
+			if q, err := NewQueue(c.opts...); err == nil {
+				q.cl.Close()
+				if q.ownProd {
+					q.prod.Close()
+				}
+				t.Errorf("NewQueue: no error, want one")
 			}
 			txnOpts, ok := asTxnOpts(c.opts)
 			if !ok {

@@ -137,11 +137,15 @@ func ErrorClass(err error) string {
 }
 
 // PanicError is a handler panic turned into an error: the value passed to
-// panic and the stack of the panicking goroutine (runtime/debug.Stack). The
-// runtime writes Stack, when set, to the HeaderErrorStack header of the
-// retry-topic or DLQ record (cut to 8 KiB), and Error() to
-// HeaderErrorMessage. It is transient unless wrapped with Permanent, as the
-// Recover middleware of package processor/middleware does.
+// panic and the stack of the panicking goroutine (runtime/debug.Stack).
+// Every mode (New's Handler and BatchHandler, NewTransactional's
+// TxnHandler, NewQueue) recovers a handler panic into one, so a panic fails
+// its record instead of the process. The runtime writes Stack, when set, to
+// the HeaderErrorStack header of the retry-topic or DLQ record (cut to
+// 8 KiB), and Error() ("handler panic: <value>") to HeaderErrorMessage. It
+// is transient, retried like any transient failure, unless wrapped with
+// Permanent, as the Recover middleware of package processor/middleware
+// does.
 type PanicError struct {
 	Value any
 	Stack []byte

@@ -698,7 +698,7 @@ func (q *QueueProcessor) call(work context.Context, r *kgo.Record, dc int) (err 
 	start := time.Now()
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("handler panic: %v\n%s", v, debug.Stack())
+			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 		if traced != nil {
 			traced(err)

@@ -91,6 +91,7 @@ type TxnProcessor struct {
 	handler TxnHandler
 
 	mu    sync.Mutex
+	ran   bool // Run was called: a second call returns ErrClosed
 	sess  *kgo.GroupTransactSession
 	owned map[string]map[int32]bool // partitions held by sess, from its rebalance callbacks
 	// paused are the partitions of sess paused by Pause (pause.go).
@@ -107,6 +108,18 @@ type TxnProcessor struct {
 	// (a copy may still be in the network and land late); see
 	// repairLateCommits.
 	lateRisk atomic.Int64
+
+	// defaultTopic is the session client's kgo.DefaultProduceTopic (set
+	// by newSession): an output with no Topic goes there.
+	defaultTopic atomic.Pointer[string]
+	// refused maps an input record (topic, partition, offset) to the
+	// error the brokers or the client gave one of its outputs that no
+	// retry can fix (a missing topic, a record over the size limit): the
+	// transaction holding it aborted, and the input's next attempt fails
+	// permanently with that error, so it is dead-lettered instead of
+	// aborting every transaction again (txn_outputs.go).
+	refusedMu sync.Mutex
+	refused   map[tpo]error
 
 	// groupStart is the group's start time (StartOffset(Latest) only, else
 	// nil), kept across sessions.
@@ -227,6 +240,8 @@ func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 		return nil, err
 	}
 	start.setClient(sess.Client())
+	dt, _ := sess.Client().OptValue(kgo.DefaultProduceTopic).(string)
+	t.defaultTopic.Store(&dt)
 	return sess, nil
 }
 
@@ -303,8 +318,25 @@ func (t *TxnProcessor) Health() Health {
 // refuses the member's group session for good, an *AuthorizationError
 // (after aborting it, or leaving it to the transaction timeout when EndTxn
 // itself was refused) when the broker refuses a request for lack of an
-// ACL, and an error if a session cannot be created.
+// ACL, and an error if a session cannot be created. A TxnProcessor runs
+// once: a second call returns ErrClosed at once.
+//
+// An output the TxnHandler returns that cannot be produced fails its input
+// record permanently, so the input goes to the DLQ with the reason instead
+// of aborting every transaction that holds it: a nil record or one with no
+// Topic at once, an output the brokers or the client refuse for good (a
+// missing topic, a record over the producer's or the topic's size limit:
+// kerr.UnknownTopicOrPartition, MessageTooLarge, RecordListTooLarge,
+// InvalidTopicException, InvalidRecord) after aborting the one
+// transaction that held it (logged at WARN with the error).
 func (t *TxnProcessor) Run(ctx context.Context) error {
+	t.mu.Lock()
+	if t.ran {
+		t.mu.Unlock()
+		return ErrClosed
+	}
+	t.ran = true
+	t.mu.Unlock()
 	failures := 0
 	checked := false
 	for ctx.Err() == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -182,6 +183,9 @@ func (t *TxnProcessor) commitTxn(ctx context.Context, sess *kgo.GroupTransactSes
 				dead := done
 				done = func(o *kgo.Record, err error) { fwdDone(err); dead(o, err) }
 			}
+		}
+		if r.dead == nil {
+			done = b.outputPromise(r.rec)
 		}
 		for _, o := range r.outs {
 			// Not ctx: a shutdown must not fail records of a
@@ -405,9 +409,12 @@ func (t *TxnProcessor) conclude(ctx context.Context, sess *kgo.GroupTransactSess
 	if landed && !b.abort {
 		t.cfg.logger.Warn("transaction reported not committed, but the broker holds its offsets: it committed; resuming after it",
 			"records", b.n, "partitions_moved", len(moved))
+	} else if prodErr != nil {
+		t.cfg.logger.Warn("transaction aborted: an output could not be produced; in-memory work dropped, resuming from the broker's committed offsets",
+			"records", b.n, "partitions_moved", len(moved), "error", prodErr)
 	} else {
 		t.cfg.logger.Info("transaction aborted; in-memory work dropped, resuming from the broker's committed offsets",
-			"records", b.n, "partitions_moved", len(moved), "produce_error", prodErr)
+			"records", b.n, "partitions_moved", len(moved))
 	}
 	return false, nil
 }
@@ -467,7 +474,7 @@ func (t *TxnProcessor) noteFetches(f kgo.Fetches, ends map[tp]int64) (fatal erro
 func safeTransform(ctx context.Context, h TxnHandler, r *kgo.Record) (outs []*kgo.Record, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("handler panic: %v", p)
+			err = &PanicError{Value: p, Stack: debug.Stack()}
 		}
 	}()
 	return h(ctx, r)

@@ -542,7 +542,13 @@ func (t *TxnProcessor) attempt(ctx context.Context, rec *txnRec) ([]*kgo.Record,
 		}
 		hctx, traced = tr.Attempt(hctx, t.cfg.group, r, attempt)
 	}
-	outs, err := safeTransform(hctx, t.handler, r)
+	var outs []*kgo.Record
+	var err error
+	if cause := t.unproducible(r); cause != nil {
+		err = cause // its outputs aborted a transaction: dead-lettered, not produced again
+	} else if outs, err = safeTransform(hctx, t.handler, r); err == nil {
+		err = t.checkOutputs(outs)
+	}
 	if traced != nil {
 		if err == nil {
 			t.cfg.tracer.Outputs(hctx, outs)

@@ -230,7 +230,7 @@ func (p *Processor) handle(ps *partState, it *item) (err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panic: %v\n%s", r, debug.Stack())
+			err = &PanicError{Value: r, Stack: debug.Stack()}
 		}
 		if traced != nil {
 			traced(err)

@@ -1,0 +1,73 @@
+package processor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestTxnUnproducibleOutputs: an output that can never be produced (nil,
+// no topic, a missing topic, a value over the producer's size limit)
+// fails its input permanently: the input is dead-lettered with the reason,
+// the records around it commit their outputs, and the stage neither
+// aborts for ever nor outlives its context at shutdown.
+func TestTxnUnproducibleOutputs(t *testing.T) {
+	for _, c := range []struct {
+		name, reason string
+		out          func() *kgo.Record
+	}{
+		{"nil", "output 1 of 1 is nil", func() *kgo.Record { return nil }},
+		{"no topic", "output 1 of 1 has no Topic", func() *kgo.Record { return &kgo.Record{Value: []byte("x")} }},
+		{"missing topic", `output to "nowhere" could not be produced`, func() *kgo.Record { return &kgo.Record{Topic: "nowhere", Value: []byte("x")} }},
+		{"too large", `output to "out" could not be produced`, func() *kgo.Record { return &kgo.Record{Topic: "out", Value: bytes.Repeat([]byte("x"), 2<<20)} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			parallel(t)
+			addrs := testCluster(t, map[string]int32{"in": 1, "out": 1})
+			tp, err := NewTransactional("tx-"+strings.ReplaceAll(c.name, " ", "-"), func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+				if string(r.Value) == "bad" {
+					return []*kgo.Record{c.out()}, nil
+				}
+				return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
+			}, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(20*time.Millisecond), DrainTimeout(time.Second),
+				ClientOpts(kgo.UnknownTopicRetries(1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- tp.Run(ctx) }()
+			produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("ok1")}, &kgo.Record{Topic: "in", Value: []byte("bad")}, &kgo.Record{Topic: "in", Value: []byte("ok2")})
+			dlq := readCommitted(t, addrs, "g.dlq", 1, 60*time.Second)
+			if len(dlq) != 1 || string(dlq[0].Value) != "bad" {
+				t.Fatalf("DLQ: %d records, want the bad input alone", len(dlq))
+			}
+			hs := headerMap(dlq[0])
+			if !strings.Contains(hs[HeaderErrorMessage], c.reason) || hs[HeaderErrorClass] != ClassPermanent {
+				t.Errorf("DLQ record: %s %q (want %q), %s %q (want permanent)", HeaderErrorMessage, hs[HeaderErrorMessage], c.reason, HeaderErrorClass, hs[HeaderErrorClass])
+			}
+			out := readCommitted(t, addrs, "out", 2, 30*time.Second)
+			if len(out) != 2 || string(out[0].Value) != "ok1" || string(out[1].Value) != "ok2" {
+				t.Fatalf("out: %d records, want ok1 and ok2", len(out))
+			}
+			waitFor(t, 30*time.Second, "the inputs committed", func() bool { return committed(t, addrs, "g", "in")[0] == 3 })
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not return within 10 s of its context's end")
+			}
+			if err := tp.Run(context.Background()); !errors.Is(err, ErrClosed) {
+				t.Errorf("second Run: %v, want ErrClosed", err)
+			}
+		})
+	}
+}
