@@ -653,8 +653,9 @@ func RebalanceTimeout(d time.Duration) TxnOpt { return bothOpt(func(c *cfg) { c.
 // A shorter timeout shortens that stall
 // but must comfortably exceed CommitInterval plus the slowest handler call
 // of a transaction, or healthy transactions are aborted and replayed. The
-// broker refuses values above transaction.max.timeout.ms (default 15 min);
-// the error then names the setting. A restarted member with the same
+// broker refuses values above transaction.max.timeout.ms (default 15 min):
+// Run then returns an error naming TransactionTimeout (wrapping
+// kerr.InvalidTransactionTimeout). A restarted member with the same
 // transactional id fences the old transaction at once, whatever this is.
 func TransactionTimeout(d time.Duration) TxnOpt { return bothOpt(func(c *cfg) { c.txnTimeout = d }) }
 

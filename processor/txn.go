@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/internal/ctxtime"
@@ -377,6 +378,10 @@ func (t *TxnProcessor) Run(ctx context.Context) error {
 		}
 		if de := (*DeadLetterError)(nil); errors.As(err, &de) {
 			return err
+		}
+		if errors.Is(err, kerr.InvalidTransactionTimeout) {
+			// No new session gets a different answer.
+			return fmt.Errorf("processor: TransactionTimeout %v: refused by the brokers, over their transaction.max.timeout.ms (default 15m): %w", t.cfg.txnTimeout, err)
 		}
 		if ae := t.txnAuthzError(err, "transaction", nil); ae != nil {
 			t.cfg.logger.Error("authorization refused; stopping the member", "right", ae.Right(), "error", err)

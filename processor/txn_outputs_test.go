@@ -71,3 +71,23 @@ func TestTxnUnproducibleOutputs(t *testing.T) {
 		})
 	}
 }
+
+// TestTxnTransactionTimeoutOverBrokerMax: a TransactionTimeout the brokers
+// refuse (over transaction.max.timeout.ms) ends Run with an error naming the
+// option, instead of a session restarted for ever.
+func TestTxnTransactionTimeoutOverBrokerMax(t *testing.T) {
+	parallel(t)
+	addrs := testCluster(t, map[string]int32{"in": 1})
+	tp, err := NewTransactional("tx-tto", func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
+		Brokers(addrs...), Group("g"), Topics("in"), TransactionTimeout(2*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("a")})
+	err = tp.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "TransactionTimeout 2h0m0s: refused by the brokers") {
+		t.Fatalf("Run: %v, want the TransactionTimeout refusal", err)
+	}
+}
