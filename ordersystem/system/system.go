@@ -63,15 +63,15 @@ type System struct {
 	// checkoutDB is checkout's own pool on PostgreSQL (Config.DB.CheckoutConns); nil on SQLite.
 	checkoutDB *store.DB
 
-	rights   []Right // the ACLs the services of this process need (Rights)
-	procs    []*processor.Processor
-	txns     []*processor.TxnProcessor
-	queues   []*processor.QueueProcessor // share group members (NotificationsShare)
+	rights []Right // the ACLs the services of this process need (Rights)
+	procs  []*processor.Processor
+	txns   []*processor.TxnProcessor
+	queues []*processor.QueueProcessor // share group members (NotificationsShare)
 	// queueDone[i] counts the records queues[i]'s handler finished
 	// without an error (QueueMember.Handled).
 	queueDone []*atomic.Int64
-	httpSrv  *drainServer
-	httpAddr string
+	httpSrv   *drainServer
+	httpAddr  string
 
 	runCtx context.Context
 	stop   context.CancelFunc
@@ -183,8 +183,8 @@ type Health struct {
 	// Consumers.NotificationsMode NotificationsShare): each one's records
 	// held and its records blocked on a DLQ write.
 	QueueMembers []QueueMember `json:"queueMembers,omitempty"`
-	Outbox  int                `json:"outboxPending"`
-	Reasons []string           `json:"reasons,omitempty"`
+	Outbox       int           `json:"outboxPending"`
+	Reasons      []string      `json:"reasons,omitempty"`
 }
 
 // Health reports whether the broker answers, every member joined its group,
