@@ -297,6 +297,10 @@ EOF
   fi
 }
 
+# Share groups (KIP-932) need no flag here: formatting at Kafka 4.4's latest release version
+# finalizes share.version=2 (share groups, and their broker-written DLQ, KIP-1191), as
+# `scripts/kafka.sh tool features --bootstrap-server ... describe` shows; a cluster formatted by
+# an older Kafka needs `tool features ... upgrade --feature share.version=2` after its upgrade.
 format_node() { # format_node NODE: format the storage once (skipped if already formatted)
   local dir out
   dir=$(node_dir "$1")

@@ -528,3 +528,22 @@ func TestUpOutsideRepository(t *testing.T) {
 		t.Errorf("up created %v before failing on its arguments", entries)
 	}
 }
+
+// --notifications-mode takes group or share, on up and run, and only where
+// notifications runs; a bad value names the flag and both values.
+func TestNotificationsModeFlag(t *testing.T) {
+	run := func(svc string, extra ...string) []string {
+		return append([]string{"run", svc, "--brokers", "127.0.0.1:1", "--registry", "http://127.0.0.1:1", "--db", "sqlite:" + t.TempDir() + "/x.db"}, extra...)
+	}
+	want := []string{`--notifications-mode "queue"`, "want group", "or share"}
+	checkFlagErrors(t, []flagCase{
+		{upQuick(t, "--notifications-mode", "queue"), want},
+		{run("notifications", "--notifications-mode", "queue"), want},
+		{run("notifications", "--notifications-mode", ""), []string{`--notifications-mode ""`, "want group"}},
+		{run("payments", "--notifications-mode", "share"), []string{"--notifications-mode applies only to notifications", "it runs payments"}},
+	})
+	out, _ := ordercast(t, "up", "--help")
+	if !strings.Contains(out, "--notifications-mode") || !strings.Contains(out, "(default \"group\")") {
+		t.Errorf("up --help does not show --notifications-mode with its default group:\n%s", out)
+	}
+}

@@ -19,7 +19,7 @@ func newGroups() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "groups [GROUP...]",
-		Short: "Consumer groups: state, members and total lag (--partitions: members' partitions, offsets and lag)",
+		Short: "Consumer and share groups: state, members and total lag (--partitions: members' partitions, offsets and lag)",
 		Long: `Describes the named consumer groups (all groups of the cluster when none is named).
 
 By default one line per group: state, protocol (type/assignor), members, total lag, and how many
@@ -30,8 +30,13 @@ Kafka does not return when an offset was committed, so no commit age is shown.
 partition the committed offset, the high watermark (END) and the lag (END - COMMITTED).
 -o json always has everything.
 
-Classic groups and KIP-848 ("consumer" protocol) groups are both described. Exit status 1 when
-a named group does not exist or could not be described.`,
+Classic groups, KIP-848 ("consumer" protocol) groups and share groups (KIP-932, protocol
+share/ASSIGNOR) are described. A share group commits no offsets: its COMMITTED column is the
+share-partition start offset (SPSO; every record before it is acknowledged or archived) and its
+LAG the broker's share lag (KIP-1226, Kafka 4.2+: records from the SPSO on not yet acknowledged),
+or END - SPSO where the broker does not report it; several members may hold one partition, so
+its partitions name no member (the MEMBER rows show each member's partitions). Exit status 1
+when a named group does not exist or could not be described.`,
 		Example: `  ordercast groups
   ordercast groups payments orders --partitions
   ordercast groups payments -o json | jq '.[0].totalLag'`,
@@ -150,7 +155,11 @@ func writeGroup(out io.Writer, g ops.GroupInfo) error {
 		}
 	}
 	if len(g.Partitions) > 0 {
-		fmt.Fprintln(tw, "  TOPIC\tPARTITION\tCLIENT ID\tCOMMITTED\tEND\tLAG")
+		committed := "COMMITTED"
+		if g.Type == "share" {
+			committed = "SPSO"
+		}
+		fmt.Fprintln(tw, "  TOPIC\tPARTITION\tCLIENT ID\t"+committed+"\tEND\tLAG")
 		for _, p := range g.Partitions {
 			lag := fmt.Sprint(p.Lag)
 			if p.Error != "" {

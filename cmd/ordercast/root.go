@@ -100,6 +100,7 @@ type common struct {
 	instances     string
 	ordering      string
 	blockKeys     string
+	notifMode     string
 	concurrency   int
 	maxBatch      int
 	fetchMinBytes int
@@ -161,6 +162,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.StringVar(&c.instances, "instances", "", "group members per service, e.g. payments=3,orders=2 (default 1 each)")
 	f.StringVar(&c.ordering, "ordering", "key", "ordering mode of the consumer services: partition, key or unordered")
 	f.StringVar(&c.blockKeys, "block-keys", "retries", "payments and orders keep each customer's order through their retry topics (key ordering only): retries (a customer's later records wait while one waits in a retry topic), dead-letters (also while it is in the DLQ, until replayed or purged) or off")
+	f.StringVar(&c.notifMode, "notifications-mode", system.NotificationsGroup, "how the notifications service consumes: group (its consumer group, partitions shared among --instances members) or share (members of the share group "+system.NotificationsShareGroup+", KIP-932, Kafka 4.2+ with share groups enabled: records handed to any member, one at a time, so more members than partitions all get work; same inbox and DLQ)")
 	f.IntVar(&c.concurrency, "concurrency", 16, "handler calls in parallel per group member")
 	f.IntVar(&c.dbConns, "db-conns", 0, "PostgreSQL connections in the pool this process's services share (0: 16)")
 	f.IntVar(&c.checkoutConns, "checkout-db-conns", 0, fmt.Sprintf("PostgreSQL connections in checkout's own pool, apart from the services' (0: %d; SQLite: checkout shares the services' database)", system.DefaultCheckoutDBConns))
@@ -265,6 +267,10 @@ func (c *common) config() (system.Config, error) {
 		return cfg, fmt.Errorf("--block-keys %q: want off, retries or dead-letters", c.blockKeys)
 	}
 	cfg.Consumers.BlockKeys = c.blockKeys
+	if c.notifMode != system.NotificationsGroup && c.notifMode != system.NotificationsShare {
+		return cfg, fmt.Errorf("--notifications-mode %q: want %s (the notifications consumer group, the default) or %s (the share group %s, KIP-932)", c.notifMode, system.NotificationsGroup, system.NotificationsShare, system.NotificationsShareGroup)
+	}
+	cfg.Consumers.NotificationsMode = c.notifMode
 	if c.concurrency < 1 {
 		return cfg, fmt.Errorf("--concurrency %d: want >= 1", c.concurrency)
 	}

@@ -69,6 +69,9 @@ set them to an empty string to be told what is missing.`,
 			if cfg.Consumers.TransactionTimeout > 0 && !slices.Contains(args, system.ServiceFulfillment) {
 				return fmt.Errorf("--transaction-timeout applies only to %s, which this process does not run (it runs %s)", system.ServiceFulfillment, strings.Join(args, ", "))
 			}
+			if cmd.Flags().Changed("notifications-mode") && !slices.Contains(args, system.ServiceNotifications) {
+				return fmt.Errorf("--notifications-mode applies only to %s, which this process does not run (it runs %s)", system.ServiceNotifications, strings.Join(args, ", "))
+			}
 			if !slices.ContainsFunc(args, func(svc string) bool { return svc != system.ServiceCheckout }) {
 				for _, name := range []string{"fetch-min-bytes", "fetch-max-wait", "max-batch"} {
 					if cmd.Flags().Changed(name) {

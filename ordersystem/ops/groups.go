@@ -16,11 +16,12 @@ import (
 // offsets and lag.
 type GroupInfo struct {
 	Group string `json:"group"` // group id
-	// Type is "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848).
+	// Type is "classic" (JoinGroup/SyncGroup), "consumer" (KIP-848) or
+	// "share" (a share group, KIP-932).
 	Type string `json:"type"`
 	// State is the coordinator's view: Stable, PreparingRebalance,
 	// CompletingRebalance, Empty, Dead (classic); Stable, Assigning,
-	// Reconciling, Empty (KIP-848).
+	// Reconciling, Empty (KIP-848); Stable, Empty (share).
 	State string `json:"state"`
 	// Protocol is the partition assignor in use (cooperative-sticky, uniform,
 	// ...).
@@ -28,9 +29,11 @@ type GroupInfo struct {
 	Coordinator int32        `json:"coordinator"` // node id of the group coordinator
 	Members     []MemberInfo `json:"members"`     // sorted by client id
 	// Partitions has one row per partition that is assigned to a member or
-	// has a committed offset, sorted by topic and partition.
+	// has a committed offset (a share group: share state), sorted by topic
+	// and partition.
 	Partitions []PartitionLag `json:"partitions"`
-	// TotalLag sums the known lags (Lag >= 0) of Partitions.
+	// TotalLag sums the known lags (Lag >= 0) of Partitions: for a share
+	// group its backlog, the records not yet acknowledged.
 	TotalLag int64 `json:"totalLag"`
 	// Error is set when the group could not be described or its offsets
 	// fetched; the other fields are then partial.
@@ -54,17 +57,27 @@ type PartitionLag struct {
 	Topic     string `json:"topic"`     // topic name
 	Partition int32  `json:"partition"` // partition number
 	// MemberID and ClientID of the member holding it; empty when none does
-	// (an Empty group, or mid-rebalance).
+	// (an Empty group, or mid-rebalance) and in a share group, where
+	// several members may hold a partition (Members says which).
 	MemberID string `json:"memberId,omitempty"`
 	ClientID string `json:"clientId,omitempty"`
 	// Committed is the group's committed offset (the next offset to
-	// consume), -1 when nothing was committed.
+	// consume), -1 when nothing was committed. In a share group it is the
+	// share-partition start offset (SPSO: every record before it is
+	// acknowledged or archived), -1 when the partition has no share state.
 	Committed int64 `json:"committed"`
 	// End is the high watermark (log end offset), -1 when unknown.
 	End int64 `json:"end"`
 	// Lag is End minus Committed (End minus the log start offset when
 	// nothing was committed), never negative; -1 when unknown (see Error).
+	// In a share group it is the broker's share lag where the broker
+	// reports it (KIP-1226, DescribeShareGroupOffsets v1, Kafka 4.2+: the
+	// records from the SPSO on not yet acknowledged; ShareLag true), else
+	// End minus the SPSO (which also counts the records acknowledged
+	// beyond the SPSO: an upper bound).
 	Lag int64 `json:"lag"`
+	// ShareLag says Lag is the broker's share lag (KIP-1226).
+	ShareLag bool `json:"shareLag,omitempty"`
 	// Error says why Lag is unknown (commit or offset lookup failed).
 	Error string `json:"error,omitempty"`
 }
@@ -78,8 +91,11 @@ type PartitionLag struct {
 //
 // Classic groups are described with DescribeGroups; groups on the KIP-848
 // protocol (which Kafka 4 reports as "not a classic group") with
-// ConsumerGroupDescribe. A named group with no members and no committed
-// offsets is reported with an Error wrapping ErrGroupNotFound. The returned
+// ConsumerGroupDescribe; share groups (KIP-932: listed as type share, or a
+// named group neither of those knows) with ShareGroupDescribe and
+// DescribeShareGroupOffsets (see PartitionLag.Lag). A named group with no
+// members and no committed offsets (nor share state) is reported with an
+// Error wrapping ErrGroupNotFound. The returned
 // error is for failures that leave nothing to report (broker unreachable,
 // authorization).
 func DescribeGroups(ctx context.Context, adm *kadm.Client, groups ...string) ([]GroupInfo, error) {
@@ -90,9 +106,12 @@ func DescribeGroups(ctx context.Context, adm *kadm.Client, groups ...string) ([]
 			return nil, fmt.Errorf("list groups: %w", err)
 		}
 		for _, g := range listed {
-			if g.ProtocolType == "consumer" || g.ProtocolType == "" {
+			if g.ProtocolType == "consumer" || g.ProtocolType == "" || g.ProtocolType == "share" || g.GroupType == "share" {
 				groups = append(groups, g.Group)
 				types[g.Group] = g.GroupType
+				if g.ProtocolType == "share" {
+					types[g.Group] = "share"
+				}
 			}
 		}
 		if len(groups) == 0 {
@@ -111,11 +130,14 @@ func DescribeGroups(ctx context.Context, adm *kadm.Client, groups ...string) ([]
 		return nil, fmt.Errorf("describe groups: %w", err)
 	}
 	assigned := map[string]map[string]map[int32]*MemberInfo{} // group -> topic -> partition -> member
-	var nextGen []string
+	var nextGen, shares []string
 	for _, g := range groups {
 		d, ok := described[g]
 		gi := infos[g]
 		switch {
+		case types[g] == "share":
+			shares = append(shares, g)
+			continue
 		case types[g] == "consumer" || (ok && errors.Is(d.Err, kerr.GroupIDNotFound)):
 			nextGen = append(nextGen, g)
 			continue
@@ -153,7 +175,8 @@ func DescribeGroups(ctx context.Context, adm *kadm.Client, groups ...string) ([]
 				gi.Error = "not described by the broker"
 				continue
 			case errors.Is(d.Err, kerr.GroupIDNotFound):
-				continue // neither a classic nor a KIP-848 group: see below
+				shares = append(shares, g) // neither a classic nor a KIP-848 group: a share group, or see below
+				continue
 			case d.Err != nil:
 				gi.Error = d.Err.Error()
 				continue
@@ -173,6 +196,7 @@ func DescribeGroups(ctx context.Context, adm *kadm.Client, groups ...string) ([]
 			}
 		}
 	}
+	shareOffsets := describeShares(ctx, adm, shares, infos)
 	for _, g := range groups {
 		gi := infos[g]
 		assigned[g] = map[string]map[int32]*MemberInfo{}
@@ -193,8 +217,17 @@ func DescribeGroups(ctx context.Context, adm *kadm.Client, groups ...string) ([]
 		}
 	}
 
-	fetched := adm.FetchManyOffsets(ctx, groups...)
+	var committing []string // the groups with committed offsets: not the share groups
+	for _, g := range groups {
+		if infos[g].Type != "share" {
+			committing = append(committing, g)
+		}
+	}
+	fetched := adm.FetchManyOffsets(ctx, committing...)
 	topics := kadm.TopicsSet{}
+	for _, so := range shareOffsets {
+		so.Offsets.Each(func(o kadm.ShareOffset) { topics.Add(o.Topic, o.Partition) })
+	}
 	for _, g := range groups {
 		for t, ps := range assigned[g] {
 			for p := range ps {
@@ -236,9 +269,26 @@ func DescribeGroups(ctx context.Context, adm *kadm.Client, groups ...string) ([]
 		for t, ps := range assigned[g] {
 			for p, m := range ps {
 				r := row(t, p)
-				r.MemberID, r.ClientID = m.MemberID, m.ClientID
+				if gi.Type != "share" {
+					r.MemberID, r.ClientID = m.MemberID, m.ClientID
+				}
 			}
 		}
+		shareLag := map[string]map[int32]int64{}
+		shareOffsets[g].Offsets.Each(func(o kadm.ShareOffset) {
+			r := row(o.Topic, o.Partition)
+			if o.Err != nil {
+				r.Error = "share-partition start offset: " + o.Err.Error()
+				return
+			}
+			r.Committed = max(o.StartOffset, -1)
+			if o.Lag >= 0 {
+				if shareLag[o.Topic] == nil {
+					shareLag[o.Topic] = map[int32]int64{}
+				}
+				shareLag[o.Topic][o.Partition] = o.Lag
+			}
+		})
 		fetched[g].Fetched.Each(func(o kadm.OffsetResponse) {
 			r := row(o.Topic, o.Partition)
 			if o.Err != nil {
@@ -250,6 +300,9 @@ func DescribeGroups(ctx context.Context, adm *kadm.Client, groups ...string) ([]
 		for _, ps := range rows {
 			for _, r := range ps {
 				fillLag(r, starts, ends)
+				if l, ok := shareLag[r.Topic][r.Partition]; ok && r.Error == "" {
+					r.Lag, r.ShareLag = l, true
+				}
 				gi.Partitions = append(gi.Partitions, *r)
 				if r.Lag > 0 {
 					gi.TotalLag += r.Lag
@@ -266,6 +319,60 @@ func DescribeGroups(ctx context.Context, adm *kadm.Client, groups ...string) ([]
 		out = append(out, *gi)
 	}
 	return out, nil
+}
+
+// describeShares describes the share groups among groups (ShareGroupDescribe)
+// into infos: type, state, assignor, coordinator, members. A group the
+// broker does not know as a share group is left as it is. It returns the
+// share-partition offsets of the share groups found
+// (DescribeShareGroupOffsets); an error is set on the group's info.
+func describeShares(ctx context.Context, adm *kadm.Client, groups []string, infos map[string]*GroupInfo) kadm.DescribedShareGroupsOffsets {
+	if len(groups) == 0 {
+		return nil
+	}
+	described, err := adm.DescribeShareGroups(ctx, groups...)
+	var found []string
+	for _, g := range groups {
+		gi := infos[g]
+		d, ok := described[g]
+		switch {
+		case !ok && err != nil:
+			if !errors.Is(err, kerr.UnsupportedVersion) { // a broker without share groups
+				gi.Error = cmp.Or(gi.Error, "describe share group: "+err.Error())
+			}
+			continue
+		case !ok, errors.Is(d.Err, kerr.GroupIDNotFound), errors.Is(d.Err, kerr.InvalidGroupID):
+			continue
+		case d.Err != nil:
+			gi.Error = cmp.Or(gi.Error, "describe share group: "+d.Err.Error())
+			continue
+		}
+		found = append(found, g)
+		gi.Type, gi.State, gi.Protocol, gi.Coordinator, gi.Error = "share", d.GroupState, d.Assignor, d.Coordinator.NodeID, ""
+		for _, m := range d.Members {
+			mi := MemberInfo{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, Assigned: map[string][]int32{}}
+			for t, ps := range m.Assignment {
+				for p := range ps {
+					mi.Assigned[t] = append(mi.Assigned[t], p)
+				}
+			}
+			gi.Members = append(gi.Members, mi)
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	offsets, err := adm.DescribeShareGroupOffsets(ctx, found...)
+	for _, g := range found {
+		o, ok := offsets[g]
+		switch {
+		case !ok && err != nil:
+			infos[g].Error = "share-partition offsets: " + err.Error()
+		case ok && o.Err != nil && !errors.Is(o.Err, kerr.GroupIDNotFound):
+			infos[g].Error = "share-partition offsets: " + o.Err.Error()
+		}
+	}
+	return offsets
 }
 
 // fillLag sets End and Lag of r from the listed offsets, as kadm's

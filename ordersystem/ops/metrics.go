@@ -20,6 +20,11 @@ import (
 //	ordercast_group_members{group}                 members of the group
 //	ordercast_group_lag_errors_total{group}        lag computations that failed (the series above are then missing)
 //
+// A share group (KIP-932) has the same series: its lag per partition is
+// its backlog (the broker's share lag, else the end offset minus the
+// share-partition start offset; see PartitionLag.Lag), so
+// ordercast_group_lag_total is what an autoscaler scales its members on.
+//
 // It computes on scrape, at most once per MinInterval (concurrent and
 // repeated scrapes share one result), each computation bounded by Timeout.
 // Safe for concurrent use.
@@ -48,7 +53,7 @@ func NewLagCollector(adm *kadm.Client, groups ...string) *LagCollector {
 		minInterval: 2 * time.Second,
 		timeout:     5 * time.Second,
 		lagDesc: prometheus.NewDesc("ordercast_group_lag",
-			"Records between the group's committed offset and the high watermark of the partition (kafka-consumer-groups.sh LAG).",
+			"Records between the group's committed offset and the high watermark of the partition (kafka-consumer-groups.sh LAG); for a share group, its records not yet acknowledged (share lag, KIP-1226).",
 			[]string{"group", "topic", "partition"}, nil),
 		totalDesc: prometheus.NewDesc("ordercast_group_lag_total",
 			"Sum of ordercast_group_lag over the group's partitions.", []string{"group"}, nil),

@@ -97,6 +97,9 @@ func ResetOffsets(ctx context.Context, adm *kadm.Client, group string, o ResetOp
 		return nil, err
 	}
 	g := gs[0]
+	if g.Type == "share" {
+		return nil, fmt.Errorf("group %s is a share group (KIP-932): it commits no offsets; move its share-partition start offsets with kafka-share-groups.sh --reset-offsets while it has no members", group)
+	}
 	if len(g.Members) > 0 {
 		return nil, fmt.Errorf("reset the offsets of group %s: %w (%d, state %s): stop them first; offsets can be reset only while the group is empty",
 			group, ErrGroupActive, len(g.Members), g.State)

@@ -164,6 +164,13 @@ func (s *System) consoleHealth(ctx context.Context) []console.ServiceHealth {
 		}
 		out = append(out, console.ServiceHealth{Name: m.ClientID, Ready: m.Joined && len(m.Blocked) == 0, Detail: d})
 	}
+	for _, q := range h.QueueMembers {
+		d := fmt.Sprintf("share group %s, %d in flight, %d handled", q.Group, q.InFlight, q.Handled)
+		if len(q.Blocked) > 0 {
+			d += fmt.Sprintf(", blocked %v", q.Blocked)
+		}
+		out = append(out, console.ServiceHealth{Name: q.ClientID, Ready: len(q.Blocked) == 0, Detail: d})
+	}
 	if s.Checkout != nil {
 		ch := console.ServiceHealth{Name: ServiceCheckout, Ready: true, Detail: "database answers"}
 		if err := s.Checkout.Ready(ctx); err != nil {

@@ -189,6 +189,17 @@ type ConsumerConfig struct {
 	// processor.Latest or processor.AtTime. Kafka setting:
 	// auto.offset.reset.
 	StartOffset processor.Start
+	// NotificationsMode is how the notifications service consumes
+	// (the --notifications-mode flag): NotificationsGroup ("" or "group",
+	// the default) runs its members in the consumer group "notifications"
+	// (processor.New: partitions, retry topics, batches); NotificationsShare
+	// ("share") runs them as members of the share group
+	// NotificationsShareGroup (processor.NewQueue, KIP-932; Kafka 4.2+ with
+	// share groups enabled): the broker hands each record to one member at
+	// a time, in no order, so any number of members share the work however
+	// few partitions there are. Start refuses another value. See
+	// NotificationsShare.
+	NotificationsMode string
 	// TransactionTimeout sets fulfillment's transaction.timeout.ms: how long
 	// a transaction of a member that died (and is not restarted under the
 	// same MemberID) holds back read_committed readers of
@@ -241,6 +252,35 @@ type HTTPConfig struct {
 	// console is read-only (no replay, purge or offset reset).
 	ConsoleToken string
 }
+
+// Notifications modes (ConsumerConfig.NotificationsMode, --notifications-mode).
+const (
+	// NotificationsGroup runs the notifications members in the consumer
+	// group "notifications" (the default).
+	NotificationsGroup = "group"
+	// NotificationsShare runs them in the share group
+	// NotificationsShareGroup, each a processor.NewQueue member with a
+	// per-record handler (the queue mode has no batch handler) and at
+	// most Consumers.Concurrency records held. Every notification is
+	// still sent exactly once in effect: the inbox (keyed by the service,
+	// "notifications", not by the group) skips a redelivered event, and
+	// the notification id is stable. A record that fails permanently, or
+	// transiently on its last delivery (the group's
+	// share.delivery.count.limit, default 5), goes to the same DLQ as in
+	// group mode, notifications.dlq, with the runtime's headers. There are
+	// no retry topics (a transient failure is released to the broker,
+	// which delivers it again), no MaxAttempts and no key order, and
+	// FetchMinBytes, FetchMaxWait, SessionTimeout and StartOffset do not
+	// apply (a new share group starts at the earliest offsets).
+	NotificationsShare = "share"
+	// NotificationsShareGroup is the share group of NotificationsShare:
+	// not "notifications", since Kafka keeps one group id per type (a
+	// share group cannot join under the id of the consumer group's
+	// committed offsets, nor the reverse), so that the modes can be
+	// switched on one cluster. Switching reads the topics again from the
+	// group's start; the shared inbox skips what was already notified.
+	NotificationsShareGroup = "notifications-share"
+)
 
 // MaxMemberIDLen is the longest Config.MemberID (--member-id) in bytes. The
 // id is part of fulfillment's transactional ids, which are also the
@@ -330,6 +370,9 @@ func (c *Config) defaults() {
 	if c.Kafka.Layout.ReplicationFactor == 0 {
 		c.Kafka.Layout.ReplicationFactor = 1
 	}
+	if c.Consumers.NotificationsMode == "" {
+		c.Consumers.NotificationsMode = NotificationsGroup
+	}
 	if c.Consumers.MaxAttempts == 0 {
 		c.Consumers.MaxAttempts = 3
 	}
@@ -354,6 +397,21 @@ func (c *Config) runs(svc string) bool {
 		}
 	}
 	return false
+}
+
+// shareNotifications reports whether the notifications service runs in
+// its share group (NotificationsShare).
+func (c *Config) shareNotifications() bool {
+	return c.Consumers.NotificationsMode == NotificationsShare
+}
+
+// groupOf is the Kafka group id of consumer service svc's members: the
+// service's name, NotificationsShareGroup for notifications in share mode.
+func (c *Config) groupOf(svc string) string {
+	if svc == ServiceNotifications && c.shareNotifications() {
+		return NotificationsShareGroup
+	}
+	return svc
 }
 
 func (c *Config) instances(svc string) int {

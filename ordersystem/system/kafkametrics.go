@@ -127,7 +127,8 @@ func (r replacing) MustRegister(cs ...prometheus.Collector) {
 
 // registerOpsMetrics adds to the system's registry the Go runtime and
 // process collectors (go_*, process_*) and the lag of the consumer groups
-// this process runs, as the brokers see it (ops.LagCollector:
+// this process runs (the share group of notifications in share mode), as
+// the brokers see it (ops.LagCollector:
 // ordercast_group_lag{group,topic,partition}, ordercast_group_lag_total{group},
 // ordercast_group_members{group}). Collectors already registered (a Registry
 // shared by two Starts) are kept.
@@ -137,7 +138,7 @@ func (s *System) registerOpsMetrics() {
 	var groups []string
 	for _, g := range order.Groups {
 		if s.cfg.runs(g) {
-			groups = append(groups, g)
+			groups = append(groups, s.cfg.groupOf(g))
 		}
 	}
 	if len(groups) > 0 {

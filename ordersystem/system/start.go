@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -80,6 +81,9 @@ func (cfg *Config) check() error {
 	}
 	if err := CheckFetchMaxWait(cfg.Consumers.FetchMaxWait); err != nil {
 		return fmt.Errorf("fetch max wait (--fetch-max-wait) %w", err)
+	}
+	if m := cfg.Consumers.NotificationsMode; m != NotificationsGroup && m != NotificationsShare {
+		return fmt.Errorf("notifications mode %q (--notifications-mode): want %s (a consumer group, the default) or %s (a share group, KIP-932)", m, NotificationsGroup, NotificationsShare)
 	}
 	if v := os.Getenv(EnvSessionTimeout); v != "" && cfg.Consumers.SessionTimeout == 0 {
 		d, err := time.ParseDuration(v)
@@ -317,6 +321,12 @@ func (s *System) startConsumers(context.Context) error {
 		if !cfg.runs(c.name) {
 			continue
 		}
+		if c.name == ServiceNotifications && cfg.shareNotifications() {
+			if err := s.startQueue(c); err != nil {
+				return err
+			}
+			continue
+		}
 		handler, batch := s.flt.transient(c.name, cfg.Consumers.MaxAttempts, c.handler, c.batch)
 		for i := range cfg.instances(c.name) {
 			p, err := processor.New(append(append(s.consumerOpts(c.name, c.topics), s.flt.batchOpts(c.name, batch, cfg.Consumers.MaxBatch)...),
@@ -327,6 +337,47 @@ func (s *System) startConsumers(context.Context) error {
 			s.procs = append(s.procs, p)
 			s.goRun(c.name, p.Run)
 		}
+	}
+	return nil
+}
+
+// startQueue starts the members of consumer service c in its share group
+// (Config.groupOf; NotificationsShare), each a processor.NewQueue member
+// with c's per-record handler, the service's DLQ (processor.DLQTopic of
+// its name, as in group mode) and the shared producer.
+func (s *System) startQueue(c consumer) error {
+	cfg := &s.cfg
+	group := cfg.groupOf(c.name)
+	handler, _ := s.flt.transient(c.name, cfg.Consumers.MaxAttempts, c.handler, nil)
+	for i := range cfg.instances(c.name) {
+		done := new(atomic.Int64)
+		h := s.flt.handler(c.name, handler)
+		counted := func(ctx context.Context, r *kgo.Record) error {
+			err := h(ctx, r)
+			if err == nil {
+				done.Add(1)
+			}
+			return err
+		}
+		opts := []processor.Opt{
+			processor.Brokers(cfg.Kafka.Brokers...), processor.Group(group), processor.Topics(c.topics...),
+			processor.Logger(cfg.Logger), processor.WithMetrics(s.procMetric),
+			processor.ClientOpts(cfg.Kafka.ClientOpts...), processor.ClientOpts(kafkaHooks(cfg.Metrics)),
+			processor.Concurrency(cfg.Consumers.Concurrency), processor.Producer(s.Producer),
+			processor.DeadLetterTopic(processor.DLQTopic(c.name)),
+			processor.WithHandler(counted),
+			processor.ClientID(fmt.Sprintf("%s-%d-%s", group, i+1, order.NewID("")[:6])),
+		}
+		for _, o := range s.memberTraceOpts(group) {
+			opts = append(opts, o)
+		}
+		q, err := processor.NewQueue(opts...)
+		if err != nil {
+			return fmt.Errorf("%s (--notifications-mode %s): %w", c.name, NotificationsShare, err)
+		}
+		s.queues = append(s.queues, q)
+		s.queueDone = append(s.queueDone, done)
+		s.goRun(c.name, q.Run)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -62,11 +63,15 @@ type System struct {
 	// checkoutDB is checkout's own pool on PostgreSQL (Config.DB.CheckoutConns); nil on SQLite.
 	checkoutDB *store.DB
 
-	rights   []Right // the ACLs the services of this process need (Rights)
-	procs    []*processor.Processor
-	txns     []*processor.TxnProcessor
-	httpSrv  *drainServer
-	httpAddr string
+	rights []Right // the ACLs the services of this process need (Rights)
+	procs  []*processor.Processor
+	txns   []*processor.TxnProcessor
+	queues []*processor.QueueProcessor // share group members (NotificationsShare)
+	// queueDone[i] counts the records queues[i]'s handler finished
+	// without an error (QueueMember.Handled).
+	queueDone []*atomic.Int64
+	httpSrv   *drainServer
+	httpAddr  string
 
 	runCtx context.Context
 	stop   context.CancelFunc
@@ -160,16 +165,31 @@ func (s *System) Wait(ctx context.Context) error {
 	}
 }
 
+// QueueMember is the readiness view of one share group member: the
+// runtime's (processor.QueueHealth) and the records its handler finished
+// without an error since it started (Handled: a redelivered record counts
+// again, a dead-lettered one does not count), which shows how the work
+// spreads over the members.
+type QueueMember struct {
+	processor.QueueHealth
+	Handled int64 `json:"handled"`
+}
+
 // Health is the readiness view of every member in this process.
 type Health struct {
 	Ready   bool               `json:"ready"`
 	Members []processor.Health `json:"members"`
-	Outbox  int                `json:"outboxPending"`
-	Reasons []string           `json:"reasons,omitempty"`
+	// QueueMembers are the share group members (notifications with
+	// Consumers.NotificationsMode NotificationsShare): each one's records
+	// held and its records blocked on a DLQ write.
+	QueueMembers []QueueMember `json:"queueMembers,omitempty"`
+	Outbox       int           `json:"outboxPending"`
+	Reasons      []string      `json:"reasons,omitempty"`
 }
 
 // Health reports whether the broker answers, every member joined its group,
-// no partition is blocked on a DLQ write and checkout's database answers
+// no partition (nor, for a share group member, record) is blocked on a DLQ
+// write and checkout's database answers
 // (checkout.Service.Ready). The broker is asked at most
 // once every 2 s (a metadata request bounded by 2 s); callers in between get
 // the last answer. A member keeps counting as joined for a while after the
@@ -190,6 +210,14 @@ func (s *System) Health(ctx context.Context) Health {
 		if len(ph.Blocked) > 0 {
 			h.Ready = false
 			h.Reasons = append(h.Reasons, ph.ClientID+": "+fmt.Sprint(ph.Blocked))
+		}
+	}
+	for i, q := range s.queues {
+		qh := q.Health()
+		h.QueueMembers = append(h.QueueMembers, QueueMember{QueueHealth: qh, Handled: s.queueDone[i].Load()})
+		if len(qh.Blocked) > 0 {
+			h.Ready = false
+			h.Reasons = append(h.Reasons, qh.ClientID+": "+fmt.Sprint(qh.Blocked))
 		}
 	}
 	for _, t := range s.txns {
