@@ -41,6 +41,7 @@ func newACLs() *cobra.Command {
 		services    string
 		retryDelays string
 		usersFile   string
+		notifMode   string
 	)
 	cmd := &cobra.Command{
 		Use:   "acls",
@@ -92,7 +93,10 @@ lines SERVICE=PASSWORD ('-' reads standard input; '#' starts a comment). The exi
 					return err
 				}
 			}
-			rows := aclRows(svcs, prefix, ops.Layout{RetryDelays: delays})
+			if notifMode != system.NotificationsGroup && notifMode != system.NotificationsShare {
+				return fmt.Errorf("--notifications-mode %q: want %s or %s (the mode the notifications service runs in)", notifMode, system.NotificationsGroup, system.NotificationsShare)
+			}
+			rows := aclRows(svcs, prefix, ops.Layout{RetryDelays: delays}, notifMode == system.NotificationsShare)
 			var applyErr error
 			if apply {
 				c, err := f.dial(cmd)
@@ -139,15 +143,22 @@ lines SERVICE=PASSWORD ('-' reads standard input; '#' starts a comment). The exi
 	fl.StringVar(&prefix, "user-prefix", "ordercast-", "each service's principal is User:<prefix><service>")
 	fl.StringVar(&services, "services", "", "comma-separated services (default: all of "+strings.Join(system.AllServices, ", ")+")")
 	fl.StringVar(&retryDelays, "retry-delays", "1s,10s", "the services' --retry-delays (only the count matters: one <group>.retry.N topic per delay)")
+	fl.StringVar(&notifMode, "notifications-mode", system.NotificationsGroup, "the notifications service's --notifications-mode: share adds READ, DESCRIBE_CONFIGS and ALTER_CONFIGS on the share group "+system.NotificationsShareGroup)
 	fl.StringVar(&usersFile, "create-users", "", "with --apply: create the principals' SCRAM-SHA-512 users from FILE of SERVICE=PASSWORD lines ('-': stdin)")
 	return cmd
 }
 
 // aclRows is the table of system.Rights for svcs, principal User:<prefix><svc>.
-func aclRows(svcs []string, prefix string, l ops.Layout) []aclRow {
+// With share, the rights of a service in a share group are added
+// (system.ShareRights: notifications with --notifications-mode share).
+func aclRows(svcs []string, prefix string, l ops.Layout, share bool) []aclRow {
 	var rows []aclRow
 	for _, svc := range svcs {
-		for _, r := range system.Rights(svc, l) {
+		rights := system.Rights(svc, l)
+		if share {
+			rights = append(rights, system.ShareRights(svc)...)
+		}
+		for _, r := range rights {
 			pat := "LITERAL"
 			if r.Pattern == kmsg.ACLResourcePatternTypePrefixed {
 				pat = "PREFIXED"

@@ -204,3 +204,42 @@ func TestACLsApply(t *testing.T) {
 		}
 	}
 }
+
+// TestACLsShareMode: `acls --notifications-mode share` adds READ,
+// DESCRIBE_CONFIGS and ALTER_CONFIGS on the share group of notifications
+// (its members join it and read and set its configs), and only then; a
+// mode it does not know is an error naming the flag.
+func TestACLsShareMode(t *testing.T) {
+	rows := func(args ...string) []aclKey {
+		t.Helper()
+		out, err := ordercast(t, append([]string{"acls", "-o", "json", "--services", "notifications,payments"}, args...)...)
+		if err != nil {
+			t.Fatalf("acls %v: %v\n%s", args, err, out)
+		}
+		var keys []aclRow
+		if err := json.Unmarshal([]byte(out), &keys); err != nil {
+			t.Fatalf("acls %v: %v\n%s", args, err, out)
+		}
+		var share []aclKey
+		for _, k := range keys {
+			if k.Name == system.NotificationsShareGroup {
+				share = append(share, aclKey{k.Principal, k.Resource, k.Name, k.Pattern, k.Operation})
+			}
+		}
+		return sortedACLs(share)
+	}
+	if got := rows(); len(got) != 0 {
+		t.Errorf("group mode: share-group rights %v, want none", got)
+	}
+	want := []aclKey{
+		{"User:ordercast-notifications", "Group", system.NotificationsShareGroup, "LITERAL", "ALTER_CONFIGS"},
+		{"User:ordercast-notifications", "Group", system.NotificationsShareGroup, "LITERAL", "DESCRIBE_CONFIGS"},
+		{"User:ordercast-notifications", "Group", system.NotificationsShareGroup, "LITERAL", "READ"},
+	}
+	if got := rows("--notifications-mode", "share"); !slices.Equal(got, want) {
+		t.Errorf("share mode: share-group rights\n%v\nwant\n%v", got, want)
+	}
+	if out, err := ordercast(t, "acls", "--notifications-mode", "queue"); err == nil || !strings.Contains(out+err.Error(), `--notifications-mode "queue": want group or share`) {
+		t.Errorf("bad mode: err %v, output %s", err, out)
+	}
+}

@@ -165,6 +165,28 @@ func Rights(svc string, l ops.Layout) []Right {
 	return out
 }
 
+// ShareRights returns the rights a service needs on top of Rights when it
+// runs in a share group (only ServiceNotifications with NotificationsMode
+// NotificationsShare; nil for any other service): READ on the share group
+// NotificationsShareGroup, to join it (KIP-932), and DESCRIBE_CONFIGS and
+// ALTER_CONFIGS on it, with which each processor.NewQueue member reads the
+// group's delivery limit and lock duration and sets
+// share.auto.offset.reset=earliest when the group has none (without them
+// the member logs a WARN and uses the broker's defaults, and a new group
+// starts at the end of each partition). Start does not check them before
+// the members join: a member refused the group stops with a
+// *processor.AuthorizationError naming it.
+func ShareRights(svc string) []Right {
+	if svc != ServiceNotifications {
+		return nil
+	}
+	var out []Right
+	for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationRead, kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs} {
+		out = append(out, Right{Type: kmsg.ACLResourceTypeGroup, Name: NotificationsShareGroup, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op})
+	}
+	return out
+}
+
 // topicsOf returns the system topics (ops.SystemTopics) that the services
 // svcs read or write: those Start makes sure exist.
 func topicsOf(svcs []string, l ops.Layout) []ops.TopicSpec {
