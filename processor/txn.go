@@ -114,13 +114,12 @@ type TxnProcessor struct {
 	// by newSession): an output with no Topic goes there.
 	defaultTopic atomic.Pointer[string]
 	// refused maps an input record (topic, partition, offset) to the
-	// error the brokers or the client gave one of its outputs that no
-	// retry can fix (a missing topic, a record over the size limit): the
-	// transaction holding it aborted, and the input's next attempt fails
-	// permanently with that error, so it is dead-lettered instead of
-	// aborting every transaction again (txn_outputs.go).
+	// transactions aborted by one of its outputs with an error no retry
+	// fixes (a missing topic, a record over the size limit): after
+	// MaxAttempts of them the input is dead-lettered instead of aborting
+	// every transaction again (txn_outputs.go).
 	refusedMu sync.Mutex
-	refused   map[tpo]error
+	refused   map[tpo]*refusal
 
 	// groupStart is the group's start time (StartOffset(Latest) only, else
 	// nil), kept across sessions.
@@ -322,14 +321,17 @@ func (t *TxnProcessor) Health() Health {
 // ACL, and an error if a session cannot be created. A TxnProcessor runs
 // once: a second call returns ErrClosed at once.
 //
-// An output the TxnHandler returns that cannot be produced fails its input
-// record permanently, so the input goes to the DLQ with the reason instead
-// of aborting every transaction that holds it: a nil record or one with no
-// Topic at once, an output the brokers or the client refuse for good (a
-// missing topic, a record over the producer's or the topic's size limit:
-// kerr.UnknownTopicOrPartition, MessageTooLarge, RecordListTooLarge,
-// InvalidTopicException, InvalidRecord) after aborting the one
-// transaction that held it (logged at WARN with the error).
+// An output the TxnHandler returns that cannot be produced fails an
+// attempt of its input, so after MaxAttempts the input goes to the DLQ
+// with the reason instead of aborting transactions for ever: a nil record,
+// or one with no Topic, fails the attempt at once (retried in place with
+// Backoff); an output the brokers or the client refuse with an error no
+// retry fixes (a missing topic, a record over the producer's or the
+// topic's size limit: kerr.UnknownTopicOrPartition, MessageTooLarge,
+// RecordListTooLarge, InvalidTopicException, InvalidRecord) aborts its
+// transaction (logged at WARN with the error), and the input's
+// MaxAttempts-th such abort dead-letters it, permanently, without calling
+// the handler again.
 func (t *TxnProcessor) Run(ctx context.Context) error {
 	t.mu.Lock()
 	if t.ran {

@@ -13,18 +13,21 @@ import (
 
 // TestTxnUnproducibleOutputs: an output that can never be produced (nil,
 // no topic, a missing topic, a value over the producer's size limit)
-// fails its input permanently: the input is dead-lettered with the reason,
-// the records around it commit their outputs, and the stage neither
-// aborts for ever nor outlives its context at shutdown.
+// fails an attempt of its input, and after MaxAttempts the input is
+// dead-lettered with the reason: the records around it commit their
+// outputs, and the stage neither aborts for ever nor outlives its context
+// at shutdown. nil and no topic are caught before producing (no
+// transaction aborts); the others abort MaxAttempts transactions.
 func TestTxnUnproducibleOutputs(t *testing.T) {
 	for _, c := range []struct {
 		name, reason string
+		aborts       bool
 		out          func() *kgo.Record
 	}{
-		{"nil", "output 1 of 1 is nil", func() *kgo.Record { return nil }},
-		{"no topic", "output 1 of 1 has no Topic", func() *kgo.Record { return &kgo.Record{Value: []byte("x")} }},
-		{"missing topic", `output to "nowhere" could not be produced`, func() *kgo.Record { return &kgo.Record{Topic: "nowhere", Value: []byte("x")} }},
-		{"too large", `output to "out" could not be produced`, func() *kgo.Record { return &kgo.Record{Topic: "out", Value: bytes.Repeat([]byte("x"), 2<<20)} }},
+		{"nil", "output 1 of 1 is nil", false, func() *kgo.Record { return nil }},
+		{"no topic", "output 1 of 1 has no Topic", false, func() *kgo.Record { return &kgo.Record{Value: []byte("x")} }},
+		{"missing topic", `output to "nowhere" could not be produced`, true, func() *kgo.Record { return &kgo.Record{Topic: "nowhere", Value: []byte("x")} }},
+		{"too large", `output to "out" could not be produced`, true, func() *kgo.Record { return &kgo.Record{Topic: "out", Value: bytes.Repeat([]byte("x"), 2<<20)} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			parallel(t)
@@ -35,7 +38,7 @@ func TestTxnUnproducibleOutputs(t *testing.T) {
 				}
 				return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
 			}, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(20*time.Millisecond), DrainTimeout(time.Second),
-				ClientOpts(kgo.UnknownTopicRetries(1)))
+				MaxAttempts(2), Backoff(10*time.Millisecond, 20*time.Millisecond), ClientOpts(kgo.UnknownTopicRetries(1)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,8 +51,8 @@ func TestTxnUnproducibleOutputs(t *testing.T) {
 				t.Fatalf("DLQ: %d records, want the bad input alone", len(dlq))
 			}
 			hs := headerMap(dlq[0])
-			if !strings.Contains(hs[HeaderErrorMessage], c.reason) || hs[HeaderErrorClass] != ClassPermanent {
-				t.Errorf("DLQ record: %s %q (want %q), %s %q (want permanent)", HeaderErrorMessage, hs[HeaderErrorMessage], c.reason, HeaderErrorClass, hs[HeaderErrorClass])
+			if !strings.Contains(hs[HeaderErrorMessage], c.reason) {
+				t.Errorf("DLQ record: %s %q, want it to say %q", HeaderErrorMessage, hs[HeaderErrorMessage], c.reason)
 			}
 			out := readCommitted(t, addrs, "out", 2, 30*time.Second)
 			if len(out) != 2 || string(out[0].Value) != "ok1" || string(out[1].Value) != "ok2" {
@@ -64,6 +67,12 @@ func TestTxnUnproducibleOutputs(t *testing.T) {
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("Run did not return within 10 s of its context's end")
+			}
+			switch _, aborted := tp.Stats(); {
+			case c.aborts && aborted < 2:
+				t.Errorf("%d transactions aborted, want MaxAttempts (2) at least", aborted)
+			case !c.aborts && aborted != 0:
+				t.Errorf("%d transactions aborted, want none (caught before producing)", aborted)
 			}
 			if err := tp.Run(context.Background()); !errors.Is(err, ErrClosed) {
 				t.Errorf("second Run: %v, want ErrClosed", err)

@@ -229,8 +229,8 @@ func TestTxnProxyLostResponses(t *testing.T) {
 			var h TxnHandler
 			if tc.abort {
 				// The first time input 150 is transformed, one of its
-				// outputs has no topic: franz-go fails it at once
-				// (nothing reaches the broker), so the transaction
+				// outputs is over the producer's size limit: franz-go
+				// fails it at once (nothing reaches the broker), so the transaction
 				// aborts; its EndTxn(abort) is the next EndTxn the
 				// member sends, and loses its response. Every input
 				// is transformed again, once, afterwards.
@@ -241,7 +241,7 @@ func TestTxnProxyLostResponses(t *testing.T) {
 					out := []*kgo.Record{{Topic: "out", Partition: r.Partition, Key: r.Value, Value: r.Value}}
 					if string(r.Value) == string(val(150)) && failed.CompareAndSwap(false, true) {
 						armed.Store(proxy.Load().DropResponse(faultproxy.Keys(int16(kmsg.EndTxn))))
-						out = append(out, &kgo.Record{Value: r.Value})
+						out = append(out, &kgo.Record{Topic: "out", Partition: r.Partition, Value: make([]byte, 2<<20)})
 					}
 					return out, nil
 				}
@@ -295,7 +295,7 @@ func TestTxnProxyLostResponses(t *testing.T) {
 				t.Fatal("the EndTxn hold was not armed before the input ended")
 			}
 			if _, aborted := r.tp.Stats(); tc.abort && aborted == 0 {
-				t.Fatal("no transaction aborted: the output without a topic did not fail its transaction")
+				t.Fatal("no transaction aborted: the output over the size limit did not fail its transaction")
 			}
 			adds := r.proxy.Seen(int16(kmsg.AddPartitionsToTxn)) + r.proxy.Seen(int16(kmsg.AddOffsetsToTxn))
 			if !tc.tv1 && adds != 0 {

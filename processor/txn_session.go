@@ -225,6 +225,9 @@ type txnBatch struct {
 	// deadAt maps each dead-lettered source record to the DLQ record
 	// written for it (set by its promise, under mu).
 	deadAt map[*kgo.Record]*kgo.Record
+	// refusedBy are the inputs an output of which failed with an error
+	// no retry fixes (txn_outputs.go; under t.refusedMu).
+	refusedBy []tpo
 }
 
 // promise is the produce promise of an output record.
@@ -356,6 +359,7 @@ func (t *TxnProcessor) conclude(ctx context.Context, sess *kgo.GroupTransactSess
 		return true, failedDead
 	}
 	if committed && err == nil {
+		t.forgetRefusals(b.cut) // before committed drops the records
 		w.committed(b.cut)
 		for k, cp := range b.cut.commits {
 			m.committed(t.cfg.group, k.topic, k.partition, cp.offset)
@@ -391,6 +395,9 @@ func (t *TxnProcessor) conclude(ctx context.Context, sess *kgo.GroupTransactSess
 		}
 		w.admitPending()
 		return false, nil
+	}
+	if !committed {
+		t.countRefusals(b)
 	}
 	if ctx.Err() != nil {
 		t.count(false)

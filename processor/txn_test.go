@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -203,8 +204,9 @@ func TestTxnPollDeadlineIsNotAFetchError(t *testing.T) {
 }
 
 // TestTxnOutputFailedBeforeBuffering: an output that franz-go fails before
-// buffering it (no topic here; a record over the producer's size limits
-// fails the same way) has its promise run on another goroutine, and Flush
+// buffering it (a record over the producer's size limit here; the runtime
+// catches one with no topic before producing it) has its promise run on
+// another goroutine, and Flush
 // does not wait for it. The transaction must still abort: committing it
 // would commit the input's offset without that output. Each of the 20
 // inputs is its own transaction (MaxInFlight 1) and fails once, so 20
@@ -227,7 +229,7 @@ func TestTxnOutputFailedBeforeBuffering(t *testing.T) {
 		defer mu.Unlock()
 		if !failed[string(r.Value)] {
 			failed[string(r.Value)] = true
-			return []*kgo.Record{{Value: r.Value}}, nil // no topic: failed before buffering
+			return []*kgo.Record{{Topic: "out", Value: bytes.Repeat(r.Value, 1<<20/len(r.Value)+1)}}, nil // over 1 MB: failed before buffering
 		}
 		return []*kgo.Record{{Topic: "out", Value: r.Value}}, nil
 	}
