@@ -27,7 +27,7 @@ import (
 // partitions in parallel); with the no-op handler the loop handles inline.
 func consumeRaw(ctx context.Context, m *meter) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(m.spec.Brokers...), kgo.ConsumerGroup(m.spec.Group),
-		kgo.ConsumeTopics(m.spec.Topic), kgo.AutoCommitMarks(), kgo.BlockRebalanceOnPoll(), kgo.WithHooks(&m.reqs))
+		kgo.ConsumeTopics(m.spec.Topic), kgo.AutoCommitMarks(), kgo.BlockRebalanceOnPoll(), kgo.WithHooks(&m.reqs, &m.batches))
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func consumeProcessor(ordering string) func(ctx context.Context, m *meter) error
 			processor.Brokers(m.spec.Brokers...), processor.Group(m.spec.Group), processor.Topics(m.spec.Topic),
 			processor.WithOrdering(o),
 			processor.DeadLetter(false), // the handler never fails; the bench topic has no DLQ beside it
-			processor.ConsumerOpts(kgo.WithHooks(&m.reqs)),
+			processor.ConsumerOpts(kgo.WithHooks(&m.reqs, &m.batches)),
 			processor.WithHandler(func(hctx context.Context, r *kgo.Record) error {
 				m.begin()
 				handle(hctx, m.spec.Handler)

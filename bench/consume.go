@@ -56,6 +56,70 @@ type runResult struct {
 	FetchRequests  int64 `json:"fetch_requests,omitempty"`
 	// PeakRSS is the process's peak resident set (VmHWM), bytes.
 	PeakRSS int64 `json:"peak_rss_bytes,omitempty"`
+	// Stored is what the record batches the consumer read were stored as,
+	// from a kgo.HookFetchBatchRead over the whole run (Go franz-go
+	// clients only): batches by codec and their bytes.
+	Stored *storedBatches `json:"stored,omitempty"`
+}
+
+// storedBatches counts the record batches a client read by the codec they
+// were stored with (kgo.FetchBatchMetrics.CompressionType), and their
+// compressed and uncompressed bytes: the stored ratio is
+// Uncompressed / Compressed.
+type storedBatches struct {
+	Codecs       map[string]int64 `json:"batches_by_codec"`
+	Compressed   int64            `json:"compressed_bytes"`
+	Uncompressed int64            `json:"uncompressed_bytes"`
+}
+
+// Ratio is the uncompressed bytes over the stored bytes (0: nothing read).
+func (s *storedBatches) Ratio() float64 {
+	if s == nil || s.Compressed == 0 {
+		return 0
+	}
+	return float64(s.Uncompressed) / float64(s.Compressed)
+}
+
+// codecNames are franz-go's CompressionType values (the batch attributes'
+// low three bits).
+var codecNames = [...]string{"none", "gzip", "snappy", "lz4", "zstd"}
+
+func codecName(t uint8) string {
+	if int(t) < len(codecNames) {
+		return codecNames[t]
+	}
+	return "codec-" + strconv.Itoa(int(t))
+}
+
+// batchCounter is a kgo.HookFetchBatchRead filling a storedBatches.
+type batchCounter struct {
+	mu sync.Mutex
+	s  storedBatches
+}
+
+func (c *batchCounter) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.s.Codecs == nil {
+		c.s.Codecs = make(map[string]int64)
+	}
+	c.s.Codecs[codecName(m.CompressionType)]++
+	c.s.Compressed += int64(m.CompressedBytes)
+	c.s.Uncompressed += int64(m.UncompressedBytes)
+}
+
+func (c *batchCounter) snapshot() *storedBatches {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.s.Codecs == nil {
+		return nil
+	}
+	s := c.s
+	s.Codecs = make(map[string]int64, len(c.s.Codecs))
+	for k, v := range c.s.Codecs {
+		s.Codecs[k] = v
+	}
+	return &s
 }
 
 // reqCounter is a kgo.HookBrokerWrite counting the OffsetCommit (key 8) and
@@ -112,7 +176,10 @@ type meter struct {
 	// reqEnd are its counts at the span's start and end.
 	reqs             reqCounter
 	reqStart, reqEnd [3]int64
-	profile          *os.File
+	// batches counts the record batches the consumer's clients read, by
+	// their stored codec (Go franz-go clients).
+	batches batchCounter
+	profile *os.File
 }
 
 func newMeter(s runSpec) *meter {
@@ -188,7 +255,7 @@ func (m *meter) finish() {
 func (m *meter) result() runResult {
 	return runResult{Records: m.endN, Seconds: m.end.Sub(m.start).Seconds(), CPUSeconds: m.cpuEnd - m.cpuStart,
 		CommitRequests: m.reqEnd[0] - m.reqStart[0], CommitBytes: m.reqEnd[1] - m.reqStart[1],
-		FetchRequests: m.reqEnd[2] - m.reqStart[2], PeakRSS: peakRSS()}
+		FetchRequests: m.reqEnd[2] - m.reqStart[2], PeakRSS: peakRSS(), Stored: m.batches.snapshot()}
 }
 
 // handle is the workload: nothing, or a sleep of the handler duration (a

@@ -270,8 +270,10 @@ func seed(ctx context.Context, brokers []string, topic string, n, keys int) erro
 // backlog is a topic seedTopic writes: Records records of ValueBytes over
 // Keys distinct keys ("key-<i mod Keys>", partitioned by franz-go's default
 // key hash) on Partitions partitions. Values are random bytes
-// (incompressible) or, with Values "letters", random letters a-z (about 5/8
-// of their size compressed). Compression is the producer's batch codec:
+// (incompressible), with Values "letters" random letters a-z (no repeats:
+// only an entropy coder shrinks them, to about 5/8), or with Values "events"
+// JSON-like order events (fillEvent: field names, words and numbers, which
+// compress as real events do). Compression is the producer's batch codec:
 // "" for franz-go's default (snappy), or none, gzip, snappy, lz4, zstd.
 type backlog struct {
 	Topic       string `json:"topic"`
@@ -319,8 +321,10 @@ func seedTopic(ctx context.Context, brokers []string, b backlog) error {
 	if err != nil {
 		return err
 	}
+	var written producedBatches
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(b.Topic), kgo.ProducerBatchCompression(cc),
-		kgo.UnknownTopicRetries(-1)) // a new topic may take a moment to reach the broker's metadata
+		kgo.UnknownTopicRetries(-1), // a new topic may take a moment to reach the broker's metadata
+		kgo.WithHooks(&written))
 	if err != nil {
 		return err
 	}
@@ -343,11 +347,14 @@ func seedTopic(ctx context.Context, brokers []string, b backlog) error {
 	errc := make(chan error, 1)
 	for i := 0; i < b.Records; i++ {
 		v := make([]byte, b.ValueBytes)
-		if b.Values == "letters" {
+		switch b.Values {
+		case "events":
+			fillEvent(v, rng, i)
+		case "letters":
 			for j := range v {
 				v[j] = 'a' + byte(rng.UintN(26))
 			}
-		} else {
+		default:
 			for j := 0; j < len(v); j += 8 {
 				x := rng.Uint64()
 				for k := 0; k < 8 && j+k < len(v); k++ {
@@ -373,8 +380,22 @@ func seedTopic(ctx context.Context, brokers []string, b backlog) error {
 		return fmt.Errorf("seed %s: %w", b.Topic, err)
 	default:
 	}
-	logf("seeded %s in %.1fs", b.Topic, time.Since(start).Seconds())
+	st := "-"
+	if s := written.c.snapshot(); s != nil {
+		st = storedCell(*s)
+	}
+	logf("seeded %s in %.1fs, written as %s", b.Topic, time.Since(start).Seconds(), st)
 	return nil
+}
+
+// producedBatches is a kgo.HookProduceBatchWritten counting the batches a
+// producer wrote by their codec (a batch that does not shrink is written
+// uncompressed whatever the codec asked).
+type producedBatches struct{ c batchCounter }
+
+func (p *producedBatches) OnProduceBatchWritten(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.ProduceBatchMetrics) {
+	p.c.OnFetchBatchRead(kgo.BrokerMetadata{}, "", 0, kgo.FetchBatchMetrics{
+		CompressionType: m.CompressionType, CompressedBytes: m.CompressedBytes, UncompressedBytes: m.UncompressedBytes})
 }
 
 func writeResults(dir string, res *results) error {
@@ -383,4 +404,44 @@ func writeResults(dir string, res *results) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644)
+}
+
+// The words of fillEvent's values: an online retailer's product
+// descriptions, countries, statuses and payment methods.
+var (
+	eventWords = strings.Fields(`WHITE HANGING HEART T-LIGHT HOLDER REGENCY CAKESTAND 3 TIER JUMBO BAG RED
+RETROSPOT PARTY BUNTING LUNCH BAG BLACK SKULL ASSORTED COLOUR BIRD ORNAMENT SET OF 6 SPICE TINS PACK OF 72
+CAKE CASES VINTAGE CHRISTMAS GLASS NATURAL SLATE HEART CHALKBOARD HOT WATER BOTTLE KNITTED UNION FLAG
+PAPER CHAIN KIT 50'S ALARM CLOCK BAKELIKE PINK GREEN IVORY LANTERN ZINC METAL SIGN HOME SWEET
+ROSES TEACUP AND SAUCER DOORMAT FAIRY WOODEN FRAME ANTIQUE POPCORN PLASTERS IN TIN`)
+	eventCountries = strings.Fields(`United-Kingdom France Germany EIRE Spain Netherlands Belgium Switzerland
+Portugal Australia Norway`)
+	eventStatuses = strings.Fields(`PENDING PAID RESERVED SHIPPED DELIVERED CANCELLED`)
+	eventPayments = strings.Fields(`card invoice paypal`)
+)
+
+// fillEvent fills v with JSON-like order events (an order with its lines,
+// customer, country, status and times) from rng, cut to len(v): text that
+// compresses as the order system's events do, unlike random bytes or
+// letters (repeated field names and words, varying ids, quantities and
+// prices). i is the record's index, the order number.
+func fillEvent(v []byte, rng *rand.Rand, i int) {
+	pick := func(ws []string) string { return ws[rng.IntN(len(ws))] }
+	w := func() string { return pick(eventWords) }
+	b := make([]byte, 0, len(v)+512)
+	for n := 0; len(b) < len(v); n++ {
+		b = fmt.Appendf(b, `{"type":"orderPlaced","order_id":"o-%08d-%d","customer_id":"c-%05d","country":"%s",`+
+			`"status":"%s","placed_at":"2026-12-%02dT%02d:%02d:%02d.%03dZ","payment":"%s","lines":[`,
+			i, n, rng.IntN(5000), pick(eventCountries), pick(eventStatuses), 1+rng.IntN(28), rng.IntN(24), rng.IntN(60),
+			rng.IntN(60), rng.IntN(1000), pick(eventPayments))
+		for l, lines := 0, 1+rng.IntN(4); l < lines; l++ {
+			if l > 0 {
+				b = append(b, ',')
+			}
+			b = fmt.Appendf(b, `{"sku":"%d%c","description":"%s %s %s","quantity":%d,"unit_price":"%d.%02d"}`,
+				20000+rng.IntN(3000), 'A'+rng.IntN(4), w(), w(), w(), 1+rng.IntN(24), rng.IntN(20), rng.IntN(100))
+		}
+		b = append(b, "]}\n"...)
+	}
+	copy(v, b[:len(v)])
 }

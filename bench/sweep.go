@@ -30,7 +30,7 @@ import (
 //
 //	go run . sweep --brokers B --out results/scaling --vary partitions=1,6,60,600
 //	go run . sweep --vary value-bytes=100,1024,16384,262144
-//	go run . sweep --vary compression=none,lz4,zstd --values letters
+//	go run . sweep --vary compression=none,lz4,zstd --values events
 //	go run . sweep --vary keys=10,1000,100000 --handler 20ms --clients processor-key
 //	go run . sweep --vary in-flight=16,1000,10000 --handler 20ms --clients processor-key
 //	go run . sweep-report --out results/scaling --vary partitions   # tables and plot again
@@ -119,7 +119,7 @@ func sweepMain(args []string) error {
 	fs.IntVar(&f.partitions, "partitions", 6, "partitions when not varied")
 	fs.IntVar(&f.valueBytes, "value-bytes", 1024, "record value size when not varied, bytes")
 	fs.StringVar(&f.compression, "compression", "none", "producer codec of the backlog when not varied: none, gzip, snappy, lz4, zstd")
-	fs.StringVar(&f.values, "values", "random", "values: random (incompressible bytes) or letters (random a-z)")
+	fs.StringVar(&f.values, "values", "random", "values: random (incompressible bytes), letters (random a-z) or events (JSON-like order events of words and numbers, compressible as real events are)")
 	fs.IntVar(&f.keys, "keys", 10000, "distinct keys when not varied")
 	fs.IntVar(&f.inFlight, "in-flight", 0, "the processor's MaxInFlight records (and Concurrency in key order) when not varied; 0: defaults (1,000 in flight, Concurrency 16 in partition order, 1,000 otherwise)")
 	fs.IntVar(&f.records, "records", 0, "records per backlog; 0: backlog-bytes / value size, at most max-records")
@@ -206,10 +206,14 @@ func sweepMain(args []string) error {
 					smp.Err = err.Error()
 					logf("%s=%s %s round %d: %v", name, v, c, r, err)
 				} else {
-					logf("%s=%s %-20s round %d: %d records in %.2fs = %.0f rec/s, %.2f µs CPU/rec, %d commits (%d B), %d fetches, RSS %d MiB, load %.1f→%.1f",
+					st := "-"
+					if got.Stored != nil {
+						st = storedCell(*got.Stored)
+					}
+					logf("%s=%s %-20s round %d: %d records in %.2fs = %.0f rec/s, %.2f µs CPU/rec, %d commits (%d B), %d fetches, RSS %d MiB, stored %s, load %.1f→%.1f",
 						name, v, c, r, got.Records, got.Seconds, float64(got.Records)/got.Seconds,
 						got.CPUSeconds*1e6/float64(got.Records), got.CommitRequests, got.CommitBytes, got.FetchRequests,
-						got.PeakRSS>>20, smp.Load1Before, smp.Load1After)
+						got.PeakRSS>>20, st, smp.Load1Before, smp.Load1After)
 				}
 				res.Samples = append(res.Samples, smp)
 				if err := writeSweep(f.out, res); err != nil {
@@ -255,6 +259,26 @@ type sweepCell struct {
 	rate, cpu, commitsPerS, commitBytesPerS, fetchesPerS, rss, secs stat
 	load                                                            [2]float64 // min of before, max of after
 	n, failed                                                       int
+	stored                                                          storedBatches // summed over the runs
+}
+
+// storedCell says what the batches read were stored as: each codec's share
+// of the batches and the stored ratio (uncompressed / stored bytes).
+func storedCell(s storedBatches) string {
+	var total int64
+	for _, n := range s.Codecs {
+		total += n
+	}
+	if total == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, c := range codecNames {
+		if n := s.Codecs[c]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f %%", c, 100*float64(n)/float64(total)))
+		}
+	}
+	return fmt.Sprintf("%s, ratio %.2f", strings.Join(parts, " "), s.Ratio())
 }
 
 func sweepCells(res *sweepResults, value string) map[string]sweepCell {
@@ -263,6 +287,7 @@ func sweepCells(res *sweepResults, value string) map[string]sweepCell {
 	out := map[string]sweepCell{}
 	load := map[string][2]float64{}
 	failed := map[string]int{}
+	stored := map[string]*storedBatches{}
 	for _, s := range res.Samples {
 		if s.Value != value {
 			continue
@@ -284,12 +309,29 @@ func sweepCells(res *sweepResults, value string) map[string]sweepCell {
 		a.fps = append(a.fps, float64(s.FetchRequests)/s.Seconds)
 		a.rss = append(a.rss, float64(s.PeakRSS)/(1<<20))
 		a.secs = append(a.secs, s.Seconds)
+		if s.Stored != nil {
+			st := stored[s.Client]
+			if st == nil {
+				st = &storedBatches{Codecs: map[string]int64{}}
+				stored[s.Client] = st
+			}
+			for c, n := range s.Stored.Codecs {
+				st.Codecs[c] += n
+			}
+			st.Compressed += s.Stored.Compressed
+			st.Uncompressed += s.Stored.Uncompressed
+		}
 		l := load[s.Client]
 		load[s.Client] = [2]float64{math.Min(l[0], s.Load1Before), math.Max(l[1], s.Load1After)}
 	}
 	for c, a := range accs {
 		out[c] = sweepCell{rate: stats(a.rate), cpu: stats(a.cpu), commitsPerS: stats(a.cps), commitBytesPerS: stats(a.cbps),
 			fetchesPerS: stats(a.fps), rss: stats(a.rss), secs: stats(a.secs), load: load[c], n: len(a.rate), failed: failed[c]}
+		if st := stored[c]; st != nil {
+			cell := out[c]
+			cell.stored = *st
+			out[c] = cell
+		}
 	}
 	for c, n := range failed {
 		if _, ok := out[c]; !ok {
@@ -325,8 +367,8 @@ func sweepReport(dir string, res *sweepResults) error {
 		res.Vary, res.Started.Format("2006-01-02 15:04"), res.CPU, p["partitions"], p["value_bytes"], p["values"],
 		p["compression"], p["keys"], p["in_flight"], p["handler"], p["rounds"], p["window"])
 	clients := sweepClientsOf(res)
-	b.WriteString("| " + res.Vary + " | consumer | records | run s | rec/s, median (min-max) | rate / raw | CPU µs/rec | CPU / raw | commits/s | commit B/s | fetches/s | peak RSS MiB | load 1 min |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| " + res.Vary + " | consumer | records | run s | rec/s, median (min-max) | rate / raw | CPU µs/rec | CPU / raw | commits/s | commit B/s | fetches/s | peak RSS MiB | stored as (batches read) | load 1 min |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, v := range res.Values {
 		cs := sweepCells(res, v)
 		raw, okRaw := cs["raw"]
@@ -342,7 +384,7 @@ func sweepReport(dir string, res *sweepResults) error {
 				continue
 			}
 			if cl.n == 0 {
-				fmt.Fprintf(&b, "| %s | %s | %s | failed (%d) | | | | | | | | | |\n", v, labels[c], commas(int64(recs)), cl.failed)
+				fmt.Fprintf(&b, "| %s | %s | %s | failed (%d) | | | | | | | | | | |\n", v, labels[c], commas(int64(recs)), cl.failed)
 				continue
 			}
 			rr, cr := "-", "-"
@@ -350,11 +392,11 @@ func sweepReport(dir string, res *sweepResults) error {
 				rr = fmt.Sprintf("%.2f", cl.rate.med/raw.rate.med)
 				cr = fmt.Sprintf("%.2f", cl.cpu.med/raw.cpu.med)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %.1f-%.1f |\n",
+			fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f-%.1f |\n",
 				v, labels[c], commas(int64(recs)), cl.secs.med,
 				fmt.Sprintf("%s (%s-%s)", num(cl.rate.med), num(cl.rate.min), num(cl.rate.max)), rr,
 				rng3(cl.cpu, "%.2f"), cr, fmt.Sprintf("%.1f", cl.commitsPerS.med), num(cl.commitBytesPerS.med),
-				fmt.Sprintf("%.0f", cl.fetchesPerS.med), fmt.Sprintf("%.0f", cl.rss.med), cl.load[0], cl.load[1])
+				fmt.Sprintf("%.0f", cl.fetchesPerS.med), fmt.Sprintf("%.0f", cl.rss.med), storedCell(cl.stored), cl.load[0], cl.load[1])
 		}
 	}
 	b.WriteString("\nVersions:")

@@ -328,9 +328,7 @@ func (p *Processor) releaseHoldLocked(ps *partState) {
 // admitLocked puts a fetched record into its lane.
 func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 	it := p.newItemLocked(ps)
-	it.rec, it.view = r, r
 	it.entry.offset, it.entry.fetched = r.Offset, p.fetchedAt
-	it.size = int64(len(r.Key) + len(r.Value))
 	if !ps.tracker.add(&it.entry) {
 		p.cfg.metrics.dropped(p.cfg.group, ps.tp.topic, 1)
 		p.itemPassed(&it.entry) // never in the tracker: unused
@@ -351,6 +349,10 @@ func (p *Processor) admitLocked(ps *partState, r *kgo.Record) {
 		ps.m.skippedEarlier()
 		return
 	}
+	// Only an item that is handled holds its record (complete drops it):
+	// one done at once above keeps its offset alone.
+	it.rec, it.view = r, r
+	it.size = int64(len(r.Key) + len(r.Value))
 	if ps.retry {
 		p.restoreFromRetry(it)
 	}

@@ -443,10 +443,10 @@ func procStatusKB(b *testing.B, field string) int64 {
 // reports the consumer process's peak resident set (VmHWM, reset through
 // /proc/self/clear_refs before each drain, so it covers the drain only) and
 // its RSS at the end. The broker runs in another process. Two backlogs: values
-// of random letters (about as compressible as real payloads), and values
-// that are mostly a run of one byte, which the producer's snappy compresses
-// about tenfold: fetch sizes count compressed bytes, so that is the harder
-// case for memory.
+// of random letters, which the producer's snappy cannot shrink (its batches
+// are stored uncompressed), and values that are mostly a run of one byte,
+// which it compresses about tenfold: fetch sizes count compressed bytes, so
+// that is the harder case for memory.
 func BenchmarkMemoryBacklog(b *testing.B) {
 	for _, fill := range []string{"random", "compressible"} {
 		b.Run("values="+fill, func(b *testing.B) { benchMemoryBacklog(b, fill) })

@@ -85,10 +85,11 @@ func brokerChild() int {
 func seed(cl *kgo.Client, topic string, partitions int32, records, size, keys int, compressible bool) error {
 	errc := make(chan error, 1)
 	byKey := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
-	// Incompressible padding (random letters, different in every record),
-	// as real payloads are closer to that than to a run of one byte, which
-	// would let a fetch of a few MiB of compressed bytes decode to hundreds
-	// of MiB.
+	// Padding of random letters, different in every record: the
+	// producer's snappy cannot shrink them, so their batches are stored
+	// uncompressed (a fetch's bytes are what it decodes to). A run of one
+	// byte (compressible) lets a fetch of a few MiB of compressed bytes
+	// decode to ten times that.
 	// A 16 MiB pool of random letters; each record takes a window at a
 	// random place, so that windows rarely overlap within a batch.
 	rng := rand.New(rand.NewPCG(1, 2))

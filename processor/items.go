@@ -17,6 +17,10 @@ const (
 
 // item is one fetched record on its way through the processor.
 type item struct {
+	// rec and view are nil once the item completes (complete) or when it
+	// is done at admission (a transaction marker, a record its partition's
+	// previous owner completed): a record aliases its fetched batch, and
+	// an item waits in its slab for the commit point.
 	rec   *kgo.Record // as fetched
 	view  *kgo.Record // as shown to the handler (original coordinates for retry-topic records)
 	entry offsetEntry // in the partition's offset tracker

@@ -321,7 +321,10 @@ func (w *txnWork) mapFullLocked(ps *txnPart, r *kgo.Record) bool {
 // committed above its commit point (the map). w.mu held.
 func (w *txnWork) admitLocked(ps *txnPart, r *kgo.Record) {
 	c := &w.t.cfg
-	rec := &txnRec{rec: r, size: int64(len(r.Key) + len(r.Value))}
+	// The record is set once it is to be handled: an entry done at once
+	// stays in the tracker until the commit point passes it, and must not
+	// keep the record's fetch alive meanwhile.
+	rec := &txnRec{size: int64(len(r.Key) + len(r.Value))}
 	rec.entry.offset = r.Offset
 	if !ps.tracker.add(&rec.entry) {
 		c.metrics.dropped(c.group, r.Topic, 1) // below the commit point, or a re-delivery
@@ -339,6 +342,7 @@ func (w *txnWork) admitLocked(ps *txnPart, r *kgo.Record) {
 		m.skippedEarlier()
 		return
 	}
+	rec.rec = r
 	m.consumed(rec.size)
 	w.recs++
 	w.bytes += rec.size

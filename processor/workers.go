@@ -336,6 +336,11 @@ func (p *Processor) complete(l *lane, it *item) (more bool) {
 		h(it.rec, it.view, target)
 	}
 	p.unaccountLocked(ps, l, it)
+	// The commit point needs only the entry: the item drops its record,
+	// which would otherwise keep the record's batch, and for an
+	// uncompressed batch its whole fetch response, alive until the
+	// commit point passes the item and its slab is reused.
+	it.rec, it.view = nil, nil
 	l.queue[0] = nil
 	if len(l.queue) == 1 {
 		l.queue = l.queue[:0] // empty: the next record reuses the array from its start
