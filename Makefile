@@ -1,10 +1,24 @@
 # Targets named in README.md and docs/testing.md. CI runs `make lint` and these targets through .ci/run.
 GO ?= go
 
-.PHONY: build image test-deploy test-otelcol test test-race test-short test-kafka test-kafka-3 test-kafka-secure chaos-kafka-3 bench bench-compare fuzz lint ci
+# The Go modules the targets below run in, each in its own directory (docs/architecture.md, "Two
+# products, their modules"): the runtime (the root), the order system, the CLI and deploy/'s checks
+# against a running system. bench/ and deploy/image, deploy/kubernetes/validate and deploy/otelcol are
+# modules of their own with targets of their own.
+MODULES = . ordersystem cmd deploy
+
+# $(call in_modules,COMMAND): runs COMMAND in each of MODULES, all of them even when one fails, and
+# fails if any did.
+in_modules = rc=0; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(1)) || rc=1; done; exit $$rc
+
+.PHONY: build image test-deploy test-otelcol test test-race test-short test-kafka test-kafka-3 test-kafka-secure chaos-kafka-3 bench bench-compare fuzz lint ci mod-download
+
+# Every module's dependencies into the module cache (.ci/run runs it first).
+mod-download:
+	@$(call in_modules,$(GO) mod download)
 
 build:
-	$(GO) build -o bin/ordercast ./cmd/ordercast
+	cd cmd && $(GO) build -o ../bin/ordercast ./ordercast
 
 # The container image, built without a container engine (deploy/image, a module of its own:
 # go-containerregistry): a static binary (CGO_ENABLED=0; SQLite is pure Go) in one layer on no base,
@@ -19,7 +33,7 @@ IMAGE_TAG ?= ordercast:$(IMAGE_VERSION)
 IMAGE_SOURCE ?= https://github.com/ordercast/ordercast
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 image:
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -buildvcs=auto -ldflags='-s -w' -o bin/ordercast-static ./cmd/ordercast
+	cd cmd && CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -buildvcs=auto -ldflags='-s -w' -o ../bin/ordercast-static ./ordercast
 	cd deploy/image && $(GO) run . --binary ../../bin/ordercast-static --arch $(IMAGE_ARCH) --out ../../$(IMAGE_TAR) --oci-out ../../$(IMAGE_OCI_TAR) \
 	  --tag '$(IMAGE_TAG)' --version '$(IMAGE_VERSION)' --revision '$(IMAGE_REVISION)' --source '$(IMAGE_SOURCE)' --created '$(IMAGE_CREATED)'
 
@@ -46,17 +60,18 @@ test-otelcol: build
 # The default suite: unit, integration (embedded broker) and end-to-end tests, with the race detector.
 # The tests that mostly wait (timeouts, held requests) call testkafka.Parallel and overlap, 4 at a
 # time per package, and 4 packages at a time (most of their time is waiting): about 4 minutes on 2 cores.
+# One module after the other (MODULES); a failure in one does not stop the others.
 TEST_PARALLEL ?= 4
 TEST_P ?= 4
 test:
-	ORDERCAST_TEST_BROKERS= $(GO) test -race -count=1 -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 25m ./...
+	@$(call in_modules,ORDERCAST_TEST_BROKERS= $(GO) test -race -count=1 -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 25m ./...)
 
 # The same suite against a running real Kafka (internal/testkit/testkafka): starts nothing. The tests share
 # the cluster and empty it of topics and groups, so one package at a time (-p 1); no -race, to keep
 # time down. Start the broker with scripts/kafka.sh (see docs/testing.md).
 ORDERCAST_TEST_BROKERS ?= 127.0.0.1:19092
 test-kafka:
-	ORDERCAST_TEST_BROKERS=$(ORDERCAST_TEST_BROKERS) $(GO) test -p 1 -count=1 -timeout 25m ./...
+	@$(call in_modules,ORDERCAST_TEST_BROKERS=$(ORDERCAST_TEST_BROKERS) $(GO) test -p 1 -count=1 -timeout 25m ./...)
 
 # Three nodes: starts a fresh 3-node cluster of its own (state $(KAFKA3_STATE), ports
 # $(KAFKA3_PORT)..+5), runs the broker-kill test on it (KAFKA3_RUN=. for the whole suite of
@@ -69,7 +84,7 @@ test-kafka-3:
 	  ORDERCAST_KAFKA_EXTRA_PROPS=group.min.session.timeout.ms=100; \
 	scripts/kafka.sh start --clean --brokers 3 || exit 1; \
 	ORDERCAST_TEST_BROKERS=$$(scripts/kafka.sh brokers) ORDERCAST_TEST_KAFKA_SCRIPT=$(CURDIR)/scripts/kafka.sh \
-	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKA3_RUN)' ./cmd/ordercast/; rc=$$?; \
+	  $(GO) -C cmd test -p 1 -count=1 -timeout 15m -v -run '$(KAFKA3_RUN)' ./ordercast/; rc=$$?; \
 	scripts/kafka.sh stop --clean; exit $$rc
 
 # Secured: starts a fresh 1-node Kafka with SASL_SSL, SCRAM-SHA-512 and the StandardAuthorizer
@@ -89,9 +104,11 @@ test-kafka-secure:
 	@export ORDERCAST_KAFKA_STATE=$(KAFKASEC_STATE) ORDERCAST_KAFKA_PORT=$(KAFKASEC_PORT) \
 	  ORDERCAST_KAFKA_EXTRA_PROPS=group.min.session.timeout.ms=100; \
 	scripts/kafka.sh start --clean --secure --brokers 1 || exit 1; \
-	ORDERCAST_TEST_SECURE_BROKERS=$$(scripts/kafka.sh brokers) ORDERCAST_TEST_SECURE_CA=$(KAFKASEC_STATE)/tls/ca.pem \
-	  ORDERCAST_TEST_SECURE_ADMIN_PASSWORD=$$(cat $(KAFKASEC_STATE)/tls/admin.password) \
-	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN)' ./processor/ ./outbox/ ./ordersystem/system/ ./cmd/ordercast/ && \
+	export ORDERCAST_TEST_SECURE_BROKERS=$$(scripts/kafka.sh brokers) ORDERCAST_TEST_SECURE_CA=$(KAFKASEC_STATE)/tls/ca.pem \
+	  ORDERCAST_TEST_SECURE_ADMIN_PASSWORD=$$(cat $(KAFKASEC_STATE)/tls/admin.password); \
+	$(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN)' ./processor/ ./outbox/ && \
+	  $(GO) -C ordersystem test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN)' ./system/ && \
+	  $(GO) -C cmd test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN)' ./ordercast/ && \
 	  $(GO) test -p 1 -count=1 -timeout 15m -v -run '$(KAFKASEC_RUN2)' ./processor/; rc=$$?; \
 	scripts/kafka.sh stop --clean; exit $$rc
 
@@ -121,10 +138,11 @@ chaos-kafka-3: build
 	scripts/postgres.sh stop; scripts/kafka.sh stop --clean; exit $$rc
 
 test-short:
-	$(GO) test -short -count=1 ./...
+	@$(call in_modules,$(GO) test -short -count=1 ./...)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./processor/ ./ordersystem/schema/ ./ordersystem/replay/
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./processor/
+	$(GO) -C ordersystem test -run '^$$' -bench . -benchtime 3x ./schema/ ./replay/
 
 # The side-by-side benchmark (bench/, a module of its own; docs/benchmarks.md, "Side by side with other
 # clients"): starts a throwaway 1-node Kafka (state $(BENCH_KAFKA_STATE), port $(BENCH_KAFKA_PORT)),
@@ -141,18 +159,19 @@ bench-compare:
 	cd bench && $(GO) run . all --brokers 127.0.0.1:$(BENCH_KAFKA_PORT) --out $(BENCH_OUT) $(BENCH_FLAGS); rc=$$?; \
 	cd .. && scripts/kafka.sh stop --clean; exit $$rc
 
-# Every fuzz target for FUZZTIME each (go test -fuzz; the seed corpora also run in `make test`).
+# Every fuzz target for FUZZTIME each (go test -fuzz; the seed corpora also run in `make test`):
+# module:package:target, the package relative to its module's directory.
 FUZZTIME ?= 20s
-FUZZ_TARGETS = ./processor:FuzzOffsetTracker ./processor:FuzzDecodeOffsetMap ./processor:FuzzGroupStartSuffix \
-  ./ordersystem/schema:FuzzDecode ./ordersystem/service/checkout:FuzzParseRequest \
-  ./ordersystem/service/checkout/authn:FuzzVerify ./internal/jsonlimit:FuzzCheck
+FUZZ_TARGETS = .:./processor:FuzzOffsetTracker .:./processor:FuzzDecodeOffsetMap .:./processor:FuzzGroupStartSuffix \
+  ordersystem:./schema:FuzzDecode ordersystem:./service/checkout:FuzzParseRequest \
+  ordersystem:./service/checkout/authn:FuzzVerify ordersystem:./internal/jsonlimit:FuzzCheck
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
-	  echo "fuzz $$name ($$pkg, $(FUZZTIME))"; \
-	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; done
+	@set -e; for t in $(FUZZ_TARGETS); do mod=$${t%%:*}; rest=$${t#*:}; pkg=$${rest%%:*}; name=$${rest##*:}; \
+	  echo "fuzz $$name ($$mod: $$pkg, $(FUZZTIME))"; \
+	  $(GO) -C $$mod test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 lint:
-	$(GO) vet ./...
+	@$(call in_modules,$(GO) vet ./...)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 
 ci: lint test

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ordercast/ordercast/inbox"
-	"github.com/ordercast/ordercast/ordersystem/store"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 func ctxT(t testing.TB) context.Context {
@@ -23,9 +23,9 @@ func ctxT(t testing.TB) context.Context {
 }
 
 // counter is a test effect: a table counting how often each key's effect ran.
-type counter struct{ db *store.DB }
+type counter struct{ db *sqldb.DB }
 
-func newCounter(t testing.TB, db *store.DB) counter {
+func newCounter(t testing.TB, db *sqldb.DB) counter {
 	t.Helper()
 	if _, err := db.ExecContext(ctxT(t), `CREATE TABLE effects (k TEXT PRIMARY KEY, n BIGINT NOT NULL)`); err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func (c counter) get(t testing.TB, k string) int {
 	return n
 }
 
-func seen(t testing.TB, db *store.DB, group, id string) bool {
+func seen(t testing.TB, db *sqldb.DB, group, id string) bool {
 	t.Helper()
 	ok, err := inbox.Seen(ctxT(t), db, group, id)
 	if err != nil {
@@ -65,7 +65,7 @@ func seen(t testing.TB, db *store.DB, group, id string) bool {
 var meta = inbox.Meta{Topic: "orderCreated", Partition: 2, Offset: 41}
 
 func TestProcessAppliesOnce(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		c := newCounter(t, db)
 		if seen(t, db, "orders", "ev-1") {
@@ -111,7 +111,7 @@ func TestProcessAppliesOnce(t *testing.T) {
 }
 
 func TestProcessErrorRollsBack(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		c := newCounter(t, db)
 		boom := errors.New("payment gateway said no")
@@ -153,7 +153,7 @@ func TestProcessErrorRollsBack(t *testing.T) {
 }
 
 func TestProcessRejectsEmptyIDs(t *testing.T) {
-	db := storetest.SQLite(t)
+	db := dbtest.SQLite(t, dbtest.Runtime)
 	for _, ids := range [][2]string{{"", "e"}, {"g", ""}} {
 		applied, err := inbox.Process(ctxT(t), db, ids[0], ids[1], meta, func(context.Context, *sql.Tx) error {
 			t.Fatal("fn called")
@@ -168,7 +168,7 @@ func TestProcessRejectsEmptyIDs(t *testing.T) {
 // TestProcessConcurrentSameEvent races 8 deliveries of one event (as several
 // instances would after a rebalance): exactly one applies it.
 func TestProcessConcurrentSameEvent(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		c := newCounter(t, db)
 		const rounds, racers = 5, 8
@@ -205,7 +205,7 @@ func TestProcessConcurrentSameEvent(t *testing.T) {
 // key waits for the first transaction; if that one rolls back, the waiter must
 // apply the event (not skip it). On SQLite the same holds by serialisation.
 func TestProcessConcurrentRollbackHandsOver(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		c := newCounter(t, db)
 		inFirst := make(chan struct{})
@@ -231,7 +231,7 @@ func TestProcessConcurrentRollbackHandsOver(t *testing.T) {
 			}
 			secondDone <- ok
 		}()
-		if db.Dialect == store.Postgres {
+		if db.Dialect == sqldb.Postgres {
 			// Release the first only once the second waits on its row lock.
 			deadline := time.Now().Add(10 * time.Second)
 			for {
@@ -263,7 +263,7 @@ func TestProcessConcurrentRollbackHandsOver(t *testing.T) {
 // file in a temp dir, WAL, synchronous=NORMAL): each op is one new event id,
 // so one transaction with the inbox insert and the effect insert.
 func BenchmarkInboxProcess(b *testing.B) {
-	db := storetest.SQLite(b)
+	db := dbtest.SQLite(b, dbtest.Runtime)
 	c := newCounter(b, db)
 	ctx := context.Background()
 	fn := func(id string) func(context.Context, *sql.Tx) error {
@@ -313,7 +313,7 @@ func BenchmarkInboxProcess(b *testing.B) {
 // duplicate; a row without a digest (written by an older build) and a Meta
 // without one are not compared.
 func TestProcessRefusesReusedEventID(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		c := newCounter(t, db)
 		calls := 0

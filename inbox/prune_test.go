@@ -8,15 +8,15 @@ import (
 	"time"
 
 	"github.com/ordercast/ordercast/inbox"
-	"github.com/ordercast/ordercast/ordersystem/store"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // Prune deletes exactly the rows processed before the cutoff, of every
 // group, over several batches (more rows than PruneBatch), and keeps the
 // newer ones; a pruned event is no longer known, so it applies again.
 func TestPrune(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		now := time.Now()
 		cutoff := now.Add(-24 * time.Hour)

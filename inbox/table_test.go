@@ -8,8 +8,7 @@ import (
 	"testing"
 
 	"github.com/ordercast/ordercast/inbox"
-	"github.com/ordercast/ordercast/ordersystem/store"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
 	"github.com/ordercast/ordercast/sqldb"
 )
 
@@ -18,7 +17,7 @@ import (
 // equivalent one, and two inboxes on one database keep apart: the same
 // (group, event id) is applied once in each.
 func TestOwnTable(t *testing.T) {
-	storetest.EachEmpty(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, nil, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		billing, err := inbox.New(db, "billing_inbox")
 		if err != nil {
@@ -80,7 +79,7 @@ func TestOwnTable(t *testing.T) {
 // A table name that is not a plain lower-case identifier is refused by New
 // and Schema with an error naming it.
 func TestBadTableName(t *testing.T) {
-	db := storetest.SQLite(t)
+	db := dbtest.SQLite(t, dbtest.Runtime)
 	long := strings.Repeat("t", sqldb.MaxTableNameLen+1)
 	for _, name := range []string{"Inbox", "1inbox", "in-box", "app.inbox", "inbox; DROP TABLE orders", `"inbox"`, long} {
 		if _, err := inbox.New(db, name); err == nil || !strings.Contains(err.Error(), "table name") {

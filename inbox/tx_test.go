@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/ordercast/ordercast/inbox"
-	"github.com/ordercast/ordercast/ordersystem/store"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // Several events in one transaction, each with its inbox row: a duplicate
@@ -18,7 +18,7 @@ import (
 // nor the effects; a reused event id with other content is a
 // *ConflictError.
 func TestProcessTxBatch(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		c := newCounter(t, db)
 		if applied, err := inbox.Process(ctx, db, "orders", "ev-0", meta, func(ctx context.Context, tx *sql.Tx) error { return c.apply(ctx, tx, "ev-0") }); err != nil || !applied {
@@ -91,7 +91,7 @@ func TestProcessTxBatch(t *testing.T) {
 // other content is a *ConflictError; more events than one INSERT takes are
 // all claimed.
 func TestClaimTx(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		c := newCounter(t, db)
 		dig := inbox.Digest([]byte(`{"same":1}`))

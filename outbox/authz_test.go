@@ -10,8 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
 	"github.com/ordercast/ordercast/internal/testkit/testkafka"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 	"github.com/ordercast/ordercast/outbox"
 )
 
@@ -90,7 +90,7 @@ func TestRelayRightLostWhileRunning(t *testing.T) {
 			testkafka.Allow(t, addrs, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTransactionalId, outbox.DefaultTransactionalID("pay"), kmsg.ACLOperationWrite))
 			testkafka.Allow(t, addrs, testkafka.ACLs(relayPrincipal, kmsg.ACLResourceTypeTopic, outbox.DefaultMarkerTopic("pay"),
 				kmsg.ACLOperationRead, kmsg.ACLOperationWrite, kmsg.ACLOperationCreate))
-			db := storetest.SQLite(t)
+			db := dbtest.SQLite(t, dbtest.Runtime)
 			login := append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, testkafka.Login(relayUser, relayPass)...)
 			var relay *outbox.Relay
 			opts := []outbox.Opt{outbox.Logger(quiet), outbox.PollInterval(20 * time.Millisecond), outbox.Backoff(10*time.Millisecond, 100*time.Millisecond)}

@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
 	"github.com/ordercast/ordercast/internal/testkit/promtest"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 	"github.com/ordercast/ordercast/outbox"
 )
 
@@ -62,7 +62,7 @@ func TestRelayMetricsAndLogger(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&def, nil)))
 	t.Cleanup(func() { slog.SetDefault(prev) })
 
-	db := storetest.SQLite(t)
+	db := dbtest.SQLite(t, dbtest.Runtime)
 	addrs := cluster(t)
 	enqueue(t, db, "late", 1, 1)
 	enqueue(t, db, "t", 1, 2)

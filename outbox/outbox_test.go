@@ -17,9 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/inbox"
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
 	"github.com/ordercast/ordercast/internal/testkit/testkafka"
-	"github.com/ordercast/ordercast/ordersystem/store"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 	"github.com/ordercast/ordercast/outbox"
 	"github.com/ordercast/ordercast/sqldb"
 )
@@ -59,7 +58,7 @@ type event struct {
 
 // enqueue commits one transaction that enqueues the given sequence numbers
 // on topic, keys cycling over nKeys keys.
-func enqueue(t *testing.T, db *store.DB, topic string, nKeys int, seqs ...int) {
+func enqueue(t *testing.T, db *sqldb.DB, topic string, nKeys int, seqs ...int) {
 	t.Helper()
 	ctx := ctxT(t)
 	err := db.InTx(ctx, func(tx *sql.Tx) error {
@@ -152,7 +151,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func pending(t *testing.T, db *store.DB) int {
+func pending(t *testing.T, db *sqldb.DB) int {
 	t.Helper()
 	n, err := outbox.Pending(context.Background(), db)
 	if err != nil {
@@ -207,7 +206,7 @@ func run(t *testing.T, r *outbox.Relay) (stop func() error) {
 }
 
 func TestEnqueueIsTransactional(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		rollback := errors.New("rollback")
 		err := db.InTx(ctx, func(tx *sql.Tx) error {
@@ -238,7 +237,7 @@ func TestEnqueueIsTransactional(t *testing.T) {
 }
 
 func TestRelayPublishesInIDOrderAndMarksSent(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		addrs := cluster(t)
 		const n = 40
 		var all []int
@@ -291,7 +290,7 @@ func TestRelayPublishesInIDOrderAndMarksSent(t *testing.T) {
 }
 
 func TestRelayNotifyWakesIt(t *testing.T) {
-	db := storetest.SQLite(t)
+	db := dbtest.SQLite(t, dbtest.Runtime)
 	addrs := cluster(t)
 	// An hour-long poll: only Notify can make the relay see a new row in time.
 	relay := newRelay(t, db, producer(t, addrs), outbox.PollInterval(time.Hour), outbox.Logger(quiet))
@@ -320,7 +319,7 @@ func TestRelayNotifyWakesIt(t *testing.T) {
 // a batch but before marking it; the next relay publishes it again, and a
 // consumer's inbox applies each event once.
 func TestRelayCrashBetweenProduceAndMark(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		addrs := cluster(t)
 		enqueue(t, db, "t", 2, 1, 2, 3, 4, 5)
 
@@ -385,7 +384,7 @@ func TestRelayCrashBetweenProduceAndMark(t *testing.T) {
 // topic does not exist yet); the relay keeps retrying it with backoff and
 // never marks the row after it first; once the topic exists, both go out.
 func TestRelayRetriesWithoutSkipping(t *testing.T) {
-	db := storetest.SQLite(t)
+	db := dbtest.SQLite(t, dbtest.Runtime)
 	addrs := cluster(t)
 	enqueue(t, db, "late", 1, 1)
 	enqueue(t, db, "t", 1, 2)
@@ -428,7 +427,7 @@ func TestRelayRetriesWithoutSkipping(t *testing.T) {
 // (ids increasing), with NULL for no key, value or headers; a message
 // without a topic fails the call before anything is written.
 func TestEnqueueAll(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		hdr := []outbox.Header{{Key: "h", Value: []byte{1, 2}}}
 		msgs := []outbox.Message{
@@ -489,7 +488,7 @@ func TestEnqueueAll(t *testing.T) {
 // message whose headers have a traceparent keeps that one, and one without
 // TraceContext gets none (its column NULL).
 func TestRelayCarriesTraceContext(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		addrs := cluster(t)
 		const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 		const own = "00-11111111111111111111111111111111-2222222222222222-01"

@@ -9,14 +9,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/ordersystem/store"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
 	"github.com/ordercast/ordercast/outbox"
 	"github.com/ordercast/ordercast/sqldb"
 )
 
 // tables lists the tables of db's schema, sorted.
-func tables(t *testing.T, db *store.DB) []string {
+func tables(t *testing.T, db *sqldb.DB) []string {
 	t.Helper()
 	q := `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`
 	if db.Dialect == sqldb.Postgres {
@@ -30,7 +29,7 @@ func tables(t *testing.T, db *store.DB) []string {
 }
 
 // enqueueTo commits one transaction that enqueues seqs on topic "t" to ob.
-func enqueueTo(t *testing.T, db *store.DB, ob *outbox.Outbox, seqs ...int) {
+func enqueueTo(t *testing.T, db *sqldb.DB, ob *outbox.Outbox, seqs ...int) {
 	t.Helper()
 	ctx := ctxT(t)
 	err := db.InTx(ctx, func(tx *sql.Tx) error {
@@ -52,7 +51,7 @@ func enqueueTo(t *testing.T, db *store.DB, ob *outbox.Outbox, seqs ...int) {
 // equivalent one, each outbox sees only its rows, and a relay given the
 // table (WithTable) publishes those rows and no others, in both modes.
 func TestOwnTable(t *testing.T) {
-	storetest.EachEmpty(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, nil, func(t *testing.T, db *sqldb.DB) {
 		ctx := ctxT(t)
 		billing, err := outbox.New(db, "billing_outbox")
 		if err != nil {
@@ -130,7 +129,7 @@ func TestOwnTable(t *testing.T) {
 // and Schema, by NewTransactionalRelay and by NewRelay, with an error naming
 // it; nothing is created. NewRelay refuses a nil database or client too.
 func TestBadTableName(t *testing.T) {
-	db := storetest.SQLite(t)
+	db := dbtest.SQLite(t, dbtest.Runtime)
 	offline := offlineClient(t)
 	if _, err := outbox.NewRelay(db, nil); err == nil {
 		t.Error("NewRelay with a nil client accepted")

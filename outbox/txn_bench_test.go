@@ -10,10 +10,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
 	"github.com/ordercast/ordercast/internal/testkit/testkafka"
-	"github.com/ordercast/ordercast/ordersystem/store"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 	"github.com/ordercast/ordercast/outbox"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // BenchmarkTxnRelay measures the exactly-once relay's throughput: each
@@ -31,11 +31,11 @@ func BenchmarkTxnRelay(b *testing.B) {
 func benchTxnRelay(b *testing.B, batch int) {
 	const rows = 1000
 	addrs := testkafka.Cluster(b, map[string]int32{"t": 3})
-	var db *store.DB
+	var db *sqldb.DB
 	if os.Getenv("ORDERCAST_BENCH_POSTGRES") != "" {
-		db = storetest.Postgres(b)
+		db = dbtest.Postgres(b, dbtest.Runtime)
 	} else {
-		db = storetest.SQLite(b)
+		db = dbtest.SQLite(b, dbtest.Runtime)
 	}
 	r, err := outbox.NewTransactionalRelay(db, "bench", []kgo.Opt{kgo.SeedBrokers(addrs...)},
 		outbox.Logger(quiet), outbox.PollInterval(5*time.Millisecond), outbox.MaxBatch(batch))

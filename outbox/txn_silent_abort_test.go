@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
 	"github.com/ordercast/ordercast/internal/testkit/txnchecktest"
-	"github.com/ordercast/ordercast/ordersystem/store"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 	"github.com/ordercast/ordercast/outbox"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // TestTxnRelaySilentAbortIsRepublished: the relay's commits are answered
@@ -16,7 +16,7 @@ import (
 // abort by reading its marker back, and publishes them again: read_committed
 // readers see every row exactly once.
 func TestTxnRelaySilentAbortIsRepublished(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		c, addrs := txnchecktest.Fake(t, map[string]int32{"t": 3})
 		turned := txnchecktest.AbortCommits(c, 2)
 		enqueue(t, db, "t", 3, upTo(20)...)

@@ -13,13 +13,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/ordersystem/store"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
 	"github.com/ordercast/ordercast/outbox"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // txnRelay makes an exactly-once relay named name on db against addrs.
-func txnRelay(t *testing.T, db *store.DB, addrs []string, name string, opts ...outbox.Opt) *outbox.Relay {
+func txnRelay(t *testing.T, db *sqldb.DB, addrs []string, name string, opts ...outbox.Opt) *outbox.Relay {
 	t.Helper()
 	opts = append([]outbox.Opt{outbox.Logger(quiet), outbox.PollInterval(20 * time.Millisecond),
 		outbox.Backoff(10*time.Millisecond, 100*time.Millisecond)}, opts...)
@@ -125,7 +125,7 @@ func upTo(n int) []int {
 }
 
 func TestTxnRelayPublishesOnceInOrder(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		addrs := cluster(t)
 		enqueue(t, db, "t", 3, upTo(15)...)
 		enqueue(t, db, "t", 3, upTo(40)[15:]...)
@@ -162,7 +162,7 @@ func TestTxnRelayPublishesOnceInOrder(t *testing.T) {
 // them from the progress marker and publishes nothing twice, not even for
 // read_uncommitted readers.
 func TestTxnRelayCrashBetweenCommitAndMark(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		addrs := cluster(t)
 		enqueue(t, db, "t", 2, 1, 2, 3, 4, 5)
 		crash := errors.New("simulated crash between commit and mark")
@@ -202,7 +202,7 @@ func TestTxnRelayCrashBetweenCommitAndMark(t *testing.T) {
 // transaction open; the next relay's InitProducerID aborts it and the rows
 // are published again: twice in the log, once for read_committed readers.
 func TestTxnRelayCrashBetweenProduceAndCommit(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		addrs := cluster(t)
 		enqueue(t, db, "t", 2, 1, 2, 3, 4, 5)
 		crash := errors.New("simulated crash before commit")
@@ -231,7 +231,7 @@ func TestTxnRelayCrashBetweenProduceAndCommit(t *testing.T) {
 // everything; A's commit then fails, A stands by, and takes over once B is
 // gone and rows are waiting.
 func TestTxnRelayZombieIsFenced(t *testing.T) {
-	db := storetest.SQLite(t)
+	db := dbtest.SQLite(t, dbtest.Runtime)
 	addrs := cluster(t)
 	enqueue(t, db, "t", 3, upTo(10)...)
 
@@ -277,7 +277,7 @@ func TestTxnRelayZombieIsFenced(t *testing.T) {
 // coming; they fence each other, and read_committed readers see every row
 // once, in id order per key.
 func TestTxnRelaysConcurrently(t *testing.T) {
-	db := storetest.SQLite(t)
+	db := dbtest.SQLite(t, dbtest.Runtime)
 	addrs := cluster(t)
 	var relays []*outbox.Relay
 	for range 3 {
@@ -306,7 +306,7 @@ func TestTxnRelaysConcurrently(t *testing.T) {
 // is not trusted by a relay on another one whose rows have the same ids.
 func TestTxnRelayMarkerOfAnotherDatabase(t *testing.T) {
 	addrs := cluster(t)
-	db1, db2 := storetest.SQLite(t), storetest.SQLite(t)
+	db1, db2 := dbtest.SQLite(t, dbtest.Runtime), dbtest.SQLite(t, dbtest.Runtime)
 	enqueue(t, db1, "t", 1, 1, 2, 3)
 	first := txnRelay(t, db1, addrs, "pay")
 	first.SetAfterCommit(func([]int64) error { return errors.New("crash") })
@@ -325,7 +325,7 @@ func TestTxnRelayMarkerOfAnotherDatabase(t *testing.T) {
 }
 
 func TestNewTransactionalRelayValidatesName(t *testing.T) {
-	db := storetest.SQLite(t)
+	db := dbtest.SQLite(t, dbtest.Runtime)
 	for _, name := range []string{"", "a b", "x/y"} {
 		if _, err := outbox.NewTransactionalRelay(db, name, nil); err == nil {
 			t.Errorf("name %q accepted", name)
@@ -340,7 +340,7 @@ func TestNewTransactionalRelayValidatesName(t *testing.T) {
 // that topic. Without options the names are TransactionalID and
 // MarkerTopic, which the order system's ACLs are derived from.
 func TestTxnRelayOwnNames(t *testing.T) {
-	db := storetest.SQLite(t)
+	db := dbtest.SQLite(t, dbtest.Runtime)
 	if r := txnRelay(t, db, nil, "pay"); r.TransactionalID() != outbox.DefaultTransactionalID("pay") ||
 		r.MarkerTopic() != outbox.DefaultMarkerTopic("pay") || r.TransactionalID() != "ordercast-outbox-pay" ||
 		r.MarkerTopic() != "ordercast.outbox.pay" {
@@ -403,7 +403,7 @@ func TestTxnRelayOwnNames(t *testing.T) {
 }
 
 func TestNewTransactionalRelayValidatesNames(t *testing.T) {
-	db := storetest.SQLite(t)
+	db := dbtest.SQLite(t, dbtest.Runtime)
 	for _, o := range []outbox.Opt{
 		outbox.TransactionalID(""),
 		outbox.MarkerTopic(""),
@@ -431,7 +431,7 @@ func TestNewTransactionalRelayValidatesNames(t *testing.T) {
 // UPDATE fails), and the next relay marks all ten rows from that one marker
 // and publishes nothing twice, not even for read_uncommitted readers.
 func TestTxnRelayMarksWhileTheNextTransactionCommits(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		addrs := cluster(t)
 		enqueue(t, db, "t", 3, upTo(10)...)
 		crash := errors.New("simulated crash")
@@ -504,7 +504,7 @@ func TestTxnRelayMarksWhileTheNextTransactionCommits(t *testing.T) {
 // are published and marked all the same. A relay on the pool would leave
 // the test all 3 to hold, and wait for a connection until they were freed.
 func TestTxnRelayHoldsItsConnections(t *testing.T) {
-	db := storetest.Postgres(t)
+	db := dbtest.Postgres(t, dbtest.Runtime)
 	db.SetMaxOpenConns(3)
 	addrs := cluster(t)
 	enqueue(t, db, "t", 2, 1)
@@ -569,7 +569,7 @@ func (c roleCounter) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.Broker
 // transactions (Produce, EndTxn) and the read-back reader the fetches, each
 // with its own hook instance.
 func TestTxnRelayClientOpts(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, dbtest.Runtime, func(t *testing.T, db *sqldb.DB) {
 		addrs := cluster(t)
 		enqueue(t, db, "t", 2, upTo(5)...)
 		var mu sync.Mutex

@@ -4,7 +4,7 @@
 #
 # usage: scripts/loadrun.sh NAME BIN RATE [extra 'ordercast up' flags...]
 #   NAME  the run's name: its results go to $LOADRUN_OUT/NAME (default ./loadruns/NAME)
-#   BIN   the ordercast binary under test (go build -o BIN ./cmd/ordercast); `load` runs from LOADRUN_CLIENT (default BIN)
+#   BIN   the ordercast binary under test (make build: bin/ordercast, or go -C cmd build -o BIN ./ordercast); `load` runs from LOADRUN_CLIENT (default BIN)
 #   RATE  orders per second of the measured 60 s (LOADRUN_DURATION), after a 10 s warm-up at 200/s
 #         (LOADRUN_WARMUP=RATE:DURATION sets another, such as 800:60s to warm a fresh broker's JIT first)
 #

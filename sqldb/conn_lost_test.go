@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
 	"github.com/ordercast/ordercast/sqldb"
 	"github.com/ordercast/ordercast/sqldb/drivers"
 )
@@ -24,7 +24,7 @@ import (
 // session is terminated before COMMIT is run again on a new connection and
 // succeeds; its first attempt's writes are not kept.
 func TestInTxRetriesWhenBackendTerminated(t *testing.T) {
-	db := storetest.Postgres(t)
+	db := dbtest.Postgres(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := db.ExecContext(ctx, `CREATE TABLE conn_lost (id INT PRIMARY KEY, attempt INT NOT NULL)`); err != nil {
@@ -133,9 +133,9 @@ func TestInTxIdempotentRetriesWhenLostInCommit(t *testing.T) {
 // address (to start it again on); all are closed when the test ends.
 func throughForwarder(t *testing.T, table, columns string) (context.Context, *sqldb.DB, *forwarder, string) {
 	t.Helper()
-	base := os.Getenv(storetest.PostgresEnv)
+	base := os.Getenv(dbtest.PostgresEnv)
 	if base == "" {
-		t.Skipf("PostgreSQL tests skipped: set %s", storetest.PostgresEnv)
+		t.Skipf("PostgreSQL tests skipped: set %s", dbtest.PostgresEnv)
 	}
 	u, err := url.Parse(base)
 	if err != nil {

@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordercast/ordercast/ordersystem/store"
-	"github.com/ordercast/ordercast/ordersystem/store/storetest"
+	"github.com/ordercast/ordercast/internal/testkit/dbtest"
+	"github.com/ordercast/ordercast/sqldb"
 )
 
 // ExecSchema runs its statements in order and then the check, all in one
 // transaction: a failing statement or check keeps nothing, and the error
 // names the step and which statement failed.
 func TestExecSchema(t *testing.T) {
-	storetest.EachEmpty(t, func(t *testing.T, db *store.DB) {
+	dbtest.Each(t, nil, func(t *testing.T, db *sqldb.DB) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		exists := func(table string) bool {

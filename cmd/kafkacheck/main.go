@@ -2,12 +2,12 @@
 // scripts/kafka.sh) with franz-go: create a topic, produce with acks=all, consume
 // it back through a consumer group, produce while a broker is taken down.
 //
-//	go run ./cmd/kafkacheck -brokers 127.0.0.1:19092 smoke
-//	go run ./cmd/kafkacheck -brokers B create -topic t -partitions 3 -rf 3 -min-isr 2
-//	go run ./cmd/kafkacheck -brokers B produce -topic t -n 1000 [-duration 30s] [-txn]
-//	go run ./cmd/kafkacheck -brokers B consume -topic t -group g -n 1000 [-848]
-//	go run ./cmd/kafkacheck -brokers B describe -topic t
-//	go run ./cmd/kafkacheck -brokers B delete -topic t
+//	go -C cmd run ./kafkacheck -brokers 127.0.0.1:19092 smoke
+//	go -C cmd run ./kafkacheck -brokers B create -topic t -partitions 3 -rf 3 -min-isr 2
+//	go -C cmd run ./kafkacheck -brokers B produce -topic t -n 1000 [-duration 30s] [-txn]
+//	go -C cmd run ./kafkacheck -brokers B consume -topic t -group g -n 1000 [-848]
+//	go -C cmd run ./kafkacheck -brokers B describe -topic t
+//	go -C cmd run ./kafkacheck -brokers B delete -topic t
 //
 // Exit status is non-zero on any failure. Only loopback addresses are expected.
 package main

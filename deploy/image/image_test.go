@@ -52,8 +52,8 @@ func TestImageRunsReplay(t *testing.T) {
 	root := repoRoot(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "ordercast-static")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/ordercast")
-	build.Dir = root
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./ordercast")
+	build.Dir = filepath.Join(root, "cmd") // the module github.com/ordercast/ordercast/cmd
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -24,7 +24,7 @@ import (
 func main() {
 	var o Options
 	var out, ociOut, tag, created string
-	flag.StringVar(&o.Binary, "binary", "", "the static ordercast binary (CGO_ENABLED=0 go build ./cmd/ordercast)")
+	flag.StringVar(&o.Binary, "binary", "", "the static ordercast binary (CGO_ENABLED=0 go build ./ordercast in cmd/)")
 	flag.StringVar(&o.Arch, "arch", runtime.GOARCH, "GOARCH the binary was built for")
 	flag.StringVar(&o.Version, "version", "dev", "org.opencontainers.image.version")
 	flag.StringVar(&o.Source, "source", "https://github.com/ordercast/ordercast", "org.opencontainers.image.source")

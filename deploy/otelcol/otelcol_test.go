@@ -393,8 +393,8 @@ func ordercastBinary(t *testing.T) string {
 		skip("the go command is not on PATH: this test builds cmd/ordercast (or set ORDERCAST_BIN)")
 	}
 	bin := filepath.Join(t.TempDir(), "ordercast")
-	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/ordercast")
-	cmd.Dir = "../.."
+	cmd := exec.Command(goBin, "build", "-o", bin, "./ordercast")
+	cmd.Dir = "../../cmd" // the module github.com/ordercast/ordercast/cmd
 	if out, err := cmd.CombinedOutput(); err != nil {
 		if bytes.Contains(out, []byte("dial tcp")) || bytes.Contains(out, []byte("GOPROXY")) || bytes.Contains(out, []byte("no such host")) {
 			skip("go build ./cmd/ordercast cannot fetch its modules (offline?): %v\n%s", err, out)

@@ -50,7 +50,8 @@ func TestChaosShort(t *testing.T) {
 		t.Skip("crash harness: builds the binary and runs a dozen processes for about two minutes")
 	}
 	bin := filepath.Join(t.TempDir(), "ordercast")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/ordercast")
+	build := exec.Command("go", "build", "-o", bin, "./ordercast")
+	build.Dir = filepath.Join("..", "..", "cmd") // the module github.com/ordercast/ordercast/cmd
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		t.Fatalf("go build: %v", err)

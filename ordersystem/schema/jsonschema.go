@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ordercast/ordercast/internal/jsonlimit"
+	"github.com/ordercast/ordercast/ordersystem/internal/jsonlimit"
 	"io"
 	"slices"
 	"strconv"

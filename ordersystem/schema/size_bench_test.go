@@ -15,7 +15,7 @@ import (
 // meaningful. The record key is the customer id (5 bytes) or, for a guest,
 // the order id (36).
 //
-//	go test -run '^$' -bench RecordSizes -benchtime 1x ./ordersystem/schema/
+//	go test -run '^$' -bench RecordSizes -benchtime 1x ./schema/   (in ordersystem/)
 func BenchmarkRecordSizes(b *testing.B) {
 	s, _ := newTestSerde(b)
 	oid, eid := order.NewTimeOrderedID("ord_"), order.NewTimeOrderedID("evt_")

@@ -12,8 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ordercast/ordercast/internal/semconv"
@@ -22,7 +20,7 @@ import (
 	"github.com/ordercast/ordercast/processor/proctrace"
 )
 
-func attr(s sdktrace.ReadOnlySpan, k string) (attribute.Value, bool) {
+func attr(s *span, k string) (attribute.Value, bool) {
 	for _, a := range s.Attributes() {
 		if string(a.Key) == k {
 			return a.Value, true
@@ -31,7 +29,7 @@ func attr(s sdktrace.ReadOnlySpan, k string) (attribute.Value, bool) {
 	return attribute.Value{}, false
 }
 
-func str(s sdktrace.ReadOnlySpan, k string) string { v, _ := attr(s, k); return v.Emit() }
+func str(s *span, k string) string { v, _ := attr(s, k); return v.Emit() }
 
 // TestProcessorSpans: a record produced under a span gets a send span whose
 // context is in its headers; each handler attempt is a process span, child
@@ -42,8 +40,7 @@ func str(s sdktrace.ReadOnlySpan, k string) string { v, _ := attr(s, k); return 
 // per partition.
 func TestProcessorSpans(t *testing.T) {
 	testkafka.Parallel(t)
-	sr := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	tp := newRecorder()
 	tr := proctrace.New(proctrace.TracerProvider(tp))
 	brokers := testkafka.Cluster(t, map[string]int32{"in": 1, "g.dlq": 1})
 
@@ -92,7 +89,7 @@ func TestProcessorSpans(t *testing.T) {
 
 	dlq := testkafka.ReadN(t, brokers, "g.dlq", 1, 30*time.Second, false)
 	testkafka.WaitFor(t, 30*time.Second, "a commit span past both records", func() bool {
-		for _, s := range sr.Ended() {
+		for _, s := range tp.Ended() {
 			if s.Name() == "commit in" {
 				for _, e := range s.Events() {
 					for _, a := range e.Attributes {
@@ -108,8 +105,8 @@ func TestProcessorSpans(t *testing.T) {
 	stop()
 
 	trace0 := root.SpanContext().TraceID()
-	var sends, process, forwards, polls, commits []sdktrace.ReadOnlySpan
-	for _, s := range sr.Ended() {
+	var sends, process, forwards, polls, commits []*span
+	for _, s := range tp.Ended() {
 		switch {
 		case s.Name() == "send in":
 			sends = append(sends, s)
@@ -127,7 +124,7 @@ func TestProcessorSpans(t *testing.T) {
 		t.Fatalf("spans: %d send in, %d process in, %d send g.dlq, %d poll, %d commit; want 2, 3 (2 attempts of flaky, 1 of bad), 1, some, some",
 			len(sends), len(process), len(forwards), len(polls), len(commits))
 	}
-	sendOf := map[string]sdktrace.ReadOnlySpan{}
+	sendOf := map[string]*span{}
 	for _, s := range sends {
 		if s.SpanKind() != trace.SpanKindProducer || s.SpanContext().TraceID() != trace0 || s.Parent().SpanID() != root.SpanContext().SpanID() {
 			t.Errorf("%s: kind %v, trace %v parent %v; want a producer span child of the root", s.Name(), s.SpanKind(), s.SpanContext().TraceID(), s.Parent().SpanID())
@@ -214,8 +211,7 @@ func TestSemconvOptIn(t *testing.T) {
 // child of the record's send span, whose context the DLQ record carries.
 func TestTxnProcessorSpans(t *testing.T) {
 	testkafka.Parallel(t)
-	sr := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	tp := newRecorder()
 	tr := proctrace.New(proctrace.TracerProvider(tp))
 	brokers := testkafka.Cluster(t, map[string]int32{"in": 1, "out": 1, "g.dlq": 1})
 
@@ -251,7 +247,7 @@ func TestTxnProcessorSpans(t *testing.T) {
 
 	dlq := testkafka.ReadN(t, brokers, "g.dlq", 1, 30*time.Second, true)
 	testkafka.WaitFor(t, 30*time.Second, "a commit span past both records", func() bool {
-		for _, s := range sr.Ended() {
+		for _, s := range tp.Ended() {
 			if s.Name() == "commit in" {
 				for _, e := range s.Events() {
 					for _, a := range e.Attributes {
@@ -267,11 +263,11 @@ func TestTxnProcessorSpans(t *testing.T) {
 	stop()
 
 	trace0 := root.SpanContext().TraceID()
-	byName := map[string][]sdktrace.ReadOnlySpan{}
-	for _, s := range sr.Ended() {
+	byName := map[string][]*span{}
+	for _, s := range tp.Ended() {
 		byName[s.Name()] = append(byName[s.Name()], s)
 	}
-	sendOf := map[string]sdktrace.ReadOnlySpan{}
+	sendOf := map[string]*span{}
 	for _, s := range byName["send in"] {
 		sendOf[str(s, semconv.MessagingKafkaMessageKey)] = s
 	}
@@ -288,7 +284,7 @@ func TestTxnProcessorSpans(t *testing.T) {
 		t.Errorf("DLQ record's traceparent %q; want trace %v, span %v (the DLQ send span)", tp, trace0, f.SpanContext().SpanID())
 	}
 	out := byName["send out"][0]
-	var goodProcess sdktrace.ReadOnlySpan
+	var goodProcess *span
 	for _, s := range byName["process in"] {
 		if str(s, semconv.MessagingKafkaMessageKey) == "good" {
 			goodProcess = s
@@ -297,7 +293,7 @@ func TestTxnProcessorSpans(t *testing.T) {
 	if goodProcess == nil || out.Parent().SpanID() != goodProcess.SpanContext().SpanID() || out.SpanContext().TraceID() != trace0 {
 		t.Errorf("send out: parent %v; want good's process span", out.Parent().SpanID())
 	}
-	var commit sdktrace.ReadOnlySpan
+	var commit *span
 	for _, s := range byName["commit in"] {
 		commit = s
 	}

@@ -34,11 +34,11 @@ func binary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "ordercast")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/ordercast")
-		cmd.Dir = filepath.Join("..", "..", "..")
+		cmd := exec.Command("go", "build", "-o", binPath, "./ordercast")
+		cmd.Dir = filepath.Join("..", "..", "..", "cmd") // the module github.com/ordercast/ordercast/cmd
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build ./cmd/ordercast: %v\n%s", err, out)
+			binErr = fmt.Errorf("go build ./ordercast in cmd/: %v\n%s", err, out)
 		}
 	})
 	if binErr != nil {

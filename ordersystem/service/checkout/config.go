@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ordercast/ordercast/internal/jsonlimit"
+	"github.com/ordercast/ordercast/ordersystem/internal/jsonlimit"
 	"github.com/ordercast/ordercast/ordersystem/order"
 	"github.com/ordercast/ordercast/ordersystem/schema"
 	"github.com/ordercast/ordercast/ordersystem/service/checkout/authn"

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ordercast/ordercast/internal/jsonlimit"
+	"github.com/ordercast/ordercast/ordersystem/internal/jsonlimit"
 	"github.com/ordercast/ordercast/ordersystem/order"
 )
 

@@ -28,7 +28,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	lru "github.com/hashicorp/golang-lru/v2"
-	"github.com/ordercast/ordercast/internal/jsonlimit"
+	"github.com/ordercast/ordercast/ordersystem/internal/jsonlimit"
 )
 
 // Defaults and bounds of Config.

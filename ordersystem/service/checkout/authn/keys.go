@@ -12,7 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/ordercast/ordercast/internal/jsonlimit"
+	"github.com/ordercast/ordercast/ordersystem/internal/jsonlimit"
 	"net/http"
 	"net/url"
 	"os"
