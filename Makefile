@@ -11,6 +11,12 @@ MODULES = . ordersystem cmd deploy
 # fails if any did.
 in_modules = rc=0; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(1)) || rc=1; done; exit $$rc
 
+# $(call in_modules_parallel,COMMAND): the same, the modules at the same time (for suites that mostly
+# wait); each module's output is printed as a block once it ends.
+in_modules_parallel = d=$$(mktemp -d); for m in $(MODULES); do (cd $$m && $(1)) > "$$d/$$(echo $$m | tr / _).log" 2>&1 & \
+  echo $$! > "$$d/$$(echo $$m | tr / _).pid"; done; rc=0; for m in $(MODULES); do f=$$d/$$(echo $$m | tr / _); \
+  wait $$(cat $$f.pid) || rc=1; echo "== $$m"; cat $$f.log; done; rm -rf "$$d"; exit $$rc
+
 .PHONY: build image test-deploy test-otelcol test test-race test-short test-kafka test-kafka-3 test-kafka-secure chaos-kafka-3 bench bench-compare fuzz lint ci mod-download
 
 # Every module's dependencies into the module cache (.ci/run runs it first).
@@ -59,12 +65,14 @@ test-otelcol: build
 
 # The default suite: unit, integration (embedded broker) and end-to-end tests, with the race detector.
 # The tests that mostly wait (timeouts, held requests) call testkafka.Parallel and overlap, 4 at a
-# time per package, and 4 packages at a time (most of their time is waiting): about 4 minutes on 2 cores.
-# One module after the other (MODULES); a failure in one does not stop the others.
+# time per package, and 2 packages at a time in each module, the modules at the same time (most of their
+# time is waiting).
+# The modules (MODULES) run at the same time, each one's output printed when it ends, as go test prints a
+# package's; a failure in one does not stop the others.
 TEST_PARALLEL ?= 4
-TEST_P ?= 4
+TEST_P ?= 2
 test:
-	@$(call in_modules,ORDERCAST_TEST_BROKERS= $(GO) test -race -count=1 -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 25m ./...)
+	@$(call in_modules_parallel,ORDERCAST_TEST_BROKERS= $(GO) test -race -count=1 -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 25m ./...)
 
 # The same suite against a running real Kafka (internal/testkit/testkafka): starts nothing. The tests share
 # the cluster and empty it of topics and groups, so one package at a time (-p 1); no -race, to keep
