@@ -184,6 +184,9 @@ type cfg struct {
 	txn            bool      // NewTransactional (for its error hints)
 	queue          bool      // NewQueue (queue.go)
 	maxDeliveries  int       // MaxDeliveries (NewQueue only); 0: the broker's limit
+	// ShareSessions (NewQueue only; queue.go); unset: DefaultShareSessions.
+	shareSessions    int
+	shareSessionsSet bool
 }
 
 // hooks are test seams that record a history of what the runtime did; they
@@ -354,6 +357,12 @@ func (c *cfg) validate() error {
 		errs = append(errs, fmt.Errorf("MaxDeliveries: %d: only NewQueue takes it (use MaxAttempts)", c.maxDeliveries))
 	case c.maxDeliveries < 0:
 		errs = append(errs, fmt.Errorf("MaxDeliveries: %d, want >= 1 (0: the broker's share.delivery.count.limit)", c.maxDeliveries))
+	}
+	switch {
+	case c.shareSessionsSet && !c.queue:
+		errs = append(errs, fmt.Errorf("ShareSessions: %d: only NewQueue takes it (a consumer group member has one session)", c.shareSessions))
+	case c.shareSessionsSet && c.shareSessions < 1:
+		errs = append(errs, fmt.Errorf("ShareSessions: %d, want >= 1 (default %d)", c.shareSessions, DefaultShareSessions))
 	}
 	c.hdr = newHeaderNames(c.headerPrefix)
 	errs = append(errs, c.validateKeyBlock()...)
