@@ -97,6 +97,8 @@ type shareSession struct {
 	cl *kgo.Client
 	// stop is Run's stop context (set before the session polls).
 	stop context.Context
+	// acquired counts the records the session acquired (every delivery).
+	acquired atomic.Int64
 
 	mu sync.Mutex
 	// deferred are the records released after stop: they are
@@ -662,6 +664,7 @@ func (s *shareSession) runBatch(ctx, work context.Context, recs []*kgo.Record) {
 		batch[i] = &queueRec{s: s, r: r, renewAt: now.Add(every)}
 		q.cfg.metrics.queueAcquired(q.cfg.group, r.Topic, r.DeliveryCount())
 	}
+	s.acquired.Add(int64(len(recs)))
 	q.mu.Lock()
 	q.held += len(recs)
 	q.mu.Unlock()
