@@ -55,11 +55,17 @@ const DefaultShareSessions = 2
 // only its own session's next poll. The processor then holds up to
 // n x Concurrency records acquired (locked to it by the broker, their
 // locks renewed), of which at most Concurrency are in their handlers at
-// once; the others wait for a slot. Measured on Kafka 4.4 with a 20 ms
-// handler (docs/benchmarks.md, "Share groups against a consumer group"),
-// 2 sessions give most of what there is to win and 3 add nothing but held
-// records, so 2 is the default. Each session is a member of the group:
-// the group lists n members per process (ordercast groups).
+// once; the others wait for a slot. Each session is a member of the
+// group: the group lists n members per process (ordercast groups), and
+// every member adds fetches that contend for the same partitions at the
+// broker. With a 20 ms handler, 12 processors on 6 partitions
+// (BenchmarkShareVsGroup, docs/benchmarks.md "Share groups against a
+// consumer group") gave against a consumer group medians of 1.2x with 1
+// session, 1.65x with 2 and 1.84x with 3 on the embedded broker, and on
+// Kafka 4.4, on a loaded machine, 1.1-1.3x, 1.1-1.3x and 1.4x, with the
+// worst rounds for 3. 2 is the default: it takes the slow-record
+// stall away at 2 x Concurrency records held; 3 holds half as many again
+// for a gain the real broker did not show reliably.
 func ShareSessions(n int) Opt {
 	return opt(func(c *cfg) { c.shareSessions, c.shareSessionsSet = n, true })
 }
