@@ -162,32 +162,35 @@ type cfg struct {
 	metaMaxBytes   int
 	drainTimeout   time.Duration
 	drainSet       bool // DrainTimeout was given (otherwise it follows RebalanceTimeout)
+	sessionTimeout time.Duration
+	rebalanceTO    time.Duration
+	instanceID     string
+	clientID       string
+	groupProtocol  string
+	assignors      []string          // Assignors (assignors.go)
+	delivery       DeliverySemantics // Delivery (delivery.go)
+	assignorsSet   bool
+	txnTimeout     time.Duration
+	logger         *slog.Logger
+	metrics        *Metrics
+	clientOpts     []kgo.Opt // both clients (ClientOpts)
+	consumerOpts   []kgo.Opt
+	producerOpts   []kgo.Opt
+	start          Start
+	producer       *kgo.Client
+	errorMsgMax    int
+	hooks          hooks
+	batch          *batchCfg // WithBatchHandler, MaxBatch (batch.go)
+	txn            bool      // NewTransactional (for its error hints)
+	queue          bool      // NewQueue (queue.go)
+	maxDeliveries  int       // MaxDeliveries (NewQueue only); 0: the broker's limit
+	// ShareSessions (NewQueue only; queue.go); unset: DefaultShareSessions.
+	shareSessions    int
+	shareSessionsSet bool
 	// Set by the options whose empty value would otherwise fall back to
 	// a default silently (DeadLetterTopic(""), RetryTopicPrefix(""),
 	// Logger(nil), WithBatchHandler(nil)): validate refuses those.
 	dlqTopicSet, retryPrefixSet, loggerNil, batchNil bool
-	sessionTimeout                                   time.Duration
-	rebalanceTO                                      time.Duration
-	instanceID                                       string
-	clientID                                         string
-	groupProtocol                                    string
-	assignors                                        []string          // Assignors (assignors.go)
-	delivery                                         DeliverySemantics // Delivery (delivery.go)
-	assignorsSet                                     bool
-	txnTimeout                                       time.Duration
-	logger                                           *slog.Logger
-	metrics                                          *Metrics
-	clientOpts                                       []kgo.Opt // both clients (ClientOpts)
-	consumerOpts                                     []kgo.Opt
-	producerOpts                                     []kgo.Opt
-	start                                            Start
-	producer                                         *kgo.Client
-	errorMsgMax                                      int
-	hooks                                            hooks
-	batch                                            *batchCfg // WithBatchHandler, MaxBatch (batch.go)
-	txn                                              bool      // NewTransactional (for its error hints)
-	queue                                            bool      // NewQueue (queue.go)
-	maxDeliveries                                    int       // MaxDeliveries (NewQueue only); 0: the broker's limit
 }
 
 // hooks are test seams that record a history of what the runtime did; they
@@ -384,6 +387,12 @@ func (c *cfg) validate() error {
 		errs = append(errs, fmt.Errorf("MaxDeliveries: %d: only NewQueue takes it (use MaxAttempts)", c.maxDeliveries))
 	case c.maxDeliveries < 0:
 		errs = append(errs, fmt.Errorf("MaxDeliveries: %d, want >= 1 (0: the broker's share.delivery.count.limit)", c.maxDeliveries))
+	}
+	switch {
+	case c.shareSessionsSet && !c.queue:
+		errs = append(errs, fmt.Errorf("ShareSessions: %d: only NewQueue takes it (a consumer group member has one session)", c.shareSessions))
+	case c.shareSessionsSet && c.shareSessions < 1:
+		errs = append(errs, fmt.Errorf("ShareSessions: %d, want >= 1 (default %d)", c.shareSessions, DefaultShareSessions))
 	}
 	c.hdr = newHeaderNames(c.headerPrefix)
 	errs = append(errs, c.validateKeyBlock()...)

@@ -83,7 +83,9 @@ func TestConfigRefusedAtNew(t *testing.T) {
 				t.Errorf("New: error %v, want one containing %q", err, c.want)
 			}
 			if q, err := NewQueue(c.opts...); err == nil {
-				q.cl.Close()
+				for _, cl := range q.Clients() {
+					cl.Close()
+				}
 				if q.ownProd {
 					q.prod.Close()
 				}

@@ -38,14 +38,50 @@ const DefaultShareDeliveryLimit = 5
 // last allowed delivery; a negative value is refused.
 func MaxDeliveries(n int) Opt { return opt(func(c *cfg) { c.maxDeliveries = n }) }
 
-// QueueProcessor consumes topics as one member of a share group and runs a
-// Handler for every record it acquires. Create it with NewQueue, run it
-// with Run. Its methods are safe for concurrent use.
+// DefaultShareSessions is the number of share sessions a QueueProcessor
+// runs when ShareSessions is not given.
+const DefaultShareSessions = 2
+
+// ShareSessions sets how many share sessions a QueueProcessor runs (NewQueue
+// only; New refuses it): n franz-go clients, each its own member of the
+// share group, each polling up to Concurrency records, their records
+// sharing the processor's Concurrency handler slots. Default 2
+// (DefaultShareSessions); n must be >= 1.
+//
+// One session polls again only once every record of its previous poll is
+// acknowledged, so with n = 1 a member's handlers idle while it polls, and
+// one slow record idles them all until it finishes. With n = 2 one session
+// acquires while the other's records run, and a slow record holds back
+// only its own session's next poll. The processor then holds up to
+// n x Concurrency records acquired (locked to it by the broker, their
+// locks renewed), of which at most Concurrency are in their handlers at
+// once; the others wait for a slot. Each session is a member of the
+// group: the group lists n members per process (ordercast groups), and
+// every member adds fetches that contend for the same partitions at the
+// broker. With a 20 ms handler, 12 processors on 6 partitions
+// (BenchmarkShareVsGroup, docs/benchmarks.md "Share groups against a
+// consumer group") gave against a consumer group medians of 1.2x with 1
+// session, 1.65x with 2 and 1.84x with 3 on the embedded broker, and on
+// Kafka 4.4, on a loaded machine, 1.1-1.3x, 1.1-1.3x and 1.4x, with the
+// worst rounds for 3. 2 is the default: it takes the slow-record
+// stall away at 2 x Concurrency records held; 3 holds half as many again
+// for a gain the real broker did not show reliably.
+func ShareSessions(n int) Opt {
+	return opt(func(c *cfg) { c.shareSessions, c.shareSessionsSet = n, true })
+}
+
+// QueueProcessor consumes topics as a member of a share group (one per
+// share session, ShareSessions) and runs a Handler for every record it
+// acquires. Create it with NewQueue, run it with Run. Its methods are safe
+// for concurrent use.
 type QueueProcessor struct {
-	cfg     cfg
-	cl      *kgo.Client
-	prod    *kgo.Client
-	ownProd bool
+	cfg      cfg
+	sessions []*shareSession
+	prod     *kgo.Client
+	ownProd  bool
+	// slots holds a token for every handler call running: Concurrency
+	// in all, shared by the sessions.
+	slots chan struct{}
 	// limit is the delivery on which a transient failure is
 	// dead-lettered: MaxDeliveries bounded by the group's limit, read by
 	// Run before it joins.
@@ -55,9 +91,25 @@ type QueueProcessor struct {
 	lockDur time.Duration
 
 	mu      sync.Mutex
-	held    int                   // records acquired and not acknowledged yet
+	held    int                   // records acquired and not acknowledged yet, over the sessions
 	blocked map[*kgo.Record]error // records whose DLQ write keeps failing
 	ran     bool
+}
+
+// shareSession is one share session of a QueueProcessor: a client that is
+// a member of the share group, polling and acknowledging its own records.
+type shareSession struct {
+	q  *QueueProcessor
+	cl *kgo.Client
+	// stop is Run's stop context (set before the session polls).
+	stop context.Context
+	// acquired counts the records the session acquired (every delivery).
+	acquired atomic.Int64
+
+	mu sync.Mutex
+	// deferred are the records released after stop: they are
+	// acknowledged once no session has a fetch in flight (run).
+	deferred []*kgo.Record
 }
 
 // queueRefused are the options that cannot apply to a share group, each
@@ -154,8 +206,8 @@ func refusedQueueOpts(opts []Opt) error {
 //     headers of New's DLQ records; HeaderAttempts is the delivery count),
 //     OnDeadLetter is called, and then it is ACCEPTed. If the write fails
 //     it is retried with Backoff (the record kept and its lock renewed;
-//     Health.Blocked names it) until it succeeds or Run ends, which
-//     releases it. With DeadLetter(false) the record is REJECTed instead:
+//     Health.Blocked names it; its session polls no more meanwhile, the
+//     others go on) until it succeeds or Run ends, which releases it. With DeadLetter(false) the record is REJECTed instead:
 //     the broker archives it, or writes it to its own DLQ (KIP-1191).
 //
 // While a record is in its handler, its backoff or its DLQ write, the
@@ -165,15 +217,24 @@ func refusedQueueOpts(opts []Opt) error {
 // longer than the lock keeps its record. HandlerTimeout (default 30 s)
 // still bounds each call.
 //
-// The member holds at most Concurrency records (default 16): each poll
-// acquires up to that many (franz-go's ShareMaxRecords with
-// ShareMaxRecordsStrict, no fetch ahead), runs them in parallel, and polls
-// again once every one of them is acknowledged (franz-go accepts at a poll
-// whatever the previous poll left unacknowledged, so none is left). A
-// slow record therefore delays its member's next poll, not the group's.
+// The processor runs ShareSessions share sessions (default 2), each a
+// franz-go client and a member of the group of its own. Each session's
+// poll acquires up to Concurrency records (default 16; franz-go's
+// ShareMaxRecords with ShareMaxRecordsStrict, no fetch ahead), and the
+// session polls again once every one of them is acknowledged (franz-go
+// accepts at a poll whatever the previous poll left unacknowledged, so
+// none is left). The sessions share Concurrency handler slots: at most
+// Concurrency handler calls run at once in the processor, and it holds at
+// most ShareSessions x Concurrency records acquired (Health().InFlight),
+// the ones without a slot waiting for one, their locks renewed. A slow
+// record therefore delays its own session's next poll, while the other
+// sessions go on acquiring and handling records. The group lists
+// ShareSessions members per processor, their client IDs ClientID with
+// "-s0", "-s1"... appended (ClientID alone with one session).
 //
-// Options: Brokers, Group, Topics, WithHandler, HandleTopic, Concurrency,
-// HandlerTimeout, Backoff, MaxDeliveries, DeadLetter, DeadLetterTopic,
+// Options: ShareSessions and MaxDeliveries are NewQueue's own. Brokers,
+// Group, Topics, WithHandler, HandleTopic, Concurrency, HandlerTimeout,
+// Backoff, DeadLetter, DeadLetterTopic,
 // CreateTopics, HeaderPrefix, OnDeadLetter, DrainTimeout, ClientID, Logger,
 // WithMetrics, Tracing, ClientOpts, ConsumerOpts, ProducerOpts and Producer
 // mean what they mean for New. The others cannot apply to a share group
@@ -200,30 +261,45 @@ func NewQueue(opts ...Opt) (*QueueProcessor, error) {
 		c.clientID = c.group + "-" + randomID()
 	}
 	c.logger = c.logger.With("group", c.group, "client_id", c.clientID)
-	q := &QueueProcessor{cfg: c, blocked: make(map[*kgo.Record]error)}
+	if !c.shareSessionsSet {
+		c.shareSessions = DefaultShareSessions
+	}
+	q := &QueueProcessor{cfg: c, blocked: make(map[*kgo.Record]error), slots: make(chan struct{}, c.concurrency)}
 	q.limit.Store(DefaultShareDeliveryLimit)
 	c.metrics.initGroup(c.group, c.topics, nil, c.dlqTarget())
 	c.metrics.initQueue(c.group, c.topics)
 
-	kopts := []kgo.Opt{kgo.FetchMaxWait(memberFetchMaxWait)}
-	kopts = append(kopts, c.clientOpts...)
-	kopts = append(kopts, c.consumerOpts...)
-	kopts = append(kopts,
-		kgo.SeedBrokers(c.brokers...),
-		kgo.ClientID(c.clientID),
-		kgo.ShareGroup(c.group),
-		kgo.ShareMaxRecords(int32(min(c.concurrency, 1<<30))),
-		kgo.ShareMaxRecordsStrict(),
-		kgo.MaxConcurrentFetches(0), // acquire only while polling
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// No ConsumeTopics: franz-go joins as soon as its client
-		// knows a topic, and the group's configs are read first (Run).
-	)
-	cl, err := kgo.NewClient(kopts...)
-	if err != nil {
-		return nil, fmt.Errorf("processor: consumer client: %w", err)
+	closeAll := func() {
+		for _, s := range q.sessions {
+			s.cl.Close()
+		}
 	}
-	q.cl = cl
+	for i := range c.shareSessions {
+		id := c.clientID
+		if c.shareSessions > 1 {
+			id += "-s" + strconv.Itoa(i)
+		}
+		kopts := []kgo.Opt{kgo.FetchMaxWait(memberFetchMaxWait)}
+		kopts = append(kopts, c.clientOpts...)
+		kopts = append(kopts, c.consumerOpts...)
+		kopts = append(kopts,
+			kgo.SeedBrokers(c.brokers...),
+			kgo.ClientID(id),
+			kgo.ShareGroup(c.group),
+			kgo.ShareMaxRecords(int32(min(c.concurrency, 1<<30))),
+			kgo.ShareMaxRecordsStrict(),
+			kgo.MaxConcurrentFetches(0), // acquire only while polling
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			// No ConsumeTopics: franz-go joins as soon as its client
+			// knows a topic, and the group's configs are read first (Run).
+		)
+		cl, err := kgo.NewClient(kopts...)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("processor: consumer client: %w", err)
+		}
+		q.sessions = append(q.sessions, &shareSession{q: q, cl: cl})
+	}
 	if c.producer != nil {
 		q.prod = c.producer
 	} else {
@@ -236,7 +312,7 @@ func NewQueue(opts ...Opt) (*QueueProcessor, error) {
 		)
 		prod, err := kgo.NewClient(popts...)
 		if err != nil {
-			cl.Close()
+			closeAll()
 			return nil, fmt.Errorf("processor: producer client: %w", err)
 		}
 		q.prod, q.ownProd = prod, true
@@ -244,9 +320,20 @@ func NewQueue(opts ...Opt) (*QueueProcessor, error) {
 	return q, nil
 }
 
-// Client returns the consumer's franz-go client (for admin lookups and
-// metrics hooks). Do not poll or acknowledge with it.
-func (q *QueueProcessor) Client() *kgo.Client { return q.cl }
+// Client returns the first share session's franz-go client (for admin
+// lookups and metrics hooks; Clients returns every session's). Do not poll
+// or acknowledge with it.
+func (q *QueueProcessor) Client() *kgo.Client { return q.sessions[0].cl }
+
+// Clients returns the franz-go client of every share session
+// (ShareSessions of them), in order. Do not poll or acknowledge with them.
+func (q *QueueProcessor) Clients() []*kgo.Client {
+	cls := make([]*kgo.Client, len(q.sessions))
+	for i, s := range q.sessions {
+		cls[i] = s.cl
+	}
+	return cls
+}
 
 // Group returns the share group.
 func (q *QueueProcessor) Group() string { return q.cfg.group }
@@ -260,8 +347,12 @@ func (q *QueueProcessor) DeliveryLimit() int { return int(q.limit.Load()) }
 type QueueHealth struct {
 	Group    string `json:"group"`
 	ClientID string `json:"clientId"`
-	// InFlight counts the records acquired and not acknowledged yet (in
-	// their handler, their backoff or their DLQ write).
+	// Sessions is the number of share sessions (ShareSessions): members
+	// of the group.
+	Sessions int `json:"sessions"`
+	// InFlight counts the records acquired and not acknowledged yet, over
+	// every session (in their handler, waiting for a handler slot, in
+	// their backoff or their DLQ write): at most Sessions x Concurrency.
 	InFlight int `json:"inFlight"`
 	// DeliveryLimit is DeliveryLimit().
 	DeliveryLimit int `json:"deliveryLimit"`
@@ -274,15 +365,16 @@ type QueueHealth struct {
 func (q *QueueProcessor) Health() QueueHealth {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	h := QueueHealth{Group: q.cfg.group, ClientID: q.cfg.clientID, InFlight: q.held, DeliveryLimit: q.DeliveryLimit()}
+	h := QueueHealth{Group: q.cfg.group, ClientID: q.cfg.clientID, Sessions: len(q.sessions), InFlight: q.held, DeliveryLimit: q.DeliveryLimit()}
 	for r, err := range q.blocked {
 		h.Blocked = append(h.Blocked, fmt.Sprintf("%s[%d]@%d: %v", r.Topic, r.Partition, r.Offset, err))
 	}
 	return h
 }
 
-// Run joins the share group and handles records until ctx is cancelled or
-// a fatal error occurs. Before joining it checks the DLQ (a
+// Run joins the share group (every share session, ShareSessions, as a
+// member) and handles records until ctx is cancelled or a fatal error
+// occurs in any session (which stops them all, as a cancellation does). Before joining it checks the DLQ (a
 // *MissingTopicError, or creates it with CreateTopics) and reads the
 // group's configs: share.delivery.count.limit (else the broker's
 // group.share.delivery.count.limit), share.record.lock.duration.ms, and
@@ -295,8 +387,8 @@ func (q *QueueProcessor) Health() QueueHealth {
 // out a backoff, lets the handlers in flight finish for up to DrainTimeout
 // (then cancels their contexts), acknowledges each record as its result
 // says (a record whose handler was cancelled or failed is released, never
-// dead-lettered), flushes the acknowledgements, leaves the group and
-// closes its clients; it returns nil. It waits for every handler call to
+// dead-lettered), flushes each session's acknowledgements, leaves the
+// group (every session) and closes its clients; it returns nil. It waits for every handler call to
 // return. It returns ErrClosed if called twice, a *FatalGroupError or an
 // *AuthorizationError when the broker refuses the member.
 func (q *QueueProcessor) Run(ctx context.Context) error {
@@ -307,30 +399,79 @@ func (q *QueueProcessor) Run(ctx context.Context) error {
 	}
 	q.ran = true
 	q.mu.Unlock()
+	admin := q.sessions[0].cl
 	defer func() {
-		q.cl.Close()
+		for _, s := range q.sessions {
+			s.cl.Close() // a second Close is a no-op
+		}
 		if q.ownProd {
 			q.prod.Close()
 		}
 	}()
-	if err := ensureTopics(ctx, q.cl, &q.cfg, q.cfg.writeTopics(nil)); err != nil {
+	if err := ensureTopics(ctx, admin, &q.cfg, q.cfg.writeTopics(nil)); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
 	q.readGroupConfigs(ctx)
-	q.cl.AddConsumeTopics(q.cfg.topics...)
 
-	// Handler contexts end DrainTimeout after ctx does.
+	// stop ends every session's polling: Run's ctx, or a fatal error in
+	// one session. Handler contexts end DrainTimeout after it.
+	stop, cancelStop := context.WithCancel(ctx)
+	defer cancelStop()
 	work, cancelWork := context.WithCancel(context.Background())
 	defer cancelWork()
-	stopDrain := context.AfterFunc(ctx, func() { time.AfterFunc(q.cfg.drainTimeout, cancelWork) })
+	stopDrain := context.AfterFunc(stop, func() { time.AfterFunc(q.cfg.drainTimeout, cancelWork) })
 	defer stopDrain()
 
+	var (
+		wg      sync.WaitGroup
+		polling sync.WaitGroup // sessions that may have a fetch in flight
+		errMu   sync.Mutex
+		runErrs []error
+	)
+	polling.Add(len(q.sessions))
+	quiet := make(chan struct{})
+	go func() { polling.Wait(); close(quiet) }()
+	for _, s := range q.sessions {
+		s.stop = stop
+		s.cl.AddConsumeTopics(q.cfg.topics...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.run(work, &polling, quiet); err != nil {
+				errMu.Lock()
+				runErrs = append(runErrs, err)
+				errMu.Unlock()
+				cancelStop()
+			}
+		}()
+	}
+	wg.Wait()
+	q.cfg.logger.Info("processor stopped")
+	if len(runErrs) > 0 {
+		return runErrs[0] // the first; the others followed from it or repeat it
+	}
+	return nil
+}
+
+// run polls and handles the session's records until s.stop is cancelled
+// or a fatal error, which it returns; then it flushes the session's
+// acknowledgements and closes its client (leaving the group). work is the
+// handlers' context. polling counts the sessions that may still have a
+// fetch in flight, quiet is closed when none has.
+//
+// The records released after stop are acknowledged only once quiet is
+// closed (or after quietWait): a session leaving the group waits for its
+// last fetch (up to the fetch's max wait), which would acquire them, and
+// release them again as it leaves, spending one of their deliveries.
+func (s *shareSession) run(work context.Context, polling *sync.WaitGroup, quiet <-chan struct{}) error {
+	q := s.q
+	ctx := s.stop
 	var runErr error
 	for ctx.Err() == nil {
-		fetches := q.cl.PollRecords(ctx, q.cfg.concurrency)
+		fetches := s.cl.PollRecords(ctx, q.cfg.concurrency)
 		if fetches.IsClientClosed() {
 			runErr = errors.New("processor: client closed")
 			break
@@ -352,21 +493,54 @@ func (q *QueueProcessor) Run(ctx context.Context) error {
 			q.cfg.metrics.fetchError(q.cfg.group)
 		})
 		if recs := fetches.Records(); len(recs) > 0 {
-			q.runBatch(ctx, work, recs)
+			s.runBatch(ctx, work, recs)
 		}
 		if fatal != nil {
 			runErr = fatal
 			break
 		}
 	}
-	flushCtx, cancel := context.WithTimeout(context.Background(), max(q.cfg.drainTimeout, time.Second))
-	if err := q.cl.FlushAcks(flushCtx); err != nil {
-		q.cfg.logger.Warn("flushing acknowledgements at shutdown", "error", err)
+	// Every handler call of the session has returned: no more deferrals.
+	s.mu.Lock()
+	deferred := s.deferred
+	s.deferred = nil
+	s.mu.Unlock()
+	flush := func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), max(q.cfg.drainTimeout, time.Second))
+		if err := s.cl.FlushAcks(flushCtx); err != nil {
+			q.cfg.logger.Warn("flushing acknowledgements at shutdown", "error", err)
+		}
+		cancel()
 	}
-	cancel()
-	q.cfg.logger.Info("processor stopped")
+	if len(deferred) == 0 {
+		// Possibly in a poll when stopped: a fetch may be in flight
+		// until the client has left.
+		flush()
+		s.cl.Close()
+		polling.Done()
+		return runErr
+	}
+	// The session's last poll returned records and it has not polled
+	// since (no fetch ahead): no fetch in flight.
+	polling.Done()
+	t := time.NewTimer(quietWait)
+	select {
+	case <-quiet:
+	case <-t.C:
+	}
+	t.Stop()
+	for _, r := range deferred {
+		r.Ack(kgo.AckRelease)
+	}
+	flush()
+	s.cl.Close()
 	return runErr
 }
+
+// quietWait bounds how long a stopping session waits for the others to
+// leave before it releases its records: their last fetch's max wait and
+// the leave request, with room.
+const quietWait = memberFetchMaxWait + 5*time.Second
 
 // readGroupConfigs reads the group's delivery limit and lock duration, and
 // sets share.auto.offset.reset=earliest when the group has no value.
@@ -381,7 +555,7 @@ func (q *QueueProcessor) readGroupConfigs(ctx context.Context) {
 	res.ConfigNames = []string{"share.delivery.count.limit", "share.record.lock.duration.ms", "share.auto.offset.reset"}
 	req.Resources = append(req.Resources, res)
 	setReset := false
-	resp, err := req.RequestWith(ctx, q.cl)
+	resp, err := req.RequestWith(ctx, q.sessions[0].cl)
 	if err == nil && len(resp.Resources) == 1 {
 		if e := errCode(resp.Resources[0].ErrorCode); e != nil {
 			err = e
@@ -435,7 +609,7 @@ func (q *QueueProcessor) readGroupConfigs(ctx context.Context) {
 	cv.Value = kmsg.StringPtr("earliest")
 	ar.Configs = append(ar.Configs, cv)
 	alter.Resources = append(alter.Resources, ar)
-	aresp, err := alter.RequestWith(ctx, q.cl)
+	aresp, err := alter.RequestWith(ctx, q.sessions[0].cl)
 	if err == nil && len(aresp.Resources) == 1 {
 		err = errCode(aresp.Resources[0].ErrorCode)
 	}
@@ -452,7 +626,7 @@ func (q *QueueProcessor) brokerDeliveryLimit(ctx context.Context) int32 {
 	res.ResourceType = kmsg.ConfigResourceTypeBroker
 	res.ConfigNames = []string{"group.share.delivery.count.limit"}
 	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(ctx, q.cl)
+	resp, err := req.RequestWith(ctx, q.sessions[0].cl)
 	if err != nil || len(resp.Resources) != 1 || resp.Resources[0].ErrorCode != 0 {
 		return 0
 	}
@@ -468,6 +642,7 @@ func (q *QueueProcessor) brokerDeliveryLimit(ctx context.Context) int32 {
 
 // queueRec is one acquired record on its way to its acknowledgement.
 type queueRec struct {
+	s       *shareSession
 	r       *kgo.Record
 	done    atomic.Bool // acknowledged with a terminal status
 	renewAt time.Time   // the renewer's own (one goroutine)
@@ -482,23 +657,26 @@ const (
 	ackReject
 )
 
-// runBatch handles the records of one poll, one goroutine each (a poll
-// holds at most Concurrency records), renewing the locks of those not
+// runBatch handles the records of one poll of the session, one goroutine
+// each (a poll holds at most Concurrency records), each waiting for one of
+// the processor's handler slots, renewing the locks of those not
 // acknowledged yet, and returns once every one is acknowledged.
-func (q *QueueProcessor) runBatch(ctx, work context.Context, recs []*kgo.Record) {
+func (s *shareSession) runBatch(ctx, work context.Context, recs []*kgo.Record) {
+	q := s.q
 	now := time.Now()
-	every := q.renewEvery(recs[0], now)
+	every := s.renewEvery(recs[0], now)
 	batch := make([]*queueRec, len(recs))
 	for i, r := range recs {
-		batch[i] = &queueRec{r: r, renewAt: now.Add(every)}
+		batch[i] = &queueRec{s: s, r: r, renewAt: now.Add(every)}
 		q.cfg.metrics.queueAcquired(q.cfg.group, r.Topic, r.DeliveryCount())
 	}
+	s.acquired.Add(int64(len(recs)))
 	q.mu.Lock()
 	q.held += len(recs)
 	q.mu.Unlock()
 	stopRenew := make(chan struct{})
 	renewDone := make(chan struct{})
-	go func() { defer close(renewDone); q.renew(batch, every, stopRenew) }()
+	go func() { defer close(renewDone); s.renew(batch, every, stopRenew) }()
 	var wg sync.WaitGroup
 	for _, qr := range batch {
 		wg.Add(1)
@@ -516,8 +694,8 @@ func (q *QueueProcessor) runBatch(ctx, work context.Context, recs []*kgo.Record)
 // duration (the group's, or what r's acquisition deadline leaves from now,
 // whichever is shorter) and half the client's ConnIdleTimeout, at least
 // 50ms.
-func (q *QueueProcessor) renewEvery(r *kgo.Record, now time.Time) time.Duration {
-	lock := q.lockDur
+func (s *shareSession) renewEvery(r *kgo.Record, now time.Time) time.Duration {
+	lock := s.q.lockDur
 	if d := r.AcquisitionDeadline(); !d.IsZero() && (lock == 0 || d.Sub(now) < lock) {
 		lock = d.Sub(now)
 	}
@@ -525,7 +703,7 @@ func (q *QueueProcessor) renewEvery(r *kgo.Record, now time.Time) time.Duration 
 		lock = 30 * time.Second
 	}
 	every := lock / 2
-	if idle, ok := q.cl.OptValue(kgo.ConnIdleTimeout).(time.Duration); ok && idle > 0 {
+	if idle, ok := s.cl.OptValue(kgo.ConnIdleTimeout).(time.Duration); ok && idle > 0 {
 		every = min(every, idle/2)
 	}
 	return max(every, 50*time.Millisecond)
@@ -533,7 +711,8 @@ func (q *QueueProcessor) renewEvery(r *kgo.Record, now time.Time) time.Duration 
 
 // renew renews the locks of the records of batch not yet acknowledged,
 // each every interval, until stop is closed.
-func (q *QueueProcessor) renew(batch []*queueRec, every time.Duration, stop <-chan struct{}) {
+func (s *shareSession) renew(batch []*queueRec, every time.Duration, stop <-chan struct{}) {
+	q := s.q
 	t := time.NewTicker(max(every/4, 10*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -555,7 +734,7 @@ func (q *QueueProcessor) renew(batch []*queueRec, every time.Duration, stop <-ch
 				// Without a poll in progress (no fetch ahead) the
 				// client sends acknowledgements only when flushed.
 				ctx, cancel := context.WithTimeout(context.Background(), every)
-				if err := q.cl.FlushAcks(ctx); err != nil {
+				if err := s.cl.FlushAcks(ctx); err != nil {
 					q.cfg.logger.Warn("sending lock renewals", "error", err)
 				}
 				cancel()
@@ -564,13 +743,20 @@ func (q *QueueProcessor) renew(batch []*queueRec, every time.Duration, stop <-ch
 	}
 }
 
-// ack acknowledges qr with a terminal status.
+// ack acknowledges qr with a terminal status; a release after stop is
+// left to the session's end (shareSession.run).
 func (q *QueueProcessor) ack(qr *queueRec, k ackKind) {
 	switch k {
 	case ackAccept:
 		qr.r.Ack(kgo.AckAccept)
 	case ackRelease:
-		qr.r.Ack(kgo.AckRelease)
+		if qr.s.stop.Err() != nil {
+			qr.s.mu.Lock()
+			qr.s.deferred = append(qr.s.deferred, qr.r)
+			qr.s.mu.Unlock()
+		} else {
+			qr.r.Ack(kgo.AckRelease)
+		}
 	case ackReject:
 		qr.r.Ack(kgo.AckReject)
 	}
@@ -592,7 +778,14 @@ func (q *QueueProcessor) handle(ctx, work context.Context, qr *queueRec) {
 	}
 	r := qr.r
 	dc := int(r.DeliveryCount())
+	select {
+	case q.slots <- struct{}{}:
+	case <-ctx.Done():
+		q.ack(qr, ackRelease) // shutdown while waiting for a handler slot
+		return
+	}
 	err := q.call(work, r, dc)
+	<-q.slots
 	switch {
 	case err == nil:
 		q.ack(qr, ackAccept)

@@ -74,20 +74,63 @@ func TestQueueRefusesOptions(t *testing.T) {
 	if _, err := New(Brokers("x:1"), Group("g"), Topics("in"), WithHandler(h), MaxDeliveries(3)); err == nil || !strings.Contains(err.Error(), "MaxDeliveries") {
 		t.Fatalf("New took MaxDeliveries: %v", err)
 	}
+	if _, err := New(Brokers("x:1"), Group("g"), Topics("in"), WithHandler(h), ShareSessions(2)); err == nil || !strings.Contains(err.Error(), "ShareSessions") {
+		t.Fatalf("New took ShareSessions: %v", err)
+	}
+	for _, n := range []int{0, -1} {
+		if _, err := NewQueue(Brokers("x:1"), Group("g"), Topics("in"), WithHandler(h), ShareSessions(n)); err == nil || !strings.Contains(err.Error(), "ShareSessions") {
+			t.Fatalf("NewQueue took ShareSessions(%d): %v", n, err)
+		}
+	}
+	for _, c := range []struct {
+		opts []Opt
+		want int
+	}{{nil, DefaultShareSessions}, {[]Opt{ShareSessions(1)}, 1}, {[]Opt{ShareSessions(3)}, 3}} {
+		q, err := NewQueue(append([]Opt{Brokers("x:1"), Group("g"), Topics("in"), WithHandler(h), ClientID("c")}, c.opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := q.Health().Sessions; got != c.want || len(q.Clients()) != c.want {
+			t.Errorf("%d sessions, %d clients; want %d", got, len(q.Clients()), c.want)
+		}
+		for i, cl := range q.Clients() {
+			id, _ := cl.OptValue(kgo.ClientID).(string)
+			want := "c"
+			if c.want > 1 {
+				want = fmt.Sprintf("c-s%d", i)
+			}
+			if id != want {
+				t.Errorf("session %d of %d: client ID %q, want %q", i, c.want, id, want)
+			}
+		}
+		for _, cl := range q.Clients() {
+			cl.Close()
+		}
+	}
 }
 
 // TestQueueManyMembers: 12 members of one share group on a topic of 6
 // partitions all receive work (a share group hands one partition's records
-// to several members), and every record is handled.
+// to several members), and every record is handled; the members are 12
+// processors of one share session each, or 6 of two (ShareSessions), where
+// every session must have acquired records.
 func TestQueueManyMembers(t *testing.T) {
-	testkafka.Parallel(t)
+	for _, c := range []struct{ processors, sessions int }{{12, 1}, {6, 2}} {
+		t.Run(fmt.Sprintf("%dx%d", c.processors, c.sessions), func(t *testing.T) {
+			testkafka.Parallel(t)
+			testQueueManyMembers(t, c.processors, c.sessions)
+		})
+	}
+}
+
+func testQueueManyMembers(t *testing.T, processors, sessions int) {
 	addrs := testCluster(t, map[string]int32{"in": 6})
-	const members = 12
 	var mu sync.Mutex
 	byMember := map[int]int{}
 	seen := newHistory()
-	for m := range members {
-		startQueue(t, addrs, Concurrency(2), WithHandler(func(ctx context.Context, r *kgo.Record) error {
+	var qs []*QueueProcessor
+	for m := range processors {
+		q, _ := startQueue(t, addrs, Concurrency(2), ShareSessions(sessions), WithHandler(func(ctx context.Context, r *kgo.Record) error {
 			mu.Lock()
 			byMember[m]++
 			mu.Unlock()
@@ -98,9 +141,20 @@ func TestQueueManyMembers(t *testing.T) {
 			}
 			return nil
 		}))
+		qs = append(qs, q)
+	}
+	allSessions := func() bool {
+		for _, q := range qs {
+			for _, s := range q.sessions {
+				if s.acquired.Load() == 0 {
+					return false
+				}
+			}
+		}
+		return true
 	}
 	n := 0
-	waitFor(t, 60*time.Second, "every member handling records", func() bool {
+	waitFor(t, 60*time.Second, "every member (every share session) handling records", func() bool {
 		var recs []*kgo.Record
 		for range 60 {
 			recs = append(recs, &kgo.Record{Topic: "in", Partition: int32(n % 6), Value: val(n)})
@@ -109,7 +163,7 @@ func TestQueueManyMembers(t *testing.T) {
 		produce(t, addrs, recs...)
 		mu.Lock()
 		defer mu.Unlock()
-		return len(byMember) == members
+		return len(byMember) == processors && allSessions()
 	})
 	waitFor(t, 60*time.Second, "every record handled", func() bool { return seen.distinct() == n })
 }
@@ -334,28 +388,38 @@ func TestQueueGroupDeliveryLimit(t *testing.T) {
 }
 
 // setGroupConfig sets a config of group (IncrementalAlterConfigs, GROUP
-// resource: KIP-848, KIP-932).
+// resource: KIP-848, KIP-932), and deletes it when the test ends: a
+// group's configs outlive the group, and later tests use the same name.
 func setGroupConfig(t *testing.T, addrs []string, group, name, value string) {
 	t.Helper()
+	if err := alterGroupConfig(addrs, group, name, kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr(value)); err != nil {
+		t.Fatalf("setting %s=%s on group %s: %v", name, value, group, err)
+	}
+	t.Cleanup(func() {
+		if err := alterGroupConfig(addrs, group, name, kmsg.IncrementalAlterConfigOpDelete, nil); err != nil {
+			t.Errorf("deleting %s of group %s: %v", name, group, err)
+		}
+	})
+}
+
+func alterGroupConfig(addrs []string, group, name string, op kmsg.IncrementalAlterConfigOp, value *string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer cl.Close()
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	res := kmsg.NewIncrementalAlterConfigsRequestResource()
 	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
 	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	c.Name, c.Op, c.Value = name, kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr(value)
+	c.Name, c.Op, c.Value = name, op, value
 	res.Configs = append(res.Configs, c)
 	req.Resources = append(req.Resources, res)
 	resp, err := req.RequestWith(context.Background(), cl)
 	if err == nil {
 		err = errCode(resp.Resources[0].ErrorCode)
 	}
-	if err != nil {
-		t.Fatalf("setting %s=%s on group %s: %v", name, value, group, err)
-	}
+	return err
 }
 
 // TestQueueRenewsRealLock (real Kafka 4.4): the renewal of
