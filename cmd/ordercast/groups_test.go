@@ -86,10 +86,16 @@ func TestGroupsListsShareGroup(t *testing.T) {
 	var g ops.GroupInfo
 	testkafka.WaitFor(t, 60*time.Second, "the 10 records handled, the member listed and the backlog 0", func() bool {
 		g = describe()
-		return handled.Load() >= 10 && len(g.Members) == 1 && g.TotalLag == 0 && len(g.Partitions) == 2
+		return handled.Load() >= 10 && len(g.Members) == processor.DefaultShareSessions && g.TotalLag == 0 && len(g.Partitions) == 2
 	})
-	if g.Type != "share" || g.Members[0].ClientID != q.Health().ClientID {
-		t.Fatalf("share group described as %+v, want type share and member %s", g, q.Health().ClientID)
+	// One member per share session of the processor, "<client id>-s<n>".
+	if g.Type != "share" {
+		t.Fatalf("share group described as %+v, want type share", g)
+	}
+	for _, m := range g.Members {
+		if !strings.HasPrefix(m.ClientID, q.Health().ClientID+"-s") {
+			t.Errorf("member %s, want a session of %s (%s-s<n>)", m.ClientID, q.Health().ClientID, q.Health().ClientID)
+		}
 	}
 	if list := mustRun(t, "groups", b); !strings.Contains(list, "sgroup") || !strings.Contains(list, "share/") {
 		t.Errorf("groups does not list the share group with protocol share/...:\n%s", list)

@@ -99,8 +99,9 @@ func TestNotificationsShareMode(t *testing.T) {
 	if err != nil || gs[0].Error != "" {
 		t.Fatalf("describe %s: %v %+v", system.NotificationsShareGroup, err, gs)
 	}
-	if g := gs[0]; g.Type != "share" || len(g.Members) != members {
-		t.Errorf("share group %s: type %q, %d members, want share and %d", g.Group, g.Type, len(g.Members), members)
+	// Each processor is processor.DefaultShareSessions members of the group.
+	if g := gs[0]; g.Type != "share" || len(g.Members) != members*processor.DefaultShareSessions {
+		t.Errorf("share group %s: type %q, %d members, want share and %d (%d processors of %d sessions)", g.Group, g.Type, len(g.Members), members*processor.DefaultShareSessions, members, processor.DefaultShareSessions)
 	}
 	// The readiness view lists each queue member, and all handled
 	// together at least one record per notification.
