@@ -40,12 +40,12 @@ func MaxDeliveries(n int) Opt { return opt(func(c *cfg) { c.maxDeliveries = n })
 
 // DefaultShareSessions is the number of share sessions a QueueProcessor
 // runs when ShareSessions is not given.
-const DefaultShareSessions = 2
+const DefaultShareSessions = 3
 
 // ShareSessions sets how many share sessions a QueueProcessor runs (NewQueue
 // only; New refuses it): n franz-go clients, each its own member of the
 // share group, each polling up to Concurrency records, their records
-// sharing the processor's Concurrency handler slots. Default 2
+// sharing the processor's Concurrency handler slots. Default 3
 // (DefaultShareSessions); n must be >= 1.
 //
 // One session polls again only once every record of its previous poll is
@@ -60,12 +60,10 @@ const DefaultShareSessions = 2
 // every member adds fetches that contend for the same partitions at the
 // broker. With a 20 ms handler, 12 processors on 6 partitions
 // (BenchmarkShareVsGroup, docs/benchmarks.md "Share groups against a
-// consumer group") gave against a consumer group medians of 1.2x with 1
-// session, 1.65x with 2 and 1.84x with 3 on the embedded broker, and on
-// Kafka 4.4, on a loaded machine, 1.1-1.3x, 1.1-1.3x and 1.4x, with the
-// worst rounds for 3. 2 is the default: it takes the slow-record
-// stall away at 2 x Concurrency records held; 3 holds half as many again
-// for a gain the real broker did not show reliably.
+// consumer group") gave against a consumer group, on Kafka 4.4, medians of
+// 1.23x with 1 session, 1.67x with 2 and 1.81x with 3 (1.22x, 1.65x and
+// 1.84x on the embedded broker). 3 is the default: the most the real
+// broker gave, at 3 x Concurrency records held.
 func ShareSessions(n int) Opt {
 	return opt(func(c *cfg) { c.shareSessions, c.shareSessionsSet = n, true })
 }
