@@ -259,7 +259,7 @@ func (c *cfg) validate() error {
 		}
 	}
 	if c.group == "" {
-		errs = append(errs, errors.New("Group: a consumer group is required"))
+		errs = append(errs, errors.New("Group: a group is required (the consumer group; the share group with NewQueue)"))
 	}
 	if len(c.topics) == 0 {
 		errs = append(errs, errors.New("Topics: at least one topic is required"))
@@ -386,7 +386,7 @@ func (c *cfg) validate() error {
 	case c.maxDeliveries != 0 && !c.queue:
 		errs = append(errs, fmt.Errorf("MaxDeliveries: %d: only NewQueue takes it (use MaxAttempts)", c.maxDeliveries))
 	case c.maxDeliveries < 0:
-		errs = append(errs, fmt.Errorf("MaxDeliveries: %d, want >= 1 (0: the broker's share.delivery.count.limit)", c.maxDeliveries))
+		errs = append(errs, fmt.Errorf("MaxDeliveries: %d, want >= 0 (0: the group's share.delivery.count.limit)", c.maxDeliveries))
 	}
 	switch {
 	case c.shareSessionsSet && !c.queue:

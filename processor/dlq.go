@@ -31,8 +31,9 @@ const (
 	HeaderLastFailure       = "ordercast-last-failure"
 	HeaderRetryDue          = "ordercast-retry-due"
 	// HeaderErrorStack is the goroutine stack of a handler panic, set when
-	// the error wraps a *PanicError (as the Recover middleware of package
-	// processor/middleware returns), cut to at most 8 KiB.
+	// the error wraps a *PanicError (every mode recovers a panic into one,
+	// as the Recover middleware of package processor/middleware does), cut
+	// to at most 8 KiB.
 	HeaderErrorStack = "ordercast-error-stack"
 	// HeaderReplayed marks a record written back from a DLQ by a replay
 	// tool; its value is "<dlq topic>/<partition>/<offset>". The runtime

@@ -215,7 +215,7 @@ func refusedQueueOpts(opts []Opt) error {
 // longer than the lock keeps its record. HandlerTimeout (default 30 s)
 // still bounds each call.
 //
-// The processor runs ShareSessions share sessions (default 2), each a
+// The processor runs ShareSessions share sessions (default 3), each a
 // franz-go client and a member of the group of its own. Each session's
 // poll acquires up to Concurrency records (default 16; franz-go's
 // ShareMaxRecords with ShareMaxRecordsStrict, no fetch ahead), and the
@@ -249,10 +249,8 @@ func NewQueue(opts ...Opt) (*QueueProcessor, error) {
 	if err := applyOpts(&c, opts); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
-	if err := refusedQueueOpts(opts); err != nil {
-		return nil, fmt.Errorf("processor: invalid config: %w", err)
-	}
-	if err := c.validate(); err != nil {
+	// Every refused option and every invalid value, in one error.
+	if err := errors.Join(refusedQueueOpts(opts), c.validate()); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if c.clientID == "" {

@@ -64,6 +64,13 @@ func TestQueueRefusesOptions(t *testing.T) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}
 	}
+	// Refused options and invalid values are reported together.
+	_, err = NewQueue(Brokers("x:1"), Group("g"), Topics("in"), WithHandler(h), Logger(nil), ShareSessions(0), DeadLetterTopic(""), RetryTopics(time.Second))
+	for _, name := range []string{"Logger: nil", "ShareSessions", "DeadLetterTopic: empty", "RetryTopics (option 8)"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
 	if _, err := NewQueue(Brokers("x:1"), Group("g"), Topics("in"), WithHandler(h), Concurrency(4), MaxDeliveries(3),
 		HandlerTimeout(time.Second), DeadLetterTopic("g.dead"), HeaderPrefix("x-")); err != nil {
 		t.Fatalf("NewQueue refused options of the queue mode: %v", err)

@@ -155,16 +155,15 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...TxnOpt) (*Tx
 	if err := applyOpts(&c, txnOpts(opts)); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
+	var errs []error
 	if transactionalID == "" {
-		return nil, errors.New("processor: NewTransactional: transactionalID is required")
+		errs = append(errs, errors.New("NewTransactional: transactionalID is required"))
 	}
 	if h == nil {
-		return nil, errors.New("processor: NewTransactional: a TxnHandler is required")
+		errs = append(errs, errors.New("NewTransactional: a TxnHandler is required"))
 	}
-	if err := c.validate(); err != nil {
-		return nil, fmt.Errorf("processor: invalid config: %w", err)
-	}
-	if err := c.validateTxn(); err != nil {
+	// Every invalid value, in one error.
+	if err := errors.Join(append(errs, c.validate(), c.validateTxn())...); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if c.clientID == "" {

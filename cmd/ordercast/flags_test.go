@@ -541,6 +541,8 @@ func TestNotificationsModeFlag(t *testing.T) {
 		{run("notifications", "--notifications-mode", "queue"), want},
 		{run("notifications", "--notifications-mode", ""), []string{`--notifications-mode ""`, "want group"}},
 		{run("payments", "--notifications-mode", "share"), []string{"--notifications-mode applies only to notifications", "it runs payments"}},
+		// --instances: each service once (the last of two would win silently).
+		{upQuick(t, "--instances", "notifications=2,notifications=3"), []string{`--instances "notifications=2,notifications=3"`, "notifications is given twice"}},
 	})
 	out, _ := ordercast(t, "up", "--help")
 	if !strings.Contains(out, "--notifications-mode") || !strings.Contains(out, "(default \"group\")") {

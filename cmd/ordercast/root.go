@@ -429,6 +429,9 @@ func parseInstances(s string) (map[string]int, error) {
 		if err != nil || v < 1 || v > 64 {
 			return nil, fmt.Errorf("--instances %q: count %q for %s must be a whole number from 1 to 64", s, n, name)
 		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("--instances %q: %s is given twice (give each service once)", s, name)
+		}
 		out[name] = v
 	}
 	return out, nil

@@ -67,8 +67,9 @@ func panicError(v any) error {
 // to the DLQ at once (no in-place retry, no retry topic), with the stack in
 // its processor.HeaderErrorStack header and "handler panic: <value>" in
 // processor.HeaderErrorMessage. Without it the runtime recovers a panic
-// itself, as a transient error that is retried, with the stack in the
-// error message. Use Recover when a panic is a bug no retry fixes.
+// itself, as a transient *processor.PanicError that is retried (with the
+// same headers once it reaches the DLQ). Use Recover when a panic is a bug
+// no retry fixes.
 func Recover() Middleware {
 	return func(next processor.Handler) processor.Handler {
 		return func(ctx context.Context, r *kgo.Record) (err error) {
