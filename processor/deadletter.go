@@ -42,7 +42,7 @@ func (t *TxnProcessor) notifyDead(dead []deadLetter) {
 // consumed, the DLQ record written for it (to; nil when unknown), its error
 // class and the error.
 func logDeadLetter(c *cfg, r, to *kgo.Record, reason error) {
-	attrs := []any{"group", c.group, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+	attrs := []any{"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, // group: in c.logger (New, NewQueue, NewTransactional)
 		"error_class", ErrorClass(reason), "error", reason}
 	if to != nil {
 		attrs = append(attrs, "dlq_topic", to.Topic, "dlq_partition", to.Partition, "dlq_offset", to.Offset)
