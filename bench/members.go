@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,11 +54,16 @@ type memberChange struct {
 	From     int    `json:"from"`
 	To       int    `json:"to"`
 	// SteadySeconds is the time from the change (a member's client
-	// created, or its stop begun) to the start of the first 1 s window of
-	// a span of SteadyFor in which every 1 s window's handling rate is
+	// created, or its stop begun) to the start of the first 1 s window,
+	// beginning once the assignment was in place (SettledSeconds), of a
+	// span of SteadyFor in which every 1 s window's handling rate is
 	// within the tolerance of the producer's rate in that window; -1 when
 	// that did not happen within the change timeout.
 	SteadySeconds float64 `json:"steady_seconds"`
+	// SettledSeconds is the time from the change until the assignment
+	// was in place (tracker.settled); -1 when it was not within the
+	// change timeout.
+	SettledSeconds float64 `json:"settled_seconds"`
 	// StopSeconds is, for a leave, how long the leaving member took to
 	// stop (drain, commit, leave the group).
 	StopSeconds float64 `json:"stop_seconds,omitempty"`
@@ -99,26 +105,55 @@ type membersRamp struct {
 }
 
 // tracker counts what the members handled: how often each (partition,
-// offset) was handled, the records handled in all, and those handled more
-// than once, attributed to the change in progress.
+// offset) was handled, the records handled in all and those handled more
+// than once; and who handles each partition: its last member and since
+// when, and when each member first handled each partition.
 type tracker struct {
 	parts   []trackedPartition
 	handled atomic.Int64
 	dups    atomic.Int64
+
+	mu    sync.Mutex
+	first map[int][]atomic.Int64 // member → partition → UnixNano of its first record there
 }
 
 type trackedPartition struct {
-	mu   sync.Mutex
-	seen []uint8 // by offset: times handled, saturating at 255
+	owner      atomic.Int64 // the member that handled its last record, -1 before any
+	ownedSince atomic.Int64 // UnixNano of owner's first record since it took the partition over
+	mu         sync.Mutex
+	seen       []uint8 // by offset: times handled, saturating at 255
 }
 
 func newTracker(partitions int) *tracker {
-	return &tracker{parts: make([]trackedPartition, partitions)}
+	t := &tracker{parts: make([]trackedPartition, partitions), first: map[int][]atomic.Int64{}}
+	for i := range t.parts {
+		t.parts[i].owner.Store(-1)
+	}
+	return t
 }
 
-// handle records one handled record. Safe for concurrent use.
-func (t *tracker) handle(partition int32, offset int64) {
+// member registers member id and returns its first-record times.
+func (t *tracker) member(id int) []atomic.Int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.first[id] == nil {
+		t.first[id] = make([]atomic.Int64, len(t.parts))
+	}
+	return t.first[id]
+}
+
+// handle records one record handled by member id (first: its
+// first-record times, from member). Safe for concurrent use.
+func (t *tracker) handle(id int, first []atomic.Int64, partition int32, offset int64) {
 	p := &t.parts[partition]
+	if p.owner.Load() != int64(id) {
+		now := time.Now().UnixNano()
+		p.ownedSince.Store(now)
+		p.owner.Store(int64(id))
+		if first[partition].Load() == 0 {
+			first[partition].Store(now)
+		}
+	}
 	p.mu.Lock()
 	if offset >= int64(len(p.seen)) {
 		n := max(2*len(p.seen), int(offset)+1, 1<<16)
@@ -176,13 +211,67 @@ func (s *sampler) since(t time.Time) []countSample {
 	return append([]countSample(nil), s.samples[i:]...)
 }
 
-// waitSteady waits until the handling rate is back at the producer's rate
-// after a change at t0 and fills in the change's figures.
-func waitSteady(s *sampler, t0 time.Time, f membersFlags, c *memberChange) {
+// settled returns when the assignment after a change was in place: for a
+// join, when the new member had handled records of its share of the
+// partitions (partitions / members, rounded down: the sticky assignors
+// balance to within one); for a leave, when every partition the leaving
+// member had handled last was handled by another. ok is false until then.
+func (t *tracker) settled(join bool, id, members int, left []int32) (at time.Time, ok bool) {
+	if join {
+		var ts []int64
+		first := t.member(id)
+		for i := range first {
+			if v := first[i].Load(); v != 0 {
+				ts = append(ts, v)
+			}
+		}
+		share := len(t.parts) / members
+		if len(ts) < share || len(ts) == 0 {
+			return time.Time{}, false
+		}
+		slices.Sort(ts)
+		return time.Unix(0, ts[max(share, 1)-1]), true
+	}
+	var last int64
+	for _, p := range left {
+		if t.parts[p].owner.Load() == int64(id) {
+			return time.Time{}, false
+		}
+		last = max(last, t.parts[p].ownedSince.Load())
+	}
+	return time.Unix(0, last), true
+}
+
+// owned are the partitions member id handled last.
+func (t *tracker) owned(id int) []int32 {
+	var ps []int32
+	for i := range t.parts {
+		if t.parts[i].owner.Load() == int64(id) {
+			ps = append(ps, int32(i))
+		}
+	}
+	return ps
+}
+
+// waitSteady waits, after a change at t0, until the new assignment is in
+// place (settled) and from then on the handling rate is back at the
+// producer's rate, and fills in the change's figures.
+func waitSteady(s *sampler, t0 time.Time, f membersFlags, c *memberChange, settled func() (time.Time, bool)) {
 	deadline := t0.Add(f.changeTimeout)
-	c.SteadySeconds = -1
+	c.SteadySeconds, c.SettledSeconds = -1, -1
 	for {
 		time.Sleep(200 * time.Millisecond)
+		at, ok := settled()
+		if !ok {
+			if time.Now().After(deadline) {
+				ss := s.since(t0)
+				a, b := ss[0], ss[len(ss)-1]
+				c.Handled, c.Produced, c.Duplicates, c.Load1 = b.handled-a.handled, b.produced-a.produced, b.dups-a.dups, load1()
+				return
+			}
+			continue
+		}
+		c.SettledSeconds = math.Max(0, at.Sub(t0).Seconds())
 		ss := s.since(t0)
 		// ok[i]: the 1 s window ending at ss[i] is within the tolerance.
 		inTol := func(a, b countSample) (float64, bool) {
@@ -211,8 +300,11 @@ func waitSteady(s *sampler, t0 time.Time, f membersFlags, c *memberChange) {
 				}
 				continue
 			}
+			if runStart < 0 && !ss[j].at.Before(at) {
+				runStart = j // the steady span starts where its first window does, once settled
+			}
 			if runStart < 0 {
-				runStart = j // the steady span starts where its first window does
+				continue
 			}
 			if ss[i].at.Sub(ss[runStart].at) >= f.steadyFor+time.Second {
 				a, b := ss[0], ss[runStart]
@@ -281,7 +373,8 @@ func feed(ctx context.Context, cl *kgo.Client, topic string, rate, valueBytes, k
 
 // startMember starts one member of group and returns its stop, which
 // blocks until the member has stopped (committed and left the group).
-func startMember(client, protocol string, brokers []string, topic, group string, tr *tracker, errc chan<- error) (func(), error) {
+func startMember(id int, client, protocol string, brokers []string, topic, group string, tr *tracker, errc chan<- error) (func(), error) {
+	first := tr.member(id)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	report := func(err error) {
@@ -301,14 +394,14 @@ func startMember(client, protocol string, brokers []string, topic, group string,
 		}
 		go func() {
 			defer close(done)
-			report(rawMemberLoop(ctx, cl, tr))
+			report(rawMemberLoop(ctx, cl, func(r *kgo.Record) { tr.handle(id, first, r.Partition, r.Offset) }))
 		}()
 	case "processor":
 		opts := []processor.Opt{
 			processor.Brokers(brokers...), processor.Group(group), processor.Topics(topic),
 			processor.DeadLetter(false), processor.GroupProtocol(protocol),
 			processor.WithHandler(func(_ context.Context, r *kgo.Record) error {
-				tr.handle(r.Partition, r.Offset)
+				tr.handle(id, first, r.Partition, r.Offset)
 				return nil
 			}),
 		}
@@ -352,7 +445,7 @@ func rawMemberClient(protocol string, brokers []string, topic, group string) (*k
 // rawMemberLoop is consumeRaw's no-op loop: each record handled, then
 // marked; on stop the marks are committed and the client closed (leaving
 // the group).
-func rawMemberLoop(ctx context.Context, cl *kgo.Client, tr *tracker) error {
+func rawMemberLoop(ctx context.Context, cl *kgo.Client, handle func(*kgo.Record)) error {
 	defer cl.Close()
 	for ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
@@ -367,7 +460,7 @@ func rawMemberLoop(ctx context.Context, cl *kgo.Client, tr *tracker) error {
 			return ferr
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			tr.handle(r.Partition, r.Offset)
+			handle(r)
 			cl.MarkCommitRecords(r)
 		})
 		cl.AllowRebalance()
@@ -477,21 +570,26 @@ func runRamp(f membersFlags, brokers []string, protocol, client string, res *mem
 	change := func(from, to int) error {
 		c := memberChange{Protocol: protocol, Client: client, From: from, To: to}
 		t0 := time.Now()
+		var settled func() (time.Time, bool)
 		if to > from {
-			st, err := startMember(client, protocol, brokers, topic, group, tr, errc)
+			id := len(stops)
+			st, err := startMember(id, client, protocol, brokers, topic, group, tr, errc)
 			if err != nil {
 				return err
 			}
 			stops = append(stops, st)
+			settled = func() (time.Time, bool) { return tr.settled(true, id, to, nil) }
 		} else {
-			st := stops[len(stops)-1]
-			stops = stops[:len(stops)-1]
-			st()
+			id := len(stops) - 1
+			left := tr.owned(id)
+			stops[id]()
+			stops = stops[:id]
 			c.StopSeconds = time.Since(t0).Seconds()
+			settled = func() (time.Time, bool) { return tr.settled(false, id, to, left) }
 		}
-		waitSteady(&s, t0, f, &c)
-		logf("members %s %-9s %2d→%2d: steady after %6.2fs (stop %.2fs), %6d dup, min rate %.2f, handled/produced %d/%d, %.2f cores, load %.1f",
-			protocol, client, from, to, c.SteadySeconds, c.StopSeconds, c.Duplicates, c.MinRate, c.Handled, c.Produced, c.CPU, c.Load1)
+		waitSteady(&s, t0, f, &c, settled)
+		logf("members %s %-9s %2d→%2d: settled %6.2fs, steady %6.2fs (stop %.2fs), %6d dup, min rate %.2f, handled/produced %d/%d, %.2f cores, load %.1f",
+			protocol, client, from, to, c.SettledSeconds, c.SteadySeconds, c.StopSeconds, c.Duplicates, c.MinRate, c.Handled, c.Produced, c.CPU, c.Load1)
 		res.Changes = append(res.Changes, c)
 		select {
 		case err := <-errc:

@@ -22,7 +22,7 @@ func membersReport(dir string, res *membersResults) error {
 		res.Started.Format("2006-01-02 15:04"), res.CPU, p["partitions"], p["rate"], p["value_bytes"], p["max"],
 		p["tolerance"], p["steady_for"], p["change_timeout"])
 	ramps := membersRampsOf(res)
-	b.WriteString("Per change: time to steady s / records handled twice / handled÷produced during the change / lowest 1 s rate÷produced; cores used when steady; load.\n\n")
+	b.WriteString("Per change: assignment in place s / time to steady s / records handled twice / handled÷produced during the change / lowest 1 s rate÷produced; cores used when steady; load.\n\n")
 	b.WriteString("| change |")
 	for _, r := range ramps {
 		fmt.Fprintf(&b, " %s |", r)
@@ -40,7 +40,10 @@ func membersReport(dir string, res *membersResults) error {
 				b.WriteString(" |")
 				continue
 			}
-			steady := "not steady"
+			settled, steady := "not settled", "not steady"
+			if c.SettledSeconds >= 0 {
+				settled = fmt.Sprintf("%.1f", c.SettledSeconds)
+			}
 			if c.SteadySeconds >= 0 {
 				steady = fmt.Sprintf("%.1f s", c.SteadySeconds)
 			}
@@ -48,7 +51,7 @@ func membersReport(dir string, res *membersResults) error {
 			if c.Produced > 0 {
 				during = fmt.Sprintf("%.2f", float64(c.Handled)/float64(c.Produced))
 			}
-			fmt.Fprintf(&b, " %s / %s / %s / %.2f; %.2f cores; %.1f |", steady, commas(c.Duplicates), during, c.MinRate, c.CPU, c.Load1)
+			fmt.Fprintf(&b, " %s / %s / %s / %s / %.2f; %.2f cores; %.1f |", settled, steady, commas(c.Duplicates), during, c.MinRate, c.CPU, c.Load1)
 		}
 		b.WriteString("\n")
 	}
