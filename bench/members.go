@@ -24,27 +24,28 @@ import (
 
 // The members curve: one topic fed at a steady open-loop rate, and a group
 // whose members join one at a time up to --max, then leave one at a time
-// down to one. After each change the harness waits until the group's
-// aggregate handling rate is back within --tolerance of the producer's rate
-// and stays there for --steady-for, and records per change how long that
-// took, the records handled more than once and the rate during the change:
+// down to one. After each change (made after a random wait below
+// --jitter) the harness waits until the new assignment is in place and
+// from then on the group's aggregate handling rate is within --tolerance of
+// the producer's for --steady-for, and records per change those times, the
+// records handled more than once and the rate during the change:
 //
-//	go run . members --brokers B --out results/scaling --max 24 --partitions 48 --rate 20000
+//	go run . members --brokers B --out results/scaling --max 24 --partitions 48 --rate 30000
 //	go run . members-report --out results/scaling    # the table and plot again from the JSON
 //
 // The members are goroutines of this process, each with its own client (a
-// raw franz-go poll loop, or the processor), so that every record handled is
-// counted by (partition, offset) in one place; the producer runs here too.
-// Each ramp (a protocol and a consumer) has a topic and group of its own;
-// the ramps run A B B A (classic raw, classic processor, consumer processor,
-// consumer raw).
+// raw franz-go poll loop, or the processor with its defaults), so that every
+// record handled is counted by (partition, offset) in one place; the
+// producer runs here too. Each ramp (a protocol and a consumer) has a topic
+// and group of its own; the ramps run A B B A (classic raw, classic
+// processor, consumer processor, consumer raw).
 
 type membersFlags struct {
 	brokers, out, protocols, clients  string
 	max, partitions, valueBytes, rate int
 	keys                              int
 	tolerance                         float64
-	steadyFor, changeTimeout          time.Duration
+	steadyFor, changeTimeout, jitter  time.Duration
 }
 
 // memberChange is one membership change of one ramp: From members to To.
@@ -483,6 +484,7 @@ func membersMain(args []string) error {
 	fs.Float64Var(&f.tolerance, "tolerance", 0.10, "steady: every 1 s handling rate within this fraction of the producer's")
 	fs.DurationVar(&f.steadyFor, "steady-for", 2*time.Second, "steady: for this long")
 	fs.DurationVar(&f.changeTimeout, "change-timeout", 90*time.Second, "give up waiting for steady after this long")
+	fs.DurationVar(&f.jitter, "jitter", 5*time.Second, "wait a random time below this before each change, so that a change falls at a random phase of the members' heartbeats (which restart with each rebalance)")
 	fs.Parse(args)
 
 	brokers := strings.Split(f.brokers, ",")
@@ -492,7 +494,7 @@ func membersMain(args []string) error {
 	res := &membersResults{Started: time.Now().UTC(), CPU: cpuModel(), Versions: versions("node", brokers), Params: map[string]string{
 		"max": strconv.Itoa(f.max), "partitions": strconv.Itoa(f.partitions), "rate": strconv.Itoa(f.rate),
 		"value_bytes": strconv.Itoa(f.valueBytes), "keys": strconv.Itoa(f.keys), "tolerance": fmt.Sprint(f.tolerance),
-		"steady_for": f.steadyFor.String(), "change_timeout": f.changeTimeout.String(),
+		"steady_for": f.steadyFor.String(), "change_timeout": f.changeTimeout.String(), "jitter": f.jitter.String(),
 	}}
 	delete(res.Versions, "node")
 	delete(res.Versions, "kafkajs")
@@ -569,6 +571,9 @@ func runRamp(f membersFlags, brokers []string, protocol, client string, res *mem
 	}()
 	change := func(from, to int) error {
 		c := memberChange{Protocol: protocol, Client: client, From: from, To: to}
+		if f.jitter > 0 {
+			time.Sleep(rand.N(f.jitter))
+		}
 		t0 := time.Now()
 		var settled func() (time.Time, bool)
 		if to > from {

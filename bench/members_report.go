@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -18,8 +19,8 @@ func membersReport(dir string, res *membersResults) error {
 	var b strings.Builder
 	p := res.Params
 	fmt.Fprintf(&b, "Members ramp, run of %s UTC on %s: %s partitions, %s records/s of %s B offered, members joining one at a time "+
-		"up to %s then leaving down to 1; steady: every 1 s handling rate within %s of the producer's for %s (given up after %s).\n\n",
-		res.Started.Format("2006-01-02 15:04"), res.CPU, p["partitions"], p["rate"], p["value_bytes"], p["max"],
+		"up to %s then leaving down to 1, each change after a random wait below %s; steady: every 1 s handling rate within %s of the producer's for %s (given up after %s).\n\n",
+		res.Started.Format("2006-01-02 15:04"), res.CPU, p["partitions"], p["rate"], p["value_bytes"], p["max"], p["jitter"],
 		p["tolerance"], p["steady_for"], p["change_timeout"])
 	ramps := membersRampsOf(res)
 	b.WriteString("Per change: assignment in place s / time to steady s / records handled twice / handled÷produced during the change / lowest 1 s rate÷produced; cores used when steady; load.\n\n")
@@ -105,13 +106,26 @@ func membersFind(res *membersResults, ramp string, k [2]int) (memberChange, bool
 	return memberChange{}, false
 }
 
-// membersPlots draws, side by side, the time to steady and the records
-// handled twice per change against the members in the group after a join
-// and before a leave, one line per ramp.
+// membersPlots draws, side by side, per change the time to steady, the
+// lowest 1 s rate and the records handled twice against the members in the
+// group after a join and before a leave, one line per ramp.
 func membersPlots(base string, res *membersResults, ramps []string) error {
+	maxN := 1
+	for _, c := range res.Changes {
+		maxN = max(maxN, c.From, c.To)
+	}
+	var ticks []plot.Tick
+	for n := 1; n <= maxN; n++ {
+		t := plot.Tick{Value: float64(n)}
+		if n == 1 || n%4 == 0 {
+			t.Label = strconv.Itoa(n)
+		}
+		ticks = append(ticks, t)
+	}
 	panel := func(title, ylabel string, join bool, y func(memberChange) (float64, bool)) (*plot.Plot, error) {
 		pl := plot.New()
 		pl.Title.Text = title
+		pl.X.Tick.Marker = plot.ConstantTicks(ticks)
 		if join {
 			pl.X.Label.Text = "members after the join"
 		} else {
@@ -150,6 +164,7 @@ func membersPlots(base string, res *membersResults, ramps []string) error {
 	}
 	steady := func(c memberChange) (float64, bool) { return c.SteadySeconds, c.SteadySeconds >= 0 }
 	dups := func(c memberChange) (float64, bool) { return float64(c.Duplicates), true }
+	low := func(c memberChange) (float64, bool) { return c.MinRate, c.SettledSeconds >= 0 }
 	var panels []*plot.Plot
 	for _, d := range []struct {
 		title, y string
@@ -158,6 +173,8 @@ func membersPlots(base string, res *membersResults, ramps []string) error {
 	}{
 		{"join: time to steady", "seconds", true, steady},
 		{"leave: time to steady", "seconds", false, steady},
+		{"join: lowest 1 s rate / producer's", "ratio", true, low},
+		{"leave: lowest 1 s rate / producer's", "ratio", false, low},
 		{"join: records handled twice", "records", true, dups},
 		{"leave: records handled twice", "records", false, dups},
 	} {
@@ -167,7 +184,7 @@ func membersPlots(base string, res *membersResults, ramps []string) error {
 		}
 		panels = append(panels, pl)
 	}
-	w, h := vg.Length(len(panels))*4.5*vg.Inch, 4.5*vg.Inch
+	w, h := vg.Length(len(panels))*4*vg.Inch, 4.5*vg.Inch
 	for _, ext := range []string{".svg", ".png"} {
 		img, err := newCanvas(w, h, ext)
 		if err != nil {
