@@ -11,6 +11,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // membersReport writes members.md (a row per change, the ramps side by
@@ -106,9 +107,11 @@ func membersFind(res *membersResults, ramp string, k [2]int) (memberChange, bool
 	return memberChange{}, false
 }
 
-// membersPlots draws, side by side, per change the time to steady, the
-// lowest 1 s rate and the records handled twice against the members in the
-// group after a join and before a leave, one line per ramp.
+// membersPlots draws per change the time until the assignment was in
+// place, the time to steady, the lowest 1 s rate and the records handled
+// twice against the members in the group after a join (first row) and
+// before a leave (second row), one line per ramp; the first join, which
+// starts the group, is left out.
 func membersPlots(base string, res *membersResults, ramps []string) error {
 	maxN := 1
 	for _, c := range res.Changes {
@@ -138,7 +141,7 @@ func membersPlots(base string, res *membersResults, ramps []string) error {
 		for i, r := range ramps {
 			var xys plotter.XYs
 			for _, c := range res.Changes {
-				if c.Protocol+" "+c.Client != r || (c.To > c.From) != join {
+				if c.Protocol+" "+c.Client != r || (c.To > c.From) != join || c.From == 0 { // 0 → 1 starts the group
 					continue
 				}
 				x := float64(c.To)
@@ -163,6 +166,7 @@ func membersPlots(base string, res *membersResults, ramps []string) error {
 		return pl, nil
 	}
 	steady := func(c memberChange) (float64, bool) { return c.SteadySeconds, c.SteadySeconds >= 0 }
+	settled := func(c memberChange) (float64, bool) { return c.SettledSeconds, c.SettledSeconds >= 0 }
 	dups := func(c memberChange) (float64, bool) { return float64(c.Duplicates), true }
 	low := func(c memberChange) (float64, bool) { return c.MinRate, c.SettledSeconds >= 0 }
 	var panels []*plot.Plot
@@ -171,11 +175,13 @@ func membersPlots(base string, res *membersResults, ramps []string) error {
 		join     bool
 		f        func(memberChange) (float64, bool)
 	}{
+		{"join: assignment in place", "seconds", true, settled},
 		{"join: time to steady", "seconds", true, steady},
-		{"leave: time to steady", "seconds", false, steady},
 		{"join: lowest 1 s rate / producer's", "ratio", true, low},
-		{"leave: lowest 1 s rate / producer's", "ratio", false, low},
 		{"join: records handled twice", "records", true, dups},
+		{"leave: assignment in place", "seconds", false, settled},
+		{"leave: time to steady", "seconds", false, steady},
+		{"leave: lowest 1 s rate / producer's", "ratio", false, low},
 		{"leave: records handled twice", "records", false, dups},
 	} {
 		pl, err := panel(d.title, d.y, d.join, d.f)
@@ -184,15 +190,17 @@ func membersPlots(base string, res *membersResults, ramps []string) error {
 		}
 		panels = append(panels, pl)
 	}
-	w, h := vg.Length(len(panels))*4*vg.Inch, 4.5*vg.Inch
+	const cols = 4 // joins on the first row, leaves on the second
+	w, h := cols*4.5*vg.Inch, 2*4*vg.Inch
 	for _, ext := range []string{".svg", ".png"} {
 		img, err := newCanvas(w, h, ext)
 		if err != nil {
 			return err
 		}
-		tiles := splitCanvas(img.canvas, len(panels))
+		t := draw.Tiles{Rows: 2, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+			PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
 		for i, pl := range panels {
-			pl.Draw(tiles[i])
+			pl.Draw(t.At(img.canvas, i%cols, i/cols))
 		}
 		if err := img.save(base + ext); err != nil {
 			return err
