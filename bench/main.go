@@ -9,6 +9,7 @@
 //	go run . all --brokers 127.0.0.1:9092 --out results/ [--quick]
 //	go run . report --out results/      # tables and plots again from results.json
 //	go run . sweep --vary partitions=1,6,60,600 --out results/scaling/   # scaling curves (sweep.go)
+//	go run . members --max 24 --partitions 48 --out results/scaling/     # joins and leaves (members.go)
 //
 // Each contender runs in its own process (the Go ones through the "consume"
 // subcommand of this binary, KafkaJS through node/consume.js), so the CPU
@@ -23,7 +24,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: bench all|report|sweep|sweep-report|consume ...")
+		fmt.Fprintln(os.Stderr, "usage: bench all|report|sweep|sweep-report|members|members-report|consume ...")
 		os.Exit(2)
 	}
 	var err error
@@ -34,6 +35,10 @@ func main() {
 		err = sweepMain(os.Args[2:])
 	case "sweep-report":
 		err = sweepReportMain(os.Args[2:])
+	case "members":
+		err = membersMain(os.Args[2:])
+	case "members-report":
+		err = membersReportMain(os.Args[2:])
 	case "report":
 		err = reportMain(os.Args[2:])
 	case "consume":
