@@ -120,6 +120,7 @@ type TxnProcessor struct {
 	// every transaction again (txn_outputs.go).
 	refusedMu sync.Mutex
 	refused   map[tpo]*refusal
+	refusedN  atomic.Int32 // len(refused), read without the lock on every attempt
 
 	// groupStart is the group's start time (StartOffset(Latest) only, else
 	// nil), kept across sessions.

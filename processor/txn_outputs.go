@@ -103,6 +103,7 @@ func (b *txnBatch) outputPromise(src *kgo.Record) func(*kgo.Record, error) {
 				f = &refusal{}
 				t.refused[k] = f
 			}
+			t.refusedN.Store(int32(len(t.refused)))
 			f.err = fmt.Errorf("output to %q could not be produced: %w", o.Topic, err)
 			b.refusedBy = append(b.refusedBy, k)
 			t.refusedMu.Unlock()
@@ -127,21 +128,25 @@ func (t *TxnProcessor) countRefusals(b *txnBatch) {
 
 // forgetRefusals drops the counts of the inputs x committed.
 func (t *TxnProcessor) forgetRefusals(x *txnCut) {
-	t.refusedMu.Lock()
-	defer t.refusedMu.Unlock()
-	if len(t.refused) == 0 {
+	if t.refusedN.Load() == 0 {
 		return
 	}
+	t.refusedMu.Lock()
+	defer t.refusedMu.Unlock()
 	for _, r := range x.recs {
 		if r.rec != nil {
 			delete(t.refused, tpo{r.rec.Topic, r.rec.Partition, r.rec.Offset})
 		}
 	}
+	t.refusedN.Store(int32(len(t.refused)))
 }
 
 // unproducible returns the permanent error of r once its outputs aborted
 // MaxAttempts transactions.
 func (t *TxnProcessor) unproducible(r *kgo.Record) error {
+	if t.refusedN.Load() == 0 {
+		return nil // the common case, without the lock: called for every attempt
+	}
 	t.refusedMu.Lock()
 	defer t.refusedMu.Unlock()
 	k := tpo{r.Topic, r.Partition, r.Offset}
@@ -150,5 +155,6 @@ func (t *TxnProcessor) unproducible(r *kgo.Record) error {
 		return nil
 	}
 	delete(t.refused, k)
+	t.refusedN.Store(int32(len(t.refused)))
 	return Permanent(fmt.Errorf("%w (%d transactions aborted by it)", f.err, f.aborted))
 }
