@@ -9,7 +9,6 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 )
@@ -155,13 +154,9 @@ func membersPlots(base string, res *membersResults, ramps []string) error {
 			if len(xys) == 0 {
 				continue
 			}
-			l, pts, err := plotter.NewLinePoints(xys)
-			if err != nil {
+			if err := addSeries(pl, i, r, xys); err != nil {
 				return nil, err
 			}
-			l.Color, pts.Color, pts.Shape, l.Dashes = plotutil.Color(i), plotutil.Color(i), plotutil.Shape(i), plotutil.Dashes(i)
-			pl.Add(l, pts)
-			pl.Legend.Add(r, l, pts)
 		}
 		return pl, nil
 	}

@@ -480,13 +480,9 @@ func sweepPlots(path string, res *sweepResults, clients []string) error {
 			if len(xys) == 0 {
 				continue
 			}
-			l, pts, err := plotter.NewLinePoints(xys)
-			if err != nil {
+			if err := addSeries(pl, i, labels[c], xys); err != nil {
 				return nil, err
 			}
-			l.Color, pts.Color, pts.Shape, l.Dashes = plotutil.Color(i), plotutil.Color(i), plotutil.Shape(i), plotutil.Dashes(i)
-			pl.Add(l, pts)
-			pl.Legend.Add(labels[c], l, pts)
 			drawn++
 		}
 		return pl, nil
@@ -586,4 +582,17 @@ func (fewDecadeTicks) Ticks(min, max float64) []plot.Tick {
 		return plot.DefaultTicks{}.Ticks(min, max)
 	}
 	return plot.LogTicks{Prec: -1}.Ticks(min, max)
+}
+
+// addSeries draws xys on pl as a line with points in the i-th color, shape
+// and dashes of plotutil's palettes, named in the legend.
+func addSeries(pl *plot.Plot, i int, name string, xys plotter.XYs) error {
+	l, pts, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return err
+	}
+	l.Color, pts.Color, pts.Shape, l.Dashes = plotutil.Color(i), plotutil.Color(i), plotutil.Shape(i), plotutil.Dashes(i)
+	pl.Add(l, pts)
+	pl.Legend.Add(name, l, pts)
+	return nil
 }
