@@ -189,9 +189,16 @@ const describeSettle = 10 * time.Second
 // UNKNOWN_TOPIC_OR_PARTITION: Apache Kafka reports a topic created a moment
 // ago as existing (TOPIC_ALREADY_EXISTS) before every broker's metadata
 // lists it.
+//
+// Each ask goes to the broker (freshMetadata): kadm answers ListTopics from
+// the client's metadata cache, which keeps a topic's "unknown" answer for
+// MetadataMinAge (5 s by default). A caller that listed the topics before
+// another client created them would otherwise be told they are missing
+// until that age passed: every service process but the first that raced to
+// create the same topics waited about 5 s at start.
 func listSettled(ctx context.Context, adm *kadm.Client, names []string) (td kadm.TopicDetails, err error) {
 	retryFor(ctx, describeSettle, func() bool {
-		td, err = adm.ListTopics(ctx, names...)
+		td, err = adm.ListTopics(freshMetadata(ctx), names...)
 		if err != nil {
 			return true
 		}
@@ -203,6 +210,16 @@ func listSettled(ctx context.Context, adm *kadm.Client, names []string) (td kadm
 		return true
 	})
 	return td, err
+}
+
+// freshMetadata returns ctx marked so that kadm's metadata calls made with
+// it are sent to the broker instead of answered from the client's metadata
+// cache. kadm offers no other switch for that: a request for the topics'
+// authorized operations (KIP-430, kadm.WithAuthorizedOps) bypasses the cache
+// (the cache does not hold them). The broker computes those operations for
+// the caller's principal; that is the whole extra cost.
+func freshMetadata(ctx context.Context) context.Context {
+	return kadm.WithAuthorizedOps(ctx)
 }
 
 // describeExisting sets the actual values and the Note of each result of

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ordercast/ordercast/internal/testkit/testkafka"
 	"github.com/ordercast/ordercast/ordersystem/ops"
 )
@@ -73,5 +76,40 @@ func TestCreateTopicsExistingReportsActual(t *testing.T) {
 	res, err = ops.CreateTopics(ctx, adm, []ops.TopicSpec{{Name: "audit", Partitions: 12}}, nil)
 	if err != nil || len(res) != 1 || res[0].Status != "exists" || res[0].Note != "" || res[0].MinInsyncReplicas != 1 {
 		t.Errorf("create without RF and min ISR: %+v, %v", res, err)
+	}
+}
+
+// A topic another client creates after this one listed it is described as
+// it is, not reported missing: CreateTopics' "exists" answer is followed by
+// a read from the broker, not from the client's metadata cache, which keeps
+// the earlier "unknown topic" answer for MetadataMinAge (here an hour, so
+// that a cached read could only fail).
+func TestCreateTopicsExistingCreatedByAnotherClient(t *testing.T) {
+	addrs, other := testCluster(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.MetadataMinAge(time.Hour), kgo.MetadataMaxAge(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	rf := testkafka.ReplicationFactor(t)
+	spec := ops.TopicSpec{Name: "raced", Partitions: 4, ReplicationFactor: rf}
+
+	// This client sees the topic missing and caches that answer...
+	if td, err := adm.ListTopics(ctx, spec.Name); err != nil || td[spec.Name].Err == nil {
+		t.Fatalf("before the other client's create: %+v, %v; want the topic unknown", td, err)
+	}
+	// ... then another client creates it.
+	if res, err := ops.CreateTopics(ctx, other, []ops.TopicSpec{spec}, nil); err != nil || res[0].Status != "created" {
+		t.Fatalf("the other client's create: %+v, %v", res, err)
+	}
+	res, err := ops.CreateTopics(ctx, adm, []ops.TopicSpec{spec}, nil)
+	if err != nil || len(res) != 1 {
+		t.Fatalf("create: %+v, %v", res, err)
+	}
+	if got := res[0]; got.Status != "exists" || got.Partitions != 4 || got.ReplicationFactor != rf || got.Note != "" {
+		t.Errorf("topic created by another client reported as %+v, want exists with 4 partitions, RF %d, no note", got, rf)
 	}
 }
