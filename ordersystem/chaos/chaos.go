@@ -165,7 +165,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := c.start(first); err != nil {
 		return nil, err
 	}
-	if err := waitHealthy(ctx, first, 2*time.Minute); err != nil {
+	if err := waitHealthy(ctx, c, first, 2*time.Minute); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -189,7 +189,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	for _, p := range c.list("") {
-		if err := waitHealthy(ctx, p, time.Minute); err != nil {
+		if err := waitHealthy(ctx, c, p, 2*time.Minute); err != nil {
 			return nil, err
 		}
 	}

@@ -59,6 +59,18 @@ func TestChaosShort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
+	// On any failure, the harness's own included, the run's history, logs
+	// and report are copied out of the temporary directory before it goes.
+	defer func() {
+		if !t.Failed() {
+			return
+		}
+		keep := filepath.Join(os.TempDir(), "ordercast-chaos-failed")
+		_ = os.RemoveAll(keep)
+		if err := exec.Command("cp", "-r", dir, keep).Run(); err == nil {
+			t.Logf("the run's history, logs and report are kept in %s", keep)
+		}
+	}()
 	rep, err := chaos.Run(ctx, chaos.Config{
 		Binary:       bin,
 		DataDir:      dir,
@@ -78,13 +90,6 @@ func TestChaosShort(t *testing.T) {
 	for _, inv := range rep.Invariants {
 		if !inv.OK {
 			t.Errorf("invariant %s violated: %s", inv.Name, inv.Detail)
-		}
-	}
-	if t.Failed() {
-		keep := filepath.Join(os.TempDir(), "ordercast-chaos-failed")
-		_ = os.RemoveAll(keep)
-		if err := exec.Command("cp", "-r", dir, keep).Run(); err == nil {
-			t.Logf("the run's history, logs and report are kept in %s", keep)
 		}
 	}
 	// Proof that faults were injected and redeliveries happened.

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -338,8 +339,13 @@ func (c *cluster) stopSlot(p *proc, sig syscall.Signal, timeout time.Duration) {
 	}
 }
 
-// waitHealthy polls /healthz of a service slot until it answers.
-func waitHealthy(ctx context.Context, p *proc, timeout time.Duration) error {
+// waitHealthy polls /healthz of a service slot until it answers. On
+// timeout the error says how many incarnations the slot went through,
+// whether one is running, and ends with the last lines of its log, so that
+// a slot that never came up (a failed start, a crash loop, a start still
+// under way on an overloaded machine) can be told apart from the report
+// alone.
+func waitHealthy(ctx context.Context, c *cluster, p *proc, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	url := fmt.Sprintf("http://%s:%d/healthz", procHost, p.port)
 	for {
@@ -354,11 +360,31 @@ func waitHealthy(ctx context.Context, p *proc, timeout time.Duration) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not healthy within %v (last error %v)", p.name, timeout, err)
+			_, incarn, running, _ := p.snapshot()
+			logPath := filepath.Join(c.logDir, p.name+".log")
+			return fmt.Errorf("%s not healthy within %v (last error %v; %d incarnations started, one running: %v); the end of %s:\n%s",
+				p.name, timeout, err, incarn, running, logPath, logTail(logPath, 20))
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// logTail returns the last n lines of the file at path, each cut to 300
+// bytes, or a note saying why it could not be read.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(unreadable: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	for i, l := range lines {
+		if len(l) > 300 {
+			lines[i] = l[:300] + "..."
+		}
+	}
+	return strings.Join(lines, "\n")
 }
