@@ -138,11 +138,13 @@ func byPartition(t *testing.T, recs []*kgo.Record) map[int32][]int {
 	return out
 }
 
-// waitFor polls cond every few milliseconds until it holds or the deadline
-// passes.
+// waitFor polls cond every few milliseconds until it holds or a minute
+// passes. The deadline only bounds a test that would otherwise hang: under
+// the race detector on two loaded cores, three relays that fence each other
+// (TestTxnRelaysConcurrently) took over 15 s to send 200 rows.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
