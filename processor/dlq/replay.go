@@ -46,8 +46,10 @@ type ReplayOptions struct {
 	Selection
 	// To is TargetSource (default) or TargetRetry.
 	To Target
-	// Rate limits the records written per second (token bucket, burst 1,
-	// golang.org/x/time/rate). 0 means unlimited.
+	// Rate limits the records written per second: the first is written at
+	// once, each next one no sooner than 1/Rate after the one before
+	// (token bucket, burst 1, golang.org/x/time/rate), so N records take
+	// at least (N-1)/Rate. 0 means unlimited; a negative Rate is an error.
 	Rate float64
 	// Force replays records that were replayed before; without it they are
 	// refused (ErrAlreadyReplayed).
