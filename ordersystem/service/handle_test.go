@@ -3,13 +3,23 @@ package service_test
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/ordercast/ordercast/ordersystem/order"
+	"github.com/ordercast/ordercast/ordersystem/schema"
+	"github.com/ordercast/ordercast/ordersystem/schema/schematest"
 	"github.com/ordercast/ordercast/ordersystem/service"
+	"github.com/ordercast/ordercast/ordersystem/service/notifications"
+	"github.com/ordercast/ordercast/ordersystem/service/orders"
+	"github.com/ordercast/ordercast/ordersystem/service/payments"
 	"github.com/ordercast/ordercast/processor"
 )
 
@@ -42,5 +52,53 @@ func TestDecodeErrorsOfHandleAndHandleBatch(t *testing.T) {
 	err = service.Handle(context.Background(), nil, nil, nil, "g", recs[1], one)
 	if err != outage || processor.IsPermanent(err) || processor.ErrorClass(err) != processor.ClassTransient {
 		t.Fatalf("Handle: %v (permanent %v, class %q), want the decoder's transient error unchanged", err, processor.IsPermanent(err), processor.ErrorClass(err))
+	}
+}
+
+// The services' one-record handlers keep the decoder's classification and
+// message, which is why they decode with service.Decode rather than
+// middleware.Decode (that one makes every decode error permanent and
+// prefixes the record's coordinates): a schema id the registry cannot be
+// asked about (it is down) is a transient error, retried, and a value that
+// breaks the contract is permanent with the schema package's class and the
+// message "permanent: <decode error>" that the DLQ record's error-message
+// header carries.
+func TestHandlersKeepDecodeClassesAndMessages(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serde := schematest.Serde(t, cl, schema.WithLookupTimeout(500*time.Millisecond))
+	valid := schematest.Record(t, serde, order.TopicOrderCreated, "k", 0, &order.OrderCreated{EventID: "evt_1", Order: order.Order{
+		OrderID: "ord_1", CustomerID: "c1", Country: "United Kingdom", CreatedAt: time.UnixMilli(1700000000000).UTC(),
+		Lines: []order.Line{{StockCode: "85123A", Quantity: 1, UnitPrice: 1000, LineTotal: 1000}}, Total: 1000,
+	}}).Value
+	unseen := binary.BigEndian.AppendUint32([]byte{0}, 77) // a schema id of no registered schema
+	unseen = append(unseen, valid[5:]...)
+	garbage := []byte("not the wire format")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, decodeErr := serde.DecodeContext(ctx, order.TopicOrderCreated, garbage, new(order.OrderCreated))
+	if decodeErr == nil {
+		t.Fatal("the serde decoded garbage")
+	}
+	reg.Close()
+
+	handlers := map[string]func(context.Context, *kgo.Record) error{
+		"orders":        (&orders.Service{Serde: serde}).Handle,
+		"notifications": (&notifications.Service{Serde: serde}).Handle,
+		"payments":      (&payments.Service{Serde: serde}).Handle,
+	}
+	for name, h := range handlers {
+		err := h(ctx, &kgo.Record{Topic: order.TopicOrderCreated, Value: unseen})
+		if err == nil || processor.IsPermanent(err) || processor.ErrorClass(err) != processor.ClassTransient {
+			t.Errorf("%s: schema id unknown with the registry down: %v (class %q), want a transient error", name, err, processor.ErrorClass(err))
+		}
+		err = h(ctx, &kgo.Record{Topic: order.TopicOrderCreated, Value: garbage})
+		if !processor.IsPermanent(err) || processor.ErrorClass(err) != schema.ErrorClass(decodeErr) || err.Error() != "permanent: "+decodeErr.Error() {
+			t.Errorf("%s: undecodable value: %v (class %q), want permanent: %v (class %q)", name, err, processor.ErrorClass(err), decodeErr, schema.ErrorClass(decodeErr))
+		}
 	}
 }
