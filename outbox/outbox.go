@@ -71,7 +71,9 @@
 //     every DefaultPollInterval (200ms) unless Notify wakes it; after a
 //     failed step it waits from DefaultMinBackoff (100ms) doubling to
 //     DefaultMaxBackoff (5s), and retries one row before whole batches.
-//   - Logger: slog.Default(); no error callback (OnError).
+//   - Logger: one that discards everything (slog.DiscardHandler), as the
+//     processor's; pass Logger to see the relay's lines. No error callback
+//     (OnError).
 //   - Exactly once: transactional id "ordercast-outbox-<name>"
 //     (DefaultTransactionalID; the option TransactionalID), progress marker topic
 //     "ordercast.outbox.<name>" (DefaultMarkerTopic; the option MarkerTopic) created

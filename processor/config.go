@@ -76,14 +76,15 @@ func ParseOrdering(s string) (Ordering, error) {
 type Opt interface{ apply(*cfg) }
 
 // TxnOpt is an option NewTransactional takes, as New does: the group, the
-// topics, timeouts, attempts and backoff, the DLQ topic, the client
-// options, logging and metrics, the ordering mode, Concurrency and the
-// completed-offsets map's budget. The options of the at-least-once mode alone
-// (WithHandler, RetryTopics, RetryTopicPrefix, BlockKeys,
-// DeadLetter, CommitRefreshInterval, Producer,
-// CreateTopics, HandleTopic, WithBatchHandler, MaxBatch) are an Opt only,
-// so passing one to NewTransactional does not compile, as franz-go's kgo
-// keeps ProducerOpt, ConsumerOpt and GroupOpt apart.
+// topics, timeouts, attempts and backoff, the DLQ topic and CreateTopics,
+// the start offset, the client options, logging and metrics, the ordering
+// mode, Concurrency and the completed-offsets map's budget. The options of
+// New or NewQueue alone (WithHandler, HandleTopic, WithBatchHandler,
+// MaxBatch, RetryTopics, RetryTopicPrefix, DeadLetter, BlockKeys,
+// MaxBlockedKeys, BlockedKeysTopic, CommitRefreshInterval, Producer,
+// Delivery, MaxDeliveries, ShareSessions) are an Opt only, so passing one to
+// NewTransactional does not compile, as franz-go's kgo keeps ProducerOpt,
+// ConsumerOpt and GroupOpt apart.
 type TxnOpt interface {
 	Opt
 	txnOpt()

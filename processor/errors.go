@@ -115,8 +115,9 @@ const (
 
 // ErrorClass returns the short class of a handler error that the runtime puts
 // in the ordercast-error-class header of a DLQ record and in metric labels:
-// the Class() of an error implementing `Class() string` (the schema package's
-// decode errors do: "undecodable", "unknown_schema_id", ...), "timeout" for a
+// the non-empty Class() of an error in err's chain implementing
+// `Class() string` (an application's decode errors can name their own
+// classes, such as "undecodable" or "unknown_schema_id"), "timeout" for a
 // handler timeout, "permanent" for other permanent errors and "transient"
 // otherwise.
 func ErrorClass(err error) string {

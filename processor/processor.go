@@ -7,20 +7,35 @@
 //
 // # Delivery
 //
-// New's Processor calls a Handler for every record. A record's offset is
-// committed only after its handler returned nil or after the record was
-// written to a retry topic or the DLQ, so delivery is at-least-once: after a
-// crash or a rebalance the records above the committed offset are handled
-// again. Pair the handler with an inbox (a table of handled record ids
-// written in the same database transaction as the effect) for
-// effectively-once effects. NewTransactional's TxnProcessor writes its
-// output records and commits its input offsets in one Kafka transaction
-// (KIP-98, KIP-447), for exactly-once output to read_committed readers.
+// Three semantics, which differ in what a crash or a lost partition costs:
+//
+//   - At least once, the default (Delivery(AtLeastOnce)): New's Processor
+//     calls a Handler for every record and commits a record's offset only
+//     after its handler returned nil or after the record was written to a
+//     retry topic or the DLQ. After a crash or a rebalance the records above
+//     the committed offset are handled again; nothing is lost. Pair the
+//     handler with an inbox (package inbox: the ids of the handled records,
+//     written in the same database transaction as the effect) for
+//     effectively-once effects.
+//   - Exactly once (NewTransactional): the TxnProcessor's TxnHandler returns
+//     the records to produce for its input, and the runtime produces them
+//     and commits the input offsets in one Kafka transaction (KIP-98,
+//     KIP-447), so read_committed readers see each input's outputs once.
+//     Effects outside Kafka are not covered (an inbox again).
+//   - At most once (Delivery(AtMostOnce), New with OrderPartition): a
+//     record's offset is committed before its handler runs, so no record is
+//     handled twice, and after a crash the record whose handler was running
+//     is lost.
+//
 // NewQueue's QueueProcessor is a member of a share group (KIP-932): the
 // broker hands each record to one member at a time and the member
-// acknowledges it (accept, release for redelivery after Backoff, the DLQ
-// on a permanent failure or the last delivery), at-least-once and in no
-// order, with the same Handler.
+// acknowledges it (accept, release for redelivery after Backoff, the DLQ on
+// a permanent failure or the last delivery), at-least-once and in no order,
+// with the same Handler.
+//
+// Package processor/dlq lists, replays and purges a group's dead letters
+// (the DLQ below). Package processor/middleware wraps a Handler with panic
+// recovery, timing, logging and decoding (Recover, Timing, Log, Decode).
 //
 // # Failed records
 //

@@ -56,7 +56,7 @@ type TxnHandler func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error)
 // memory to a later transaction; their outputs are produced only in the
 // transaction that commits them. The committed offset of a partition is its
 // first record not yet completed; the records completed above it travel in
-// the commit's metadata as the completed-offsets map (offsetmap.go, budget
+// the commit's metadata as the completed-offsets map (as New's, budget
 // CommitMetadataMaxBytes: past it the partition admits no more records until
 // its commit point moves). MaxInFlight bounds the records held (running,
 // waiting, completed and not yet committed): the session polls no more

@@ -9,7 +9,8 @@ import (
 )
 
 // maxCachedStmts bounds how many query texts [DB.TxStmt] keeps prepared;
-// past it a query is prepared for its transaction only.
+// past it a query is prepared for its transaction only. TxStmt's doc
+// states the number.
 const maxCachedStmts = 256
 
 // MaxRowsPerInsert is the most rows one statement of [DB.InsertRows] writes.
@@ -33,18 +34,18 @@ type stmtCache struct {
 // once per DB and query text and kept until [DB.Close] (database/sql
 // prepares it again on each pool connection it runs on, once), so that a
 // statement run in many transactions is parsed and planned once: on SQLite
-// the parse of a multi-row INSERT costs about as much as its execution.
-// The first use of a text prepares it for tx alone and, on another
-// goroutine, for the DB: that needs a pool connection of its own, which
-// tx's must not wait for (a pool of one connection, or one whose
-// connections all wait on tx's locks, would never give one). Past
-// maxCachedStmts distinct texts, a query is prepared for its transaction
-// only. The returned statement belongs to tx: it is closed when tx ends; do
-// not close it. Errors are the prepare's (a syntax error, a closed DB).
-// Safe for concurrent use. Meant for statements whose plan does not depend
-// on the data, such as INSERT ... VALUES: a statement kept prepared on
-// PostgreSQL may keep a generic plan made while its tables were small (a
-// SELECT by = ANY of keys was seen to keep a sequential scan: 15.8 ms a call;
+// the parse of a multi-row INSERT costs about as much as its execution. The
+// first use of a text prepares it for tx alone and, on another goroutine,
+// for the DB: that needs a pool connection of its own, which tx's must not
+// wait for (a pool of one connection, or one whose connections all wait on
+// tx's locks, would never give one). A DB keeps at most 256 texts prepared:
+// past them, a new text is prepared for its transaction only, on each use.
+// The returned statement belongs to tx: it is closed when tx ends; do not
+// close it. Errors are the prepare's (a syntax error, a closed DB). Safe for
+// concurrent use. Meant for statements whose plan does not depend on the
+// data, such as INSERT ... VALUES: a statement kept prepared on PostgreSQL
+// may keep a generic plan made while its tables were small (a SELECT by =
+// ANY of keys was seen to keep a sequential scan: 15.8 ms a call;
 // docs/benchmarks.md, "PostgreSQL's CPU per order at 1,000/s").
 func (db *DB) TxStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
 	query = db.Rebind(query)

@@ -115,3 +115,35 @@ func TestTxStmtSingleConnectionPool(t *testing.T) {
 		t.Fatalf("%d rows (%v), want 6", n, err)
 	}
 }
+
+// TxStmt keeps at most 256 query texts prepared per DB, as its doc says;
+// past them a text is prepared for its transaction only, and works there.
+func TestTxStmtKeepsAtMost256Texts(t *testing.T) {
+	db, _ := openSQLiteFile(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const texts = 300
+	for i := range texts {
+		err := db.InTx(ctx, func(tx *sql.Tx) error {
+			st, err := db.TxStmt(ctx, tx, fmt.Sprintf("SELECT ? + %d", i))
+			if err != nil {
+				return err
+			}
+			var got int
+			if err := st.QueryRowContext(ctx, 1).Scan(&got); err != nil {
+				return err
+			}
+			if got != i+1 {
+				return fmt.Errorf("got %d, want %d", got, i+1)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("text %d: %v", i, err)
+		}
+	}
+	testkafka.WaitFor(t, 10*time.Second, "256 statements kept", func() bool { return sqldb.CachedStmts(db) >= 256 })
+	if got := sqldb.CachedStmts(db); got != 256 {
+		t.Fatalf("%d statements kept after %d texts; want 256", got, texts)
+	}
+}

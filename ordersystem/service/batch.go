@@ -11,6 +11,7 @@ import (
 
 	"github.com/ordercast/ordercast/inbox"
 	"github.com/ordercast/ordercast/ordersystem/store"
+	"github.com/ordercast/ordercast/processor/middleware"
 )
 
 // Event is one record of a batch, decoded and ready to apply: the event's
@@ -139,27 +140,37 @@ func Handle(ctx context.Context, db *store.DB, m *Metrics, log *slog.Logger, gro
 
 // HandleBatch is the batch handler of a service whose records decode to an
 // Event and an effect E of it: it decodes every record of recs with decode
-// (the first error fails the whole batch and is returned, so the runtime
-// handles the records again one at a time), then applies them in one
-// transaction through ProcessBatch, writing the effects of the claimed ones
-// with applyAll(ctx, tx, effects, claimed) (effects[i] and claimed[i] belong
-// to recs[i]). It returns ProcessBatch's error. Safe for concurrent use if
-// decode and applyAll are.
+// (middleware.DecodeBatch: the first error fails the whole batch, as a
+// permanent error naming the record, so the runtime handles the records
+// again one at a time, where the one-record handler classifies it), then
+// applies them in one transaction through ProcessBatch, writing the effects
+// of the claimed ones with applyAll(ctx, tx, effects, claimed) (effects[i]
+// and claimed[i] belong to recs[i]). It returns ProcessBatch's error. Safe
+// for concurrent use if decode and applyAll are. The group needs its
+// one-record handler (Handle, processor.WithHandler) besides: without one the
+// runtime would retry a record alone through HandleBatch, where every
+// decode error is permanent, a registry outage included.
 func HandleBatch[E any](ctx context.Context, db *store.DB, m *Metrics, log *slog.Logger, group string, recs []*kgo.Record,
 	decode func(ctx context.Context, r *kgo.Record) (Event, E, error),
 	applyAll func(ctx context.Context, tx *sql.Tx, effects []E, claimed []bool) error) error {
-	events := make([]Event, len(recs))
-	effects := make([]E, len(recs))
-	for i, r := range recs {
-		ev, eff, err := decode(ctx, r)
-		if err != nil {
-			return err
-		}
-		events[i], effects[i] = ev, eff
+	type decoded struct {
+		ev  Event
+		eff E
 	}
-	_, err := ProcessBatch(ctx, db, m, log, group, events,
-		func(ctx context.Context, tx *sql.Tx, claimed []bool) error {
-			return applyAll(ctx, tx, effects, claimed)
-		})
-	return err
+	h := middleware.DecodeBatch(func(ctx context.Context, r *kgo.Record) (decoded, error) {
+		ev, eff, err := decode(ctx, r)
+		return decoded{ev, eff}, err
+	}, func(ctx context.Context, _ []*kgo.Record, vs []decoded) error {
+		events := make([]Event, len(vs))
+		effects := make([]E, len(vs))
+		for i, v := range vs {
+			events[i], effects[i] = v.ev, v.eff
+		}
+		_, err := ProcessBatch(ctx, db, m, log, group, events,
+			func(ctx context.Context, tx *sql.Tx, claimed []bool) error {
+				return applyAll(ctx, tx, effects, claimed)
+			})
+		return err
+	})
+	return h(ctx, recs)
 }

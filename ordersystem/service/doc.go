@@ -4,6 +4,16 @@
 //
 // The services themselves live in the sub-packages checkout, orders,
 // payments, notifications and fulfillment.
+//
+// The batch handlers decode through the runtime's middleware.DecodeBatch
+// (HandleBatch): a batch's decode error only sends its records to the
+// one-record handler. The one-record handlers decode with Decode instead of
+// middleware.Decode, which makes every decode error permanent (a registry
+// outage would dead-letter records) and puts the record's coordinates in
+// front of the message the DLQ record carries. The runtime already logs a
+// failed handler call at WARN, and recovers a panic as a transient error,
+// so middleware.Log and middleware.Recover would double the log lines and
+// turn a panic's class from transient to permanent.
 package service
 
 import (

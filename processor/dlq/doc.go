@@ -51,8 +51,9 @@
 // # Concurrency and errors
 //
 // A DLQ is safe for concurrent use. Every method blocks on the cluster,
-// bounded by its ctx. Errors wrap the sentinels of errors.go (ErrNoTopic,
-// ErrNoRecord, ErrAlreadyReplayed, ...) and say what changes the outcome;
+// bounded by its ctx. Errors wrap the package's sentinel errors (ErrNoTopic,
+// ErrNoRecord, ErrAlreadyReplayed, ...; test with errors.Is) and say what
+// changes the outcome;
 // Replay returns a *RefusedError when some selected records were refused and
 // the others replayed. It needs Kafka 2.5 or later (KIP-447 is not used) and
 // behaves the same on the embedded broker (kfake).

@@ -52,13 +52,15 @@ type PurgeResult struct {
 // deletes records: they stay in the DLQ topic until its retention.ms, and
 // Force can move a position back. List, Show and Replay start from the
 // position. A purged record that held its key (Record.BlocksKey) releases
-// it once the purge is committed: the group handles the records it held. It returns once read_committed readers see the new positions
-// (a List right after shows them): the commit is read back, and a
-// transaction found aborted is run again with a new client, at most
-// commitAttempts times (see errNotApplied). Errors: ErrBackwards without
-// Force when a position would move back; an Until past a partition's end;
-// a commit that did not become visible within 10 s, or was aborted every
-// time.
+// it once the purge is committed: the group handles the records it held.
+//
+// It returns once read_committed readers see the new positions (a List
+// right after shows them): the commit is read back, and a transaction the
+// client reported committed but the read-back finds aborted is run again
+// with a new client, 3 times in all. Errors: ErrBackwards without Force
+// when a position would move back; an Until past a partition's end; a
+// commit that did not become visible within 10 s, or was aborted all 3
+// times (nothing was purged: run it again).
 func (d *DLQ) Purge(ctx context.Context, o PurgeOptions) (*PurgeResult, error) {
 	if o.Until < 0 {
 		return nil, fmt.Errorf("purge position %d: want >= 0", o.Until)

@@ -46,8 +46,10 @@ type ReplayOptions struct {
 	Selection
 	// To is TargetSource (default) or TargetRetry.
 	To Target
-	// Rate limits the records written per second (token bucket, burst 1,
-	// golang.org/x/time/rate). 0 means unlimited.
+	// Rate limits the records written per second: the first is written at
+	// once, each next one no sooner than 1/Rate after the one before
+	// (token bucket, burst 1, golang.org/x/time/rate), so N records take
+	// at least (N-1)/Rate. 0 means unlimited; a negative Rate is an error.
 	Rate float64
 	// Force replays records that were replayed before; without it they are
 	// refused (ErrAlreadyReplayed).
@@ -137,8 +139,11 @@ const (
 // committed transactions are in the result and marked; the rest are neither
 // written nor marked, so running the same replay again is safe. Each
 // transaction is read back before the next: when Replay returns, a List
-// shows the marks of what it replayed (a batch found aborted is written
-// again, see errNotApplied).
+// shows the marks of what it replayed. A transaction the client reported
+// committed but the read-back finds aborted is written again with a new
+// client, 3 times in all; when the third is aborted too, Replay returns an
+// error naming the batch's first and last record, and those records are
+// neither written nor marked (run the replay again).
 func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error) {
 	if o.To == "" {
 		o.To = TargetSource

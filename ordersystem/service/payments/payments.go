@@ -26,6 +26,7 @@ import (
 	"github.com/ordercast/ordercast/ordersystem/store"
 	"github.com/ordercast/ordercast/outbox"
 	"github.com/ordercast/ordercast/processor"
+	"github.com/ordercast/ordercast/processor/middleware"
 	"github.com/ordercast/ordercast/processor/proctrace"
 )
 
@@ -56,11 +57,8 @@ type Service struct {
 
 // Handle is the processor.Handler of the payments group.
 func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
-	if r.Topic != order.TopicOrderCreated {
-		return processor.Permanentf("payments: unexpected topic %q", r.Topic)
-	}
-	var ev order.OrderCreated
-	if err := service.Decode(ctx, s.Serde, r, &ev); err != nil {
+	ev, err := s.decode(ctx, r)
+	if err != nil {
 		return err
 	}
 	applied, err := service.Process(ctx, s.DB, s.Metrics, s.Logger, order.GroupPayments, ev.EventID, r, func(ctx context.Context, tx *sql.Tx) error {
@@ -89,17 +87,27 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 // (store migration 5) numbers it in the decided order. The rows are those
 // Handle writes for the same records handled one at a time in that order.
 // Any record that fails (a contract violation included) fails the batch, and
-// the runtime then handles its records one at a time with Handle.
+// the runtime then handles its records one at a time with Handle, which the
+// group needs besides (see service.HandleBatch).
 func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {
-	evs := make([]order.OrderCreated, len(recs))
-	for i, r := range recs {
-		if r.Topic != order.TopicOrderCreated {
-			return processor.Permanentf("payments: unexpected topic %q", r.Topic)
-		}
-		if err := service.Decode(ctx, s.Serde, r, &evs[i]); err != nil {
-			return err
-		}
+	return middleware.DecodeBatch(s.decode, s.chargeBatch)(ctx, recs)
+}
+
+// decode decodes an orderCreated record: a permanent error for a record of
+// another topic or one that breaks the contract, a transient one for a
+// registry outage (service.Decode).
+func (s *Service) decode(ctx context.Context, r *kgo.Record) (order.OrderCreated, error) {
+	var ev order.OrderCreated
+	if r.Topic != order.TopicOrderCreated {
+		return ev, processor.Permanentf("payments: unexpected topic %q", r.Topic)
 	}
+	err := service.Decode(ctx, s.Serde, r, &ev)
+	return ev, err
+}
+
+// chargeBatch is HandleBatch once its records are decoded (evs[i] is
+// recs[i]'s event).
+func (s *Service) chargeBatch(ctx context.Context, recs []*kgo.Record, evs []order.OrderCreated) error {
 	idx := make([]int, len(recs))
 	for i := range idx {
 		idx[i] = i
