@@ -25,15 +25,31 @@ var ErrMissingTopic = errors.New("processor: topic does not exist")
 // topics) do not exist and CreateTopics is not enabled. Nothing was consumed
 // or committed. Partitions is the partition count to create them with: the
 // largest of the source topics' (0 when no source topic exists either).
+//
+// When no source topic exists (Sources lists them), CreateTopics(true) does
+// not help: the runtime creates only the topics it writes to, with the
+// source topics' partition count, and never the topics it reads. The error
+// then names the source topics to create first.
 type MissingTopicError struct {
 	Topics     []string
 	Partitions int32
 	// Compact is set for the blocked-keys topic (BlockedKeysTopic): a
 	// table the runtime keeps, to create compacted (cleanup.policy=compact).
 	Compact bool
+	// Sources are the source topics (Topics) that do not exist either;
+	// set only when none of them exists (Partitions is then 0).
+	Sources []string
 }
 
 func (e *MissingTopicError) Error() string {
+	if len(e.Sources) > 0 {
+		what := "source topic " + e.Sources[0] + " does not exist"
+		if len(e.Sources) > 1 {
+			what = "source topics " + strings.Join(e.Sources, ", ") + " do not exist"
+		}
+		return fmt.Sprintf("processor: %s: create the topics the group reads before starting it (processor.CreateTopics creates only the topics the runtime writes to, %s, with the source topics' partition count), e.g.\n  kafka-topics.sh --create --topic %s --partitions 6",
+			what, strings.Join(e.Topics, ", "), e.Sources[0])
+	}
 	parts := "the source topic's partition count"
 	switch {
 	case e.Partitions == 1:
@@ -81,7 +97,14 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, c *cfg, need []string) er
 	)
 	retriable := func(err error) bool { return errors.Is(err, errStillMissing) || brokererr.Transient(err) }
 	err := brokererr.Retry(ctx, topicCheckTimeout, retriable, func(attempt int, wait time.Duration, err error) {
-		c.logger.Info("checking the runtime's topics again", "attempt", attempt, "in", wait, "error", err)
+		if errors.Is(err, errStillMissing) {
+			c.logger.Info("checking the runtime's topics again", "attempt", attempt, "in", wait, "error", err)
+			return
+		}
+		// The brokers did not answer (refused, reset, timed out): the
+		// operator is told at once, not when the check gives up.
+		c.logger.Warn("start: the brokers do not answer yet; trying again", "brokers", c.brokers, "attempt", attempt, "in", wait,
+			"gives_up_after", topicCheckTimeout, "error", err)
 	}, func() error {
 		p, m, err := listNeeded(ctx, cl, c.topics, need, all)
 		if err != nil || len(m) == 0 {
@@ -174,7 +197,10 @@ func listNeeded(ctx context.Context, cl *kgo.Client, sources, need, all []string
 
 // finishMissing reports or creates the missing topics (see CreateTopics).
 func finishMissing(ctx context.Context, adm *kadm.Client, c *cfg, partitions int32, missing []string) error {
-	if !c.createTopics || partitions == 0 {
+	if partitions == 0 {
+		return &MissingTopicError{Topics: missing, Sources: slices.Clone(c.topics)}
+	}
+	if !c.createTopics {
 		return &MissingTopicError{Topics: missing, Partitions: partitions}
 	}
 	resp, err := adm.CreateTopics(ctx, partitions, -1, nil, missing...)

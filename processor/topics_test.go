@@ -3,6 +3,8 @@ package processor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"log/slog"
 	"slices"
 	"strings"
@@ -167,6 +169,75 @@ func TestMissingRuntimeTopicIsAnError(t *testing.T) {
 	}
 	if off := committed(t, addrs, "g", "in"); len(off) != 0 {
 		t.Fatalf("committed %v before the check passed", off)
+	}
+}
+
+// Brokers that do not answer at start are logged at WARN, naming them, on
+// the first failed attempt, not only when the start check gives up
+// (topicCheckTimeout later).
+func TestUnreachableBrokersWarnAtStart(t *testing.T) {
+	parallel(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: every dial is refused
+	logs := &levelLog{}
+	p, err := New(Brokers(addr), Group("g"), Topics("in"), WithHandler(func(context.Context, *kgo.Record) error { return nil }),
+		Logger(slog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := runErr(p, ctx)
+	testkafka.WaitFor(t, 20*time.Second, "a WARN naming the unreachable brokers", func() bool {
+		_, ok := logs.find("WARN", "brokers do not answer", addr)
+		return ok
+	})
+	cancel()
+	waitErr(t, errc, 30*time.Second)
+}
+
+// A source topic that does not exist is named in Run's error, with and
+// without CreateTopics(true) (which creates only the topics the runtime
+// writes to), in both modes; nothing is created.
+func TestMissingSourceTopicIsNamed(t *testing.T) {
+	parallel(t)
+	addrs := testkafka.Cluster(t, map[string]int32{"other": 1})
+	for _, create := range []bool{false, true} {
+		p, err := New(Brokers(addrs...), Group("g"), Topics("invoices"), WithHandler(func(context.Context, *kgo.Record) error { return nil }),
+			RetryTopics(time.Second), CreateTopics(create))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp, err := NewTransactional("tx", func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil },
+			Brokers(addrs...), Group("eos"), Topics("invoices"), CreateTopics(create))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name string
+			r    testkafka.Runner
+		}{{"plain", p}, {"transactional", tp}} {
+			t.Run(fmt.Sprintf("%s/CreateTopics=%v", c.name, create), func(t *testing.T) {
+				err := waitErr(t, runErr(c.r, context.Background()), 30*time.Second)
+				var me *MissingTopicError
+				if !errors.As(err, &me) || strings.Join(me.Sources, ",") != "invoices" {
+					t.Fatalf("Run: %v, want a *MissingTopicError naming the source topic invoices", err)
+				}
+				if !strings.Contains(err.Error(), "source topic invoices does not exist") || !strings.Contains(err.Error(), "--topic invoices") {
+					t.Fatalf("error %q does not name the missing source topic and how to create it", err)
+				}
+			})
+		}
+	}
+	d, err := adminFor(t, addrs).ListTopics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := d.Names(); strings.Join(names, ",") != "other" {
+		t.Fatalf("topics %v after the failed starts, want only other", names)
 	}
 }
 
