@@ -151,8 +151,8 @@ func TestReplayRoundTrip(t *testing.T) {
 
 	before := endOffsets(t, adm, "events")
 	res2, err := d.Replay(ctx, dlq.ReplayOptions{Selection: sel})
-	if !errors.Is(err, dlq.ErrAlreadyReplayed) {
-		t.Fatalf("second replay: err %v, want ErrAlreadyReplayed", err)
+	if !errors.Is(err, dlq.ErrAlreadyReplayed) || !strings.Contains(err.Error(), "ReplayOptions.Force") {
+		t.Fatalf("second replay: err %v, want ErrAlreadyReplayed naming the option that replays it again (ReplayOptions.Force)", err)
 	}
 	if len(res2.Replayed) != 0 || len(res2.Refused) != 1 || res2.Refused[0].ID != dead.ID {
 		t.Fatalf("second replay result %+v", res2)

@@ -79,9 +79,9 @@ func (e *RefusedError) Error() string {
 		hint := ""
 		switch k {
 		case ErrAlreadyReplayed:
-			hint = " (pass --force to replay them again)"
+			hint = " (ReplayOptions.Force, the CLI's --force, replays them again)"
 		case ErrPurged:
-			hint = " (below the purge position; `dlq purge --force --to-offset N` moves it back)"
+			hint = " (below the purge position; Purge with PurgeOptions.Force and an earlier Until, the CLI's `dlq purge --force --to-offset N`, moves it back)"
 		}
 		parts = append(parts, fmt.Sprintf("%d %s%s", counts[k], k, hint))
 	}

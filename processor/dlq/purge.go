@@ -112,7 +112,7 @@ func (d *DLQ) purgeOnce(ctx context.Context, o PurgeOptions) (*PurgeResult, bool
 		case to > s.End:
 			return nil, false, fmt.Errorf("purge %s partition %d up to offset %d: past its end (the last offset is %d)", d.topic, s.Partition, to-1, s.End-1)
 		case to < from && !o.Force:
-			return nil, false, fmt.Errorf("purge %s partition %d up to offset %d: the purge %w: it is at %d, records below it are purged (pass --force to un-purge; the records are still there)", d.topic, s.Partition, to-1, ErrBackwards, from)
+			return nil, false, fmt.Errorf("purge %s partition %d up to offset %d: the purge %w: it is at %d, records below it are purged (PurgeOptions.Force, the CLI's --force, un-purges; the records are still there)", d.topic, s.Partition, to-1, ErrBackwards, from)
 		case to == from:
 			continue
 		}

@@ -160,7 +160,7 @@ func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error
 		retryTopic = processor.RetryTopicNames(d.group, 1)[0]
 		if _, err := kread.PartitionBounds(ctx, d.cl, retryTopic); err != nil {
 			if errors.Is(err, ErrNoTopic) {
-				return nil, fmt.Errorf("group %s has no retry topic %s (%w; it runs without retry topics): replay to the source topic instead (--to source)", d.group, retryTopic, err)
+				return nil, fmt.Errorf("group %s has no retry topic %s (%w; it runs without retry topics): replay to the source topic instead (ReplayOptions.To TargetSource, the CLI's --to source)", d.group, retryTopic, err)
 			}
 			return nil, err
 		}
@@ -186,13 +186,13 @@ func (d *DLQ) Replay(ctx context.Context, o ReplayOptions) (*ReplayResult, error
 				Reason: fmt.Sprintf("purged: below the purge position %d of partition %d", st.position(r.Partition), r.Partition)})
 		case r.Replay != nil && !o.Force:
 			res.Refused = append(res.Refused, Refusal{ID: r.ID, Err: ErrAlreadyReplayed,
-				Reason: fmt.Sprintf("already replayed at %s to %s; --force replays it again", r.Replay.At.Format(time.RFC3339), r.Replay.To)})
+				Reason: fmt.Sprintf("already replayed at %s to %s; ReplayOptions.Force (--force) replays it again", r.Replay.At.Format(time.RFC3339), r.Replay.To)})
 		case r.OriginalTopic == "":
 			res.Refused = append(res.Refused, Refusal{ID: r.ID, Err: ErrNotReplayable,
 				Reason: "no " + processor.HeaderOriginalTopic + " header: not written by the runtime; nowhere to send it back"})
 		case r.ReplayedFrom != "" && !o.IncludeFailedReplays && len(o.IDs) == 0:
 			res.Skipped = append(res.Skipped, Refusal{ID: r.ID, Err: ErrFailedReplay,
-				Reason: "a replay of " + r.ReplayedFrom + " that failed again; `dlq replay --include-failed-replays` replays it"})
+				Reason: "a replay of " + r.ReplayedFrom + " that failed again; ReplayOptions.IncludeFailedReplays (--include-failed-replays) replays it"})
 		case o.Limit > 0 && len(queue) >= o.Limit:
 		default:
 			queue = append(queue, r)
@@ -231,7 +231,7 @@ func (d *DLQ) dropMissingSources(ctx context.Context, queue []*Record, to Target
 		}
 		if gone {
 			res.Refused = append(res.Refused, Refusal{ID: r.ID, Err: ErrNotReplayable,
-				Reason: "its original topic " + r.OriginalTopic + " does not exist; --to retry sends it to the group's retry topic"})
+				Reason: "its original topic " + r.OriginalTopic + " does not exist; ReplayOptions.To TargetRetry (--to retry) sends it to the group's retry topic"})
 			continue
 		}
 		out = append(out, r)
