@@ -274,6 +274,9 @@ func (c *cfg) validate() error {
 			errs = append(errs, fmt.Errorf("Topics: %q is given twice (topics %d and %d)", t, j+1, i+1))
 		default:
 			seen[t] = i
+			if err := checkTopicName(t); err != nil {
+				errs = append(errs, fmt.Errorf("Topics: topic %d of %d: %w", i+1, len(c.topics), err))
+			}
 		}
 	}
 	if c.loggerNil {
@@ -284,6 +287,10 @@ func (c *cfg) validate() error {
 	}
 	if c.dlqTopicSet && strings.TrimSpace(c.dlqTopic) == "" {
 		errs = append(errs, fmt.Errorf("DeadLetterTopic: empty, want a topic name (leave the option out for %q)", DLQTopic(c.group)))
+	} else if c.dlqTopicSet {
+		if err := checkTopicName(c.dlqTopic); err != nil {
+			errs = append(errs, fmt.Errorf("DeadLetterTopic: %w", err))
+		}
 	}
 	if c.retryPrefixSet && strings.TrimSpace(c.retryPrefix) == "" {
 		errs = append(errs, fmt.Errorf("RetryTopicPrefix: empty, want a prefix (leave the option out for %q)", c.group+".retry."))
@@ -378,6 +385,15 @@ func (c *cfg) validate() error {
 	for _, t := range c.retryTopicNames() {
 		if t == c.dlqTopic || slices.Contains(c.topics, t) {
 			errs = append(errs, fmt.Errorf("RetryTopics: retry topic %q is also the DLQ or a source topic", t))
+		}
+		if err := checkTopicName(t); err != nil && c.group != "" {
+			errs = append(errs, fmt.Errorf("RetryTopics: retry topic name from the prefix (RetryTopicPrefix, default the group and \".retry.\"): %w", err))
+			break
+		}
+	}
+	if c.dlq && !c.dlqTopicSet && c.group != "" {
+		if err := checkTopicName(c.dlqTopic); err != nil {
+			errs = append(errs, fmt.Errorf("Group: the default DLQ topic, the group and \".dlq\", is no legal topic name (%w): set DeadLetterTopic", err))
 		}
 	}
 	if c.dlq && slices.Contains(c.topics, c.dlqTopic) {
