@@ -113,6 +113,12 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, c *cfg, need []string) er
 			return err
 		}
 		partitions, missing = p, m
+		if c.createTopics && p > 0 {
+			// Creating is safe on a stale answer: a topic that exists
+			// after all answers TOPIC_ALREADY_EXISTS, which
+			// finishMissing takes as created. No wait then.
+			return nil
+		}
 		// A broker that just restarted can answer Metadata before it has
 		// caught up with the cluster's metadata, and one that has just
 		// created a topic (ordercast up creates them right before)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,6 +198,32 @@ func TestUnreachableBrokersWarnAtStart(t *testing.T) {
 	})
 	cancel()
 	waitErr(t, errc, 30*time.Second)
+}
+
+// With CreateTopics(true) missing runtime topics are created on the first
+// answer that lacks them, without the repeated checks that only tell a
+// stale answer from a missing topic (creating a topic that exists after all
+// is harmless): no "checking the runtime's topics again" is logged.
+func TestCreateTopicsDoesNotWait(t *testing.T) {
+	parallel(t)
+	addrs := testkafka.Cluster(t, map[string]int32{"in": 2})
+	testkafka.Produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("x")})
+	logs := &levelLog{info: true}
+	var handled atomic.Int64
+	p, err := New(Brokers(addrs...), Group("g"), Topics("in"), RetryTopics(time.Second), CreateTopics(true), Logger(slog.New(logs)),
+		WithHandler(func(context.Context, *kgo.Record) error { handled.Add(1); return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := testkafka.Run(t, p)
+	defer stop()
+	testkafka.WaitFor(t, 30*time.Second, "the record handled", func() bool { return handled.Load() == 1 })
+	if again := logs.all("checking the runtime's topics again"); len(again) > 0 {
+		t.Fatalf("the start checked the topics again before creating them: %v", again)
+	}
+	if created := logs.all("created the runtime's topics"); len(created) != 1 {
+		t.Fatalf("logged %v, want one creation", created)
+	}
 }
 
 // A source topic that does not exist is named in Run's error, with and
