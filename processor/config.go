@@ -187,6 +187,9 @@ type cfg struct {
 	// ShareSessions (NewQueue only; queue.go); unset: DefaultShareSessions.
 	shareSessions    int
 	shareSessionsSet bool
+	// ShareLagInterval (NewQueue only; queue_lag.go); unset: DefaultShareLagInterval.
+	shareLagEvery time.Duration
+	shareLagSet   bool
 	// Set by the options whose empty value would otherwise fall back to
 	// a default silently (DeadLetterTopic(""), RetryTopicPrefix(""),
 	// Logger(nil), WithBatchHandler(nil)): validate refuses those.
@@ -393,6 +396,9 @@ func (c *cfg) validate() error {
 		errs = append(errs, fmt.Errorf("ShareSessions: %d: only NewQueue takes it (a consumer group member has one session)", c.shareSessions))
 	case c.shareSessionsSet && c.shareSessions < 1:
 		errs = append(errs, fmt.Errorf("ShareSessions: %d, want >= 1 (default %d)", c.shareSessions, DefaultShareSessions))
+	}
+	if err := c.validateShareLag(); err != nil {
+		errs = append(errs, err)
 	}
 	c.hdr = newHeaderNames(c.headerPrefix)
 	errs = append(errs, c.validateKeyBlock()...)

@@ -105,7 +105,7 @@ func queueChild() int {
 // returning nil, i.e. accepted) at least once; every record the dead member
 // had begun and not finished, the one it died in included, reaches the
 // second member on a delivery >= 2; and the broker's share backlog of the
-// partition (shareBacklog) reaches 0: every record acknowledged, none
+// partition (brokerShareBacklog) reaches 0: every record acknowledged, none
 // lost.
 func TestQueueCrashRedelivers(t *testing.T) {
 	for _, freeze := range []bool{false, true} {
@@ -248,7 +248,7 @@ func testQueueCrash(t *testing.T, freeze bool) {
 		return true
 	})
 	waitFor(t, within, "every record acknowledged: the broker's share backlog at 0", func() bool {
-		return shareBacklog(t, addrs, "g", "in", 0) == 0
+		return brokerShareBacklog(t, addrs, "g", "in", 0) == 0
 	})
 	if a := promtest.Sum(t, reg, "ordercast_consumer_share_records_accepted_total", "group", "g", "topic", "in"); a < float64(len(held)) {
 		t.Fatalf("the second member accepted %v records, want at least the %d the child held", a, len(held))
@@ -257,13 +257,13 @@ func testQueueCrash(t *testing.T, freeze bool) {
 		len(held), crashed, len(applied), len(got))
 }
 
-// shareBacklog is the records of topic's partition that group has not
+// brokerShareBacklog is the records of topic's partition that group has not
 // acknowledged, as the broker reports it (DescribeShareGroupOffsets): its
 // share lag where it reports one (KIP-1226), else the end offset minus the
 // share-partition start offset (KIP-932); -1 when it reports neither. A
 // broker persists the start offset lazily (Kafka moves it at its share
 // coordinator's snapshots): only the share lag is exact at once.
-func shareBacklog(t *testing.T, addrs []string, group, topic string, partition int32) int64 {
+func brokerShareBacklog(t *testing.T, addrs []string, group, topic string, partition int32) int64 {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {

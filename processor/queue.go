@@ -87,6 +87,9 @@ type QueueProcessor struct {
 	// lockDur is the group's acquisition lock duration as Run read it (0:
 	// unknown; the records' deadlines tell then).
 	lockDur time.Duration
+	// startLatest: the group starts a partition without share state at
+	// its end (share.auto.offset.reset latest, as Run read or left it).
+	startLatest bool
 
 	mu      sync.Mutex
 	held    int                   // records acquired and not acknowledged yet, over the sessions
@@ -230,12 +233,16 @@ func refusedQueueOpts(opts []Opt) error {
 // ShareSessions members per processor, their client IDs ClientID with
 // "-s0", "-s1"... appended (ClientID alone with one session).
 //
-// Options: ShareSessions and MaxDeliveries are NewQueue's own. Brokers,
-// Group, Topics, WithHandler, HandleTopic, Concurrency, HandlerTimeout,
-// Backoff, DeadLetter, DeadLetterTopic,
-// CreateTopics, HeaderPrefix, OnDeadLetter, DrainTimeout, ClientID, Logger,
-// WithMetrics, Tracing, ClientOpts, ConsumerOpts, ProducerOpts and Producer
-// mean what they mean for New. The others cannot apply to a share group
+// With WithMetrics, Run also exports the share group's backlog, read from
+// the brokers every ShareLagInterval (share_lag, share_lag_total; see
+// ShareLagInterval).
+//
+// Options: ShareSessions, MaxDeliveries and ShareLagInterval are NewQueue's
+// own. Brokers, Group, Topics, WithHandler, HandleTopic, Concurrency,
+// HandlerTimeout, Backoff, DeadLetter, DeadLetterTopic, CreateTopics,
+// HeaderPrefix, OnDeadLetter, DrainTimeout, ClientID, Logger, WithMetrics,
+// Tracing, ClientOpts, ConsumerOpts, ProducerOpts and Producer mean what
+// they mean for New. The others cannot apply to a share group
 // (WithOrdering, RetryTopics, RetryTopicPrefix, BlockKeys,
 // MaxBlockedKeys, BlockedKeysTopic, MaxAttempts, MaxInFlight,
 // CommitInterval, CommitRefreshInterval, CommitMetadataMaxBytes,
@@ -377,7 +384,9 @@ func (q *QueueProcessor) Health() QueueHealth {
 // share.auto.offset.reset, which it sets to earliest when the group has no
 // value of its own (a new share group otherwise starts at the end of each
 // partition); a failure to read or set them is logged at WARN and the
-// defaults are used.
+// defaults are used. With WithMetrics it then reads the group's backlog
+// every ShareLagInterval until it returns, and removes those series as it
+// returns.
 //
 // On cancellation it stops polling, releases at once the records waiting
 // out a backoff, lets the handlers in flight finish for up to DrainTimeout
@@ -427,6 +436,11 @@ func (q *QueueProcessor) Run(ctx context.Context) error {
 		errMu   sync.Mutex
 		runErrs []error
 	)
+	var lagDone chan struct{}
+	if q.cfg.metrics != nil {
+		lagDone = make(chan struct{})
+		go func() { defer close(lagDone); q.reportShareLag(stop) }()
+	}
 	polling.Add(len(q.sessions))
 	quiet := make(chan struct{})
 	go func() { polling.Wait(); close(quiet) }()
@@ -445,6 +459,10 @@ func (q *QueueProcessor) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	cancelStop()
+	if lagDone != nil {
+		<-lagDone
+	}
 	q.cfg.logger.Info("processor stopped")
 	if len(runErrs) > 0 {
 		return runErrs[0] // the first; the others followed from it or repeat it
@@ -576,6 +594,7 @@ func (q *QueueProcessor) readGroupConfigs(ctx context.Context) {
 				}
 			case "share.auto.offset.reset":
 				setReset = c.Source != kmsg.ConfigSourceGroupConfig
+				q.startLatest = !setReset && v == "latest"
 			}
 		}
 		if limit == 0 {
@@ -610,6 +629,7 @@ func (q *QueueProcessor) readGroupConfigs(ctx context.Context) {
 		err = errCode(aresp.Resources[0].ErrorCode)
 	}
 	if err != nil {
+		q.startLatest = true
 		q.cfg.logger.Warn("setting share.auto.offset.reset=earliest on the share group (records written before its first member joined are not delivered)", "error", err)
 	}
 }
