@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/internal/testkit/promtest"
@@ -23,7 +24,7 @@ import (
 )
 
 // queueChild runs one queue-mode member (NewQueue, one share session,
-// Concurrency 4) of group "g" on topic "in" until SIGTERM/SIGINT. It
+// Concurrency 4) of group OC_GROUP on topic "in" until SIGTERM/SIGINT. It
 // appends an evHandle event (with the delivery count) to OC_HISTORY when a
 // handler call begins and an evApplied event when it ends, OC_HANDLER_SLEEP
 // later. Its OC_KILL_AT-th handler call records evCrashIn instead and then
@@ -51,7 +52,7 @@ func queueChild() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	fmt.Println("READY")
-	q, err := NewQueue(Brokers(strings.Split(os.Getenv("OC_BROKERS"), ",")...), Group("g"), Topics("in"),
+	q, err := NewQueue(Brokers(strings.Split(os.Getenv("OC_BROKERS"), ",")...), Group(os.Getenv("OC_GROUP")), Topics("in"),
 		Concurrency(4), ShareSessions(1), HandlerTimeout(time.Hour), DrainTimeout(time.Second),
 		WithHandler(func(ctx context.Context, r *kgo.Record) error {
 			e := event{Member: member, Kind: evHandle, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
@@ -100,7 +101,10 @@ func queueChild() int {
 //     quarter of the lock after the stop (the member renews every half
 //     lock, so at least 3/8 of a lock is left).
 //
-// A second member, started after the crash, takes over: every record is
+// Each variant has a group of its own: on a real cluster the dead member
+// stays in its group until the share session timeout (45 s), and later
+// tests use group "g". A second member, started after the crash, takes
+// over: every record is
 // handled to its end (the child's effect, or the second member's handler
 // returning nil, i.e. accepted) at least once; every record the dead member
 // had begun and not finished, the one it died in included, reaches the
@@ -115,26 +119,27 @@ func TestQueueCrashRedelivers(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			testkafka.Parallel(t)
-			testQueueCrash(t, freeze)
+			testQueueCrash(t, "crash-"+name, freeze)
 		})
 	}
 }
 
-func testQueueCrash(t *testing.T, freeze bool) {
+func testQueueCrash(t *testing.T, group string, freeze bool) {
 	if testing.Short() {
 		t.Skip("starts child processes")
 	}
 	var addrs []string
 	lock := time.Second
+	topics := map[string]int32{"in": 1, DLQTopic(group): 1}
 	if testkafka.Real() {
 		lock = 15 * time.Second
-		addrs = testCluster(t, map[string]int32{"in": 1})
-		setGroupConfig(t, addrs, "g", "share.record.lock.duration.ms", strconv.Itoa(int(lock.Milliseconds())))
+		addrs = testkafka.Cluster(t, topics)
+		setGroupConfig(t, addrs, group, "share.record.lock.duration.ms", strconv.Itoa(int(lock.Milliseconds())))
 	} else {
-		addrs = shareFake(t, 1, map[string]string{
+		_, addrs = testkafka.Fake(t, topics, kfake.BrokerConfigs(map[string]string{
 			"group.share.record.lock.duration.ms": strconv.Itoa(int(lock.Milliseconds())),
 			"share.record.lock.sweep.interval.ms": "50",
-		})
+		}))
 	}
 	const n = 200
 	var recs []*kgo.Record
@@ -143,7 +148,7 @@ func testQueueCrash(t *testing.T, freeze bool) {
 	}
 	produce(t, addrs, recs...)
 	hist := filepath.Join(t.TempDir(), "history.jsonl")
-	env := []string{"OC_BROKERS=" + strings.Join(addrs, ","), "OC_HISTORY=" + hist, "OC_KILL_AT=10", "OC_HANDLER_SLEEP=20ms"}
+	env := []string{"OC_BROKERS=" + strings.Join(addrs, ","), "OC_GROUP=" + group, "OC_HISTORY=" + hist, "OC_KILL_AT=10", "OC_HANDLER_SLEEP=20ms"}
 	if freeze {
 		env = append(env, "OC_FREEZE=1")
 	}
@@ -195,7 +200,7 @@ func testQueueCrash(t *testing.T, freeze bool) {
 	var mu sync.Mutex
 	got := map[string][]delivery{}
 	reg := prometheus.NewRegistry()
-	startQueue(t, addrs, WithMetrics(mustMetrics(t, reg)), Concurrency(4), WithHandler(func(ctx context.Context, r *kgo.Record) error {
+	startQueue(t, addrs, Group(group), WithMetrics(mustMetrics(t, reg)), Concurrency(4), WithHandler(func(ctx context.Context, r *kgo.Record) error {
 		mu.Lock()
 		got[string(r.Value)] = append(got[string(r.Value)], delivery{r.DeliveryCount(), time.Now()})
 		mu.Unlock()
@@ -248,9 +253,9 @@ func testQueueCrash(t *testing.T, freeze bool) {
 		return true
 	})
 	waitFor(t, within, "every record acknowledged: the broker's share backlog at 0", func() bool {
-		return brokerShareBacklog(t, addrs, "g", "in", 0) == 0
+		return brokerShareBacklog(t, addrs, group, "in", 0) == 0
 	})
-	if a := promtest.Sum(t, reg, "ordercast_consumer_share_records_accepted_total", "group", "g", "topic", "in"); a < float64(len(held)) {
+	if a := promtest.Sum(t, reg, "ordercast_consumer_share_records_accepted_total", "group", group, "topic", "in"); a < float64(len(held)) {
 		t.Fatalf("the second member accepted %v records, want at least the %d the child held", a, len(held))
 	}
 	t.Logf("the child held %d records when it stopped (%s among them); applied %d; the second member handled %d",
