@@ -75,7 +75,8 @@ const MaxShareAcquireMultiple = 4
 // ShareAcquireMultiple sets how many records each share session's poll
 // acquires, as a multiple k of Concurrency: up to k x Concurrency records
 // per ShareFetch (NewQueue only; New refuses it). Default 1; k must be
-// from 1 to 4 (MaxShareAcquireMultiple).
+// from 1 to 4 (MaxShareAcquireMultiple): NewQueue returns an error for
+// another value. The records are KIP-932's acquired records.
 //
 // A session polls again only once every record of its poll is
 // acknowledged, so each poll's round trip to the broker is paid once per
@@ -246,16 +247,15 @@ func refusedQueueOpts(opts []Opt) error {
 // franz-go client and a member of the group of its own. Each session's
 // poll acquires up to Concurrency records (default 16; k x Concurrency with
 // ShareAcquireMultiple(k); franz-go's ShareMaxRecords with
-// ShareMaxRecordsStrict, no fetch ahead), and the
-// session polls again once every one of them is acknowledged (franz-go
-// accepts at a poll whatever the previous poll left unacknowledged, so
-// none is left). The sessions share Concurrency handler slots: at most
-// Concurrency handler calls run at once in the processor, and it holds at
-// most ShareSessions x Concurrency records acquired (x ShareAcquireMultiple;
+// ShareMaxRecordsStrict, no fetch ahead), and the session polls again once
+// every one of them is acknowledged (franz-go accepts at a poll whatever
+// the previous poll left unacknowledged, so none is left). The sessions
+// share Concurrency handler slots: at most Concurrency handler calls run
+// at once in the processor, and it holds at most ShareSessions x
+// Concurrency records acquired (x ShareAcquireMultiple;
 // Health().InFlight), the ones without a slot waiting for one, their locks
-// renewed. A slow
-// record therefore delays its own session's next poll, while the other
-// sessions go on acquiring and handling records. The group lists
+// renewed. A slow record therefore delays its own session's next poll,
+// while the other sessions go on acquiring and handling records. The group lists
 // ShareSessions members per processor, their client IDs ClientID with
 // "-s0", "-s1"... appended (ClientID alone with one session).
 //
@@ -264,11 +264,11 @@ func refusedQueueOpts(opts []Opt) error {
 // ShareLagInterval).
 //
 // Options: ShareSessions, ShareAcquireMultiple, MaxDeliveries and
-// ShareLagInterval are NewQueue's own. Brokers, Group, Topics, WithHandler, HandleTopic, Concurrency,
-// HandlerTimeout, Backoff, DeadLetter, DeadLetterTopic, CreateTopics,
-// HeaderPrefix, OnDeadLetter, DrainTimeout, ClientID, Logger, WithMetrics,
-// Tracing, ClientOpts, ConsumerOpts, ProducerOpts and Producer mean what
-// they mean for New. The others cannot apply to a share group
+// ShareLagInterval are NewQueue's own. Brokers, Group, Topics,
+// WithHandler, HandleTopic, Concurrency, HandlerTimeout, Backoff,
+// DeadLetter, DeadLetterTopic, CreateTopics, HeaderPrefix, OnDeadLetter,
+// DrainTimeout, ClientID, Logger, WithMetrics, Tracing, ClientOpts,
+// ConsumerOpts, ProducerOpts and Producer mean what they mean for New. The others cannot apply to a share group
 // (WithOrdering, RetryTopics, RetryTopicPrefix, BlockKeys,
 // MaxBlockedKeys, BlockedKeysTopic, MaxAttempts, MaxInFlight,
 // CommitInterval, CommitRefreshInterval, CommitMetadataMaxBytes,

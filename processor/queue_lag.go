@@ -21,7 +21,8 @@ const minShareLagInterval = 100 * time.Millisecond
 // ShareLagInterval sets how often a QueueProcessor given WithMetrics reads
 // its share group's backlog into the share_lag and share_lag_total gauges
 // (NewQueue only; New refuses it; without WithMetrics nothing is read).
-// Default 10 s (DefaultShareLagInterval); d must be at least 100 ms.
+// Default 10 s (DefaultShareLagInterval); d must be at least 100 ms:
+// NewQueue returns an error for a shorter one.
 //
 // The backlog of a partition is the broker's share lag where it reports
 // one (KIP-1226, DescribeShareGroupOffsets v1, Kafka 4.2+: the records from
