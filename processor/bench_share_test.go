@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,7 +33,10 @@ import (
 // share group's 12 x 16 / 20 ms = 9,600: the ratio can reach 2.
 //
 // ORDERCAST_BENCH_SHARE_WINDOW overrides the measured window (a Go
-// duration; default 10s).
+// duration; default 10s); ORDERCAST_BENCH_SHARE_SIDES the share sides
+// (comma separated: shareN for N sessions, shareNxK for N sessions whose
+// polls acquire up to K x Concurrency records, ShareAcquireMultiple(K);
+// default share1,share2,share3).
 func BenchmarkShareVsGroup(b *testing.B) {
 	const (
 		records, keys = 400_000, 10_000
@@ -50,6 +54,9 @@ func BenchmarkShareVsGroup(b *testing.B) {
 	}
 	addrs, topic := benchBroker(b, "share", 6, benchSeed{records: records, size: 100, keys: keys})
 	sides := []string{"group", "share1", "share2", "share3"}
+	if v := os.Getenv("ORDERCAST_BENCH_SHARE_SIDES"); v != "" {
+		sides = append([]string{"group"}, strings.Split(v, ",")...)
+	}
 	rates := map[string][]float64{}
 	ratios := map[string][]float64{}
 	b.ResetTimer()
@@ -62,8 +69,8 @@ func BenchmarkShareVsGroup(b *testing.B) {
 			if side == "group" {
 				rate, handled = groupPass(b, addrs, topic, processors, conc, work, window)
 			} else {
-				n, _ := strconv.Atoi(side[len("share"):])
-				rate, handled = sharePass(b, addrs, topic, processors, n, conc, work, window)
+				sessions, acquire := shareSide(b, side)
+				rate, handled = sharePass(b, addrs, topic, processors, sessions, acquire, conc, work, window)
 			}
 			if handled >= records {
 				b.Fatalf("%s: the backlog of %d records ran out (%d handled): the rate is not the steady one", side, records, handled)
@@ -212,7 +219,7 @@ func groupPass(b *testing.B, addrs []string, topic string, n, conc int, work, wi
 // sharePass runs n processors of a new share group (NewQueue, sessions
 // share sessions each) over topic and measures them once the group lists
 // every session as a member with an assignment.
-func sharePass(b *testing.B, addrs []string, topic string, n, sessions, conc int, work, window time.Duration) (float64, int64) {
+func sharePass(b *testing.B, addrs []string, topic string, n, sessions, acquire, conc int, work, window time.Duration) (float64, int64) {
 	b.Helper()
 	g := benchGroup("share")
 	b.Cleanup(func() {
@@ -222,7 +229,7 @@ func sharePass(b *testing.B, addrs []string, topic string, n, sessions, conc int
 	var ps []interface{ Run(context.Context) error }
 	for range n {
 		q, err := NewQueue(Brokers(addrs...), Group(g), Topics(topic), WithHandler(benchHandler(work, &handled)), DeadLetter(false),
-			Concurrency(conc), ShareSessions(sessions))
+			Concurrency(conc), ShareSessions(sessions), ShareAcquireMultiple(acquire))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -249,6 +256,23 @@ func sharePass(b *testing.B, addrs []string, topic string, n, sessions, conc int
 		}
 		return true
 	}, &handled, window)
+}
+
+// shareSide reads a share side's name: "shareN" (N share sessions) or
+// "shareNxK" (N sessions, each poll acquiring up to K x Concurrency
+// records: ShareAcquireMultiple(K)).
+func shareSide(b *testing.B, side string) (sessions, acquire int) {
+	b.Helper()
+	n, k, _ := strings.Cut(strings.TrimPrefix(side, "share"), "x")
+	sessions, err := strconv.Atoi(n)
+	acquire = 1
+	if err == nil && k != "" {
+		acquire, err = strconv.Atoi(k)
+	}
+	if err != nil || !strings.HasPrefix(side, "share") || sessions < 1 || acquire < 1 {
+		b.Fatalf("share side %q: want shareN or shareNxK", side)
+	}
+	return sessions, acquire
 }
 
 // benchAdmin returns an admin client of addrs, closed at the end of the

@@ -188,6 +188,13 @@ type cfg struct {
 	// ShareSessions (NewQueue only; queue.go); unset: DefaultShareSessions.
 	shareSessions    int
 	shareSessionsSet bool
+	// ShareAcquireMultiple (NewQueue only; queue.go): a share session's
+	// poll acquires up to shareAcquire x Concurrency records; unset: 1.
+	shareAcquire    int
+	shareAcquireSet bool
+	// ShareLagInterval (NewQueue only; queue_lag.go); unset: DefaultShareLagInterval.
+	shareLagEvery time.Duration
+	shareLagSet   bool
 	// Set by the options whose empty value would otherwise fall back to
 	// a default silently (DeadLetterTopic(""), RetryTopicPrefix(""),
 	// Logger(nil), WithBatchHandler(nil)): validate refuses those.
@@ -410,6 +417,15 @@ func (c *cfg) validate() error {
 		errs = append(errs, fmt.Errorf("ShareSessions: %d: only NewQueue takes it (a consumer group member has one session)", c.shareSessions))
 	case c.shareSessionsSet && c.shareSessions < 1:
 		errs = append(errs, fmt.Errorf("ShareSessions: %d, want >= 1 (default %d)", c.shareSessions, DefaultShareSessions))
+	}
+	switch {
+	case c.shareAcquireSet && !c.queue:
+		errs = append(errs, fmt.Errorf("ShareAcquireMultiple: %d: only NewQueue takes it", c.shareAcquire))
+	case c.shareAcquireSet && (c.shareAcquire < 1 || c.shareAcquire > MaxShareAcquireMultiple):
+		errs = append(errs, fmt.Errorf("ShareAcquireMultiple: %d, want 1 to %d (default 1)", c.shareAcquire, MaxShareAcquireMultiple))
+	}
+	if err := c.validateShareLag(); err != nil {
+		errs = append(errs, err)
 	}
 	c.hdr = newHeaderNames(c.headerPrefix)
 	errs = append(errs, c.validateKeyBlock()...)

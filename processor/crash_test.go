@@ -38,6 +38,8 @@ func TestMain(m *testing.M) {
 		os.Exit(consumerChild())
 	case "broker":
 		os.Exit(brokerChild())
+	case "queue":
+		os.Exit(queueChild())
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", childEnv, os.Getenv(childEnv))
 		os.Exit(2)

@@ -52,7 +52,8 @@ type event struct {
 	Gen        int32  `json:"gen,omitempty"`
 	MemberID   string `json:"memberId,omitempty"`
 	Value      string `json:"value,omitempty"`
-	At         int64  `json:"at"` // Unix nanoseconds
+	Delivery   int32  `json:"delivery,omitempty"` // share groups: the broker's delivery count of the record
+	At         int64  `json:"at"`                 // Unix nanoseconds
 }
 
 func (e event) tp() tp { return tp{e.Topic, e.Partition} }

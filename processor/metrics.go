@@ -198,7 +198,8 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOpt) (*Metrics, error)
 		m.retryTopic, m.fwdFailed, m.droppedC, m.fetchErrors, m.rebalances, m.committedOff, m.lag, m.inFlightRecs,
 		m.inFlightBytes, m.pausedG, m.handlerDur, m.commitDur, m.commitErrs, m.mapBytes, m.windowFullG, m.windowUsedG,
 		m.skippedC, m.oldestAge, m.batch.size, m.batch.dur, m.batch.fallbacks,
-		m.queue.acquired, m.queue.accepted, m.queue.released, m.queue.rejected, m.queue.deliveries, m.queue.renewals}
+		m.queue.acquired, m.queue.accepted, m.queue.released, m.queue.rejected, m.queue.deliveries, m.queue.renewals,
+		m.queue.lag, m.queue.lagTotal}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {

@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,5 +99,68 @@ func TestQueueConcurrencyBound(t *testing.T) {
 // storeMax sets m to v if v is larger.
 func storeMax(m *atomic.Int64, v int64) {
 	for p := m.Load(); v > p && !m.CompareAndSwap(p, v); p = m.Load() {
+	}
+}
+
+// TestQueueAcquireMultiple: with ShareAcquireMultiple(2), one session and
+// Concurrency(2), a poll acquires the 4 records waiting (the processor
+// holds 4, 2 of them waiting for a handler slot), no more than 2 handler
+// calls run at once, and the records waiting for a slot keep their locks
+// (1 s on kfake, renewed) while the first two take 2.5 s: each record is
+// delivered once. ShareAcquireMultiple is NewQueue's alone, from 1 to
+// MaxShareAcquireMultiple.
+func TestQueueAcquireMultiple(t *testing.T) {
+	testkafka.Parallel(t)
+	h := func(context.Context, *kgo.Record) error { return nil }
+	if _, err := New(Brokers("x:1"), Group("g"), Topics("in"), WithHandler(h), ShareAcquireMultiple(2)); err == nil || !strings.Contains(err.Error(), "ShareAcquireMultiple") {
+		t.Fatalf("New took ShareAcquireMultiple: %v", err)
+	}
+	for _, k := range []int{0, -1, MaxShareAcquireMultiple + 1} {
+		if _, err := NewQueue(Brokers("x:1"), Group("g"), Topics("in"), WithHandler(h), ShareAcquireMultiple(k)); err == nil || !strings.Contains(err.Error(), "ShareAcquireMultiple") {
+			t.Fatalf("NewQueue took ShareAcquireMultiple(%d): %v", k, err)
+		}
+	}
+
+	addrs := shareFake(t, 1, map[string]string{
+		"group.share.record.lock.duration.ms": "1000",
+		"share.record.lock.sweep.interval.ms": "50",
+	})
+	const conc, records = 2, 4
+	var recs []*kgo.Record
+	for i := range records {
+		recs = append(recs, &kgo.Record{Topic: "in", Value: val(i)})
+	}
+	produce(t, addrs, recs...)
+	var running, peak, heldPeak atomic.Int64
+	calls := newHistory()
+	var q *QueueProcessor
+	ready := make(chan struct{})
+	q, _ = startQueue(t, addrs, Concurrency(conc), ShareSessions(1), ShareAcquireMultiple(2), HandlerTimeout(10*time.Second),
+		WithHandler(func(ctx context.Context, r *kgo.Record) error {
+			<-ready // q is set
+			n := running.Add(1)
+			defer running.Add(-1)
+			storeMax(&peak, n)
+			storeMax(&heldPeak, int64(q.Health().InFlight))
+			calls.add(string(r.Value))
+			select {
+			case <-time.After(2500 * time.Millisecond): // the work: longer than two locks
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+	close(ready)
+	waitFor(t, 60*time.Second, "every record handled", func() bool { return calls.distinct() == records })
+	for i := range records {
+		if n := calls.count(string(val(i))); n != 1 {
+			t.Errorf("%s delivered %d times, want 1: its lock expired while it waited for a slot", val(i), n)
+		}
+	}
+	if p := peak.Load(); p > conc {
+		t.Fatalf("%d handler calls at once, want at most Concurrency %d", p, conc)
+	}
+	if h := heldPeak.Load(); h != 2*conc {
+		t.Fatalf("at most %d records held, want 2 x Concurrency = %d: one poll acquired them all", h, 2*conc)
 	}
 }

@@ -220,12 +220,17 @@ func TestQueueTransientRedelivered(t *testing.T) {
 // TestQueuePoisonToDLQ: a record failing on every delivery reaches the DLQ
 // once, on delivery MaxDeliveries, with the runtime's headers, and is not
 // delivered again; a permanent failure goes there on its first delivery.
+// The share series count it: 5 acquisitions (poison 3, bad 1, a later
+// record 1), 2 releases, 3 accepts (both DLQ writes and the later record),
+// no reject, and share_delivery_count observes deliveries 1, 2, 3 of
+// poison and 1 of the others.
 func TestQueuePoisonToDLQ(t *testing.T) {
 	testkafka.Parallel(t)
 	addrs := testCluster(t, map[string]int32{"in": 2})
 	calls := newHistory()
 	var dlqCalls sync.Map
-	startQueue(t, addrs, MaxDeliveries(3),
+	reg := prometheus.NewRegistry()
+	startQueue(t, addrs, WithMetrics(mustMetrics(t, reg)), MaxDeliveries(3),
 		OnDeadLetter(func(r *kgo.Record, _ error) { dlqCalls.Store(string(r.Value), true) }),
 		WithHandler(func(ctx context.Context, r *kgo.Record) error {
 			calls.add(string(r.Value))
@@ -270,6 +275,73 @@ func TestQueuePoisonToDLQ(t *testing.T) {
 	}
 	if more := readAll(t, addrs, "g.dlq", 3, 2*time.Second); len(more) != 2 {
 		t.Fatalf("%d DLQ records, want 2", len(more))
+	}
+	checkShareSeries(t, reg, shareCounts{acquired: 5, accepted: 3, released: 2, rejected: 0},
+		map[float64]uint64{1: 3, 2: 4, 3: 5, 4: 5}, 1+2+3+1+1)
+}
+
+// shareCounts are the values of the share_records_*_total counters of
+// group g, topic in.
+type shareCounts struct{ acquired, accepted, released, rejected float64 }
+
+// checkShareSeries waits until the share counters of group g, topic in
+// reach want (the last acknowledgement is counted just after its handler
+// returns), then checks them and the share_delivery_count histogram: its
+// cumulative buckets (by upper bound, those given) and the sum of the
+// delivery counts observed; one observation per acquisition.
+func checkShareSeries(t *testing.T, reg *prometheus.Registry, want shareCounts, buckets map[float64]uint64, sum float64) {
+	t.Helper()
+	get := func() shareCounts {
+		c := func(name string) float64 {
+			return promtest.Sum(t, reg, "ordercast_consumer_share_records_"+name+"_total", "group", "g", "topic", "in")
+		}
+		return shareCounts{c("acquired"), c("accepted"), c("released"), c("rejected")}
+	}
+	testkafka.WaitFor(t, 10*time.Second, fmt.Sprintf("share counters at %+v", want), func() bool { return get() == want })
+	count, gotSum, gotBuckets := promtest.Histogram(t, reg, "ordercast_consumer_share_delivery_count", "group", "g", "topic", "in")
+	if float64(count) != want.acquired || gotSum != sum {
+		t.Errorf("share_delivery_count: %d observations summing to %v, want %v summing to %v", count, gotSum, want.acquired, sum)
+	}
+	for le, n := range buckets {
+		if gotBuckets[le] != n {
+			t.Errorf("share_delivery_count{le=%v} = %d, want %d (buckets %v)", le, gotBuckets[le], n, gotBuckets)
+		}
+	}
+}
+
+// TestQueueRejectCounted: with the runtime's DLQ off (DeadLetter(false)),
+// a record failing on its last allowed delivery (MaxDeliveries 2) is
+// REJECTed once: share_records_rejected_total 1, after one release on its
+// first delivery; the broker archives it, so it is not delivered again (a
+// record written after it is handled, and poison's handler ran twice). The
+// delivery-count histogram observes poison's deliveries 1 and 2 and the
+// later record's 1.
+func TestQueueRejectCounted(t *testing.T) {
+	testkafka.Parallel(t)
+	addrs := testCluster(t, map[string]int32{"in": 1})
+	calls := newHistory()
+	reg := prometheus.NewRegistry()
+	startQueue(t, addrs, WithMetrics(mustMetrics(t, reg)), MaxDeliveries(2), DeadLetter(false),
+		WithHandler(func(ctx context.Context, r *kgo.Record) error {
+			calls.add(string(r.Value))
+			if string(r.Value) == "poison" {
+				return fmt.Errorf("delivery %d failed", r.DeliveryCount())
+			}
+			return nil
+		}))
+	produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("poison")})
+	waitFor(t, 30*time.Second, "poison rejected", func() bool {
+		return promtest.Sum(t, reg, "ordercast_consumer_share_records_rejected_total", "group", "g", "topic", "in") == 1
+	})
+	produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte("after")})
+	waitFor(t, 30*time.Second, "the next record handled", func() bool { return calls.count("after") == 1 })
+	checkShareSeries(t, reg, shareCounts{acquired: 3, accepted: 1, released: 1, rejected: 1},
+		map[float64]uint64{1: 2, 2: 3, 3: 3}, 1+2+1)
+	if n := calls.count("poison"); n != 2 {
+		t.Fatalf("poison handled %d times, want 2 (rejected on its second delivery, then archived)", n)
+	}
+	if n := promtest.Sum(t, reg, "ordercast_consumer_records_dead_lettered_total", "group", "g"); n != 0 {
+		t.Fatalf("%v records dead-lettered with DeadLetter(false), want 0", n)
 	}
 }
 

@@ -55,3 +55,44 @@ func Sum(t testing.TB, g prometheus.Gatherer, name string, labels ...string) flo
 	v, _ := Lookup(t, g, name, labels...)
 	return v
 }
+
+// Histogram returns, summed over every series of the histogram name in g
+// whose labels include the given name/value pairs (as Lookup), the sample
+// count, the sum of the samples, and the cumulative count of each bucket by
+// its upper bound (+Inf left out). It fails the test when g cannot be
+// gathered.
+func Histogram(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (count uint64, sum float64, buckets map[float64]uint64) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	buckets = map[float64]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			if h == nil {
+				continue
+			}
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			count += h.GetSampleCount()
+			sum += h.GetSampleSum()
+			for _, b := range h.GetBucket() {
+				buckets[b.GetUpperBound()] += b.GetCumulativeCount()
+			}
+		}
+	}
+	return count, sum, buckets
+}
