@@ -82,8 +82,9 @@ type Opt interface{ apply(*cfg) }
 // New or NewQueue alone (WithHandler, HandleTopic, WithBatchHandler,
 // MaxBatch, RetryTopics, RetryTopicPrefix, DeadLetter, BlockKeys,
 // MaxBlockedKeys, BlockedKeysTopic, CommitRefreshInterval, Producer,
-// Delivery, MaxDeliveries, ShareSessions) are an Opt only, so passing one to
-// NewTransactional does not compile, as franz-go's kgo keeps ProducerOpt,
+// Delivery, MaxDeliveries, ShareSessions, ShareAcquireMultiple,
+// ShareLagInterval) are an Opt only, so passing one to NewTransactional does
+// not compile, as franz-go's kgo keeps ProducerOpt,
 // ConsumerOpt and GroupOpt apart.
 type TxnOpt interface {
 	Opt
