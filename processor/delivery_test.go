@@ -92,6 +92,7 @@ func TestDeliveryCrashInHandler(t *testing.T) {
 			}
 			key := fmt.Sprintf("%s@%d", crashed.tp(), crashed.Offset)
 			twice, lost := 0, 0
+			var lostKeys []string
 			for i := range n {
 				k := fmt.Sprintf("in[%d]@%d", i%2, i/2)
 				switch c := applied[k]; {
@@ -99,6 +100,7 @@ func TestDeliveryCrashInHandler(t *testing.T) {
 					twice++
 				case c == 0:
 					lost++
+					lostKeys = append(lostKeys, k)
 				}
 			}
 			switch mode {
@@ -110,7 +112,8 @@ func TestDeliveryCrashInHandler(t *testing.T) {
 					t.Fatalf("at most once: %d records applied twice", twice)
 				}
 				if lost > 2 {
-					t.Fatalf("at most once: %d records lost, want at most the one running on each of the 2 partitions", lost)
+					t.Fatalf("at most once: %d records lost (%v; crashed in %s), want at most the one running on each of the 2 partitions; run 1's history:\n%s",
+						lost, lostKeys, key, historyTail(t, hist, "run1", 40))
 				}
 			case AtLeastOnce:
 				if applied[key] != 1 {
@@ -198,4 +201,22 @@ func TestAtMostOnceCleanHandoverLosesNothing(t *testing.T) {
 			}
 		}
 	}
+}
+
+// historyTail returns the last n events of member in the history file at
+// path, one per line, for a failure message.
+func historyTail(t *testing.T, path, member string, n int) string {
+	t.Helper()
+	var evs []event
+	for _, e := range readHistory(t, path) {
+		if e.Member == member {
+			evs = append(evs, e)
+		}
+	}
+	evs = evs[max(0, len(evs)-n):]
+	var b strings.Builder
+	for _, e := range evs {
+		fmt.Fprintf(&b, "  %s %s %s@%d\n", e.Member, e.Kind, e.tp(), e.Offset)
+	}
+	return b.String()
 }
