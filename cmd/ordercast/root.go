@@ -401,6 +401,59 @@ func checkListenAddr(flag, v string) error {
 	return nil
 }
 
+// listenFlag is a listen-address flag (its name without the dashes) and
+// its value.
+type listenFlag struct{ flag, addr string }
+
+// checkDistinctAddrs refuses two listen-address flags (already checked by
+// checkListenAddr) that would listen on one address: the same port and
+// host, or the same port with either host every interface ("", 0.0.0.0,
+// ::), or host names that resolve to a common IP. The second listener
+// would only fail with "address in use" once the first had started. Port
+// 0 (a free port each) never clashes.
+func checkDistinctAddrs(addrs ...listenFlag) error {
+	for i, a := range addrs {
+		for _, b := range addrs[i+1:] {
+			if sameListenAddr(a.addr, b.addr) {
+				return fmt.Errorf("--%s %s and --%s %s: both listen on one address; give each its own port (port 0: a free one)", a.flag, a.addr, b.flag, b.addr)
+			}
+		}
+	}
+	return nil
+}
+
+func sameListenAddr(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	na, err1 := net.LookupPort("tcp", pa)
+	nb, err2 := net.LookupPort("tcp", pb)
+	if err1 != nil || err2 != nil || na == 0 || na != nb {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	if wildcard(ha) || wildcard(hb) || strings.EqualFold(ha, hb) {
+		return true
+	}
+	ips := func(h string) []net.IP {
+		if ip := net.ParseIP(h); ip != nil {
+			return []net.IP{ip}
+		}
+		out, _ := net.LookupIP(h)
+		return out
+	}
+	for _, x := range ips(ha) {
+		for _, y := range ips(hb) {
+			if x.Equal(y) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {

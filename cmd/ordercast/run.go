@@ -43,6 +43,9 @@ set them to an empty string to be told what is missing.`,
 			if err != nil {
 				return err
 			}
+			if err := checkDistinctAddrs(listenFlag{"http", f.httpAddr}, listenFlag{"admin-http", f.adminAddr}); err != nil {
+				return err
+			}
 			// Every missing one at once, not one per attempt.
 			var missing []string
 			if len(cfg.Kafka.Brokers) == 0 {

@@ -252,6 +252,13 @@ func runUp(parent context.Context, f *upFlags) error {
 		return err
 	}
 	embedded := len(cfg.Kafka.Brokers) == 0 || cfg.Schema.RegistryURL == ""
+	listens := []listenFlag{{"http", f.httpAddr}, {"admin-http", f.adminAddr}}
+	if embedded {
+		listens = append(listens, listenFlag{"broker-addr", f.brokerAddr}, listenFlag{"registry-addr", f.registryAddr})
+	}
+	if err := checkDistinctAddrs(listens...); err != nil {
+		return err
+	}
 	if embedded {
 		// Before anything is created: the embedded broker and registry
 		// take any client without credentials.
