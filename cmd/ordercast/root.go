@@ -240,8 +240,8 @@ func (c *common) config() (system.Config, error) {
 	if err := c.auth.check(c.httpAddr); err != nil {
 		return cfg, err
 	}
-	if c.partitions < 1 {
-		return cfg, fmt.Errorf("--partitions %d: want >= 1", c.partitions)
+	if c.partitions < 1 || c.partitions > maxPartitions {
+		return cfg, fmt.Errorf("--partitions %d: want from 1 to %d", c.partitions, maxPartitions)
 	}
 	if c.rf < 1 {
 		return cfg, fmt.Errorf("--replication-factor %d: want >= 1", c.rf)
@@ -271,8 +271,8 @@ func (c *common) config() (system.Config, error) {
 		return cfg, fmt.Errorf("--notifications-mode %q: want %s (the notifications consumer group, the default) or %s (the share group %s, KIP-932)", c.notifMode, system.NotificationsGroup, system.NotificationsShare, system.NotificationsShareGroup)
 	}
 	cfg.Consumers.NotificationsMode = c.notifMode
-	if c.concurrency < 1 {
-		return cfg, fmt.Errorf("--concurrency %d: want >= 1", c.concurrency)
+	if c.concurrency < 1 || c.concurrency > maxConcurrency {
+		return cfg, fmt.Errorf("--concurrency %d: want from 1 to %d handler calls per group member", c.concurrency, maxConcurrency)
 	}
 	cfg.Consumers.Concurrency = c.concurrency
 	if c.dbConns < 0 {
@@ -332,15 +332,18 @@ func (c *common) config() (system.Config, error) {
 	}
 	if c.sessionTO != "" {
 		d, err := time.ParseDuration(c.sessionTO)
-		if err != nil || d < time.Millisecond {
-			name := "--session-timeout"
-			if !c.fs.Changed("session-timeout") {
-				name = system.EnvSessionTimeout + " (the default of --session-timeout)"
-			}
-			return cfg, fmt.Errorf("%s %q: want a positive duration such as 10s (the group session timeout, session.timeout.ms)", name, c.sessionTO)
+		name := "--session-timeout"
+		if !c.fs.Changed("session-timeout") {
+			name = system.EnvSessionTimeout + " (the default of --session-timeout)"
+		}
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("%s %q: want a positive duration such as 10s (the group session timeout, session.timeout.ms), from %v to %v", name, c.sessionTO, minSessionTimeout, system.MaxSessionTimeout)
+		}
+		if d < minSessionTimeout {
+			return cfg, fmt.Errorf("%s %v: want from %v (the Kafka client's least) to %v, such as 10s; a broker with Kafka's defaults (the embedded one too) takes 6s or more", name, d, minSessionTimeout, system.MaxSessionTimeout)
 		}
 		if d > system.MaxSessionTimeout {
-			return cfg, fmt.Errorf("--session-timeout %v: want at most %v, Kafka's default group.max.session.timeout.ms (a broker answers longer ones with INVALID_SESSION_TIMEOUT at every join)", d, system.MaxSessionTimeout)
+			return cfg, fmt.Errorf("%s %v: want at most %v, Kafka's default group.max.session.timeout.ms (a broker answers longer ones with INVALID_SESSION_TIMEOUT at every join)", name, d, system.MaxSessionTimeout)
 		}
 		cfg.Consumers.SessionTimeout = d
 	} else if c.fs.Changed("session-timeout") {
@@ -349,8 +352,8 @@ func (c *common) config() (system.Config, error) {
 	if cfg.Consumers.StartOffset, err = processor.ParseStart(c.startOffset); err != nil {
 		return cfg, fmt.Errorf("--start-offset: %w", err)
 	}
-	if c.txnTimeout < 0 || (c.txnTimeout > 0 && c.txnTimeout < time.Second) {
-		return cfg, fmt.Errorf("--transaction-timeout %v: want a duration of 1s or more, such as 15s (0: Kafka's default, 60s)", c.txnTimeout)
+	if c.txnTimeout < 0 || (c.txnTimeout > 0 && c.txnTimeout < time.Second) || c.txnTimeout > maxTxnTimeout {
+		return cfg, fmt.Errorf("--transaction-timeout %v: want a duration of 1s or more, such as 15s, up to the broker's transaction.max.timeout.ms (Kafka's default 15m; no broker takes more than %v) (0: Kafka's default, 60s)", c.txnTimeout, maxTxnTimeout)
 	}
 	cfg.Consumers.TransactionTimeout = c.txnTimeout
 	if cfg.Schema.WriterVersions, err = parseSchemaVersions(c.schemaVers); err != nil {
@@ -358,6 +361,23 @@ func (c *common) config() (system.Config, error) {
 	}
 	return cfg, nil
 }
+
+// Bounds of the flags of up and run beyond their types'.
+const (
+	// maxPartitions bounds --partitions: each of the system's twenty-odd
+	// topics gets that many, and the embedded broker holds every one in
+	// memory.
+	maxPartitions = 10_000
+	// maxConcurrency bounds --concurrency: fulfillment's members start
+	// that many goroutines each at once.
+	maxConcurrency = 4096
+	// minSessionTimeout is the least session timeout the Kafka client
+	// (franz-go) accepts.
+	minSessionTimeout = 100 * time.Millisecond
+	// maxTxnTimeout is the longest transaction timeout the protocol
+	// carries (int32 milliseconds), which the Kafka client checks.
+	maxTxnTimeout = time.Duration(math.MaxInt32) * time.Millisecond
+)
 
 // parseSchemaVersions parses --schema-version: comma-separated topic=N, each
 // topic one with a contract and N a released version of it (1..newest).

@@ -183,6 +183,13 @@ func (s *System) ensureTopics(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
+		l := cfg.Kafka.Layout
+		switch {
+		case errors.Is(err, kerr.InvalidReplicationFactor):
+			return fmt.Errorf("topics: replication factor %d (--replication-factor) refused by the broker: want from 1 to the cluster's number of brokers (the embedded broker is one): %w", l.ReplicationFactor, err)
+		case errors.Is(err, kerr.InvalidPartitions):
+			return fmt.Errorf("topics: %d partitions (--partitions) refused by the broker: %w", l.Partitions, err)
+		}
 		if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
 			return fmt.Errorf("topics: kafka principal %s may not create the missing ones (its services need no CREATE right when they exist): create them as an admin with `ordercast topics create --system`: %w", principalName(cfg.Kafka.Principal), err)
 		}
