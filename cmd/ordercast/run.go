@@ -75,6 +75,13 @@ set them to an empty string to be told what is missing.`,
 			if cmd.Flags().Changed("notifications-mode") && !slices.Contains(args, system.ServiceNotifications) {
 				return fmt.Errorf("--notifications-mode applies only to %s, which this process does not run (it runs %s)", system.ServiceNotifications, strings.Join(args, ", "))
 			}
+			if !slices.Contains(args, system.ServiceCheckout) && !slices.Contains(args, system.ServicePayments) {
+				for _, name := range []string{"seed-data", "opening-credit"} {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("--%s applies only to %s and %s, which seed the catalog and wallets, and this process runs neither (it runs %s)", name, system.ServiceCheckout, system.ServicePayments, strings.Join(args, ", "))
+					}
+				}
+			}
 			if !slices.ContainsFunc(args, func(svc string) bool { return svc != system.ServiceCheckout }) {
 				for _, name := range []string{"fetch-min-bytes", "fetch-max-wait", "max-batch"} {
 					if cmd.Flags().Changed(name) {
