@@ -319,6 +319,8 @@ func TestNumericFlagRanges(t *testing.T) {
 		{run("--rate-limit", "-1"), rateLimit},
 		{run("--rate-limit", "1e300"), rateLimit},
 		{run("--rate-burst", "-1"), []string{"--rate-burst", ">= 0"}},
+		{run("--db-conns", "8"), []string{"--db-conns applies only to PostgreSQL", "SQLite"}},
+		{upQuick(t, "--checkout-db-conns", "4"), []string{"--checkout-db-conns applies only to PostgreSQL", "SQLite"}},
 		{upQuick(t, "--session-timeout", "1ms"), session},
 		{run("--session-timeout", "99ms"), session},
 		{run("--session-timeout", "31m"), []string{"--session-timeout", "at most 30m"}},

@@ -283,6 +283,13 @@ func (c *common) config() (system.Config, error) {
 		return cfg, fmt.Errorf("--checkout-db-conns %d: want >= 0 (0: the default, %d)", c.checkoutConns, system.DefaultCheckoutDBConns)
 	}
 	cfg.DB.CheckoutConns = c.checkoutConns
+	if d := strings.TrimSpace(c.db); !strings.HasPrefix(d, "postgres://") && !strings.HasPrefix(d, "postgresql://") {
+		for _, name := range []string{"db-conns", "checkout-db-conns"} {
+			if c.fs != nil && c.fs.Changed(name) {
+				return cfg, fmt.Errorf("--%s applies only to PostgreSQL (--db postgres://...); the database here is SQLite, whose connections are its own (one writer at a time)", name)
+			}
+		}
+	}
 	if c.checkoutBatch < 0 {
 		return cfg, fmt.Errorf("--checkout-max-batch %d: want >= 0 (0: the default, %d)", c.checkoutBatch, checkout.DefaultMaxBatch)
 	}
