@@ -355,6 +355,9 @@ func TestOtherFlags(t *testing.T) {
 	checkFlagErrors(t, []flagCase{
 		{append(run, "--instances", "orders=2"), []string{"--instances", "orders", "payments"}},
 		{append(slices.Replace(slices.Clone(run), 1, 2, "orders"), "--seed-data", oneDay), []string{"--seed-data applies only to checkout and payments", "it runs orders"}},
+		{append(run, "--rate-limit", "5"), []string{"--rate-limit applies only to checkout", "it runs payments"}},
+		{append(run, "--auth-required"), []string{"--auth-required applies only to checkout"}},
+		{append(run, "--checkout-max-batch", "8"), []string{"--checkout-max-batch applies only to checkout"}},
 		{append(slices.Replace(slices.Clone(run), 1, 2, "notifications", "fulfillment"), "--opening-credit", "10"), []string{"--opening-credit applies only", "notifications, fulfillment"}},
 		{append(slices.Replace(slices.Clone(run), 1, 2, "checkout"), "--fetch-min-bytes", "1"), []string{"--fetch-min-bytes", "consumer services", "checkout"}},
 		{append(slices.Replace(slices.Clone(run), 1, 2, "checkout"), "--fetch-max-wait", "50ms"), []string{"--fetch-max-wait", "consumer services"}},
