@@ -337,6 +337,7 @@ func TestNumericFlagRanges(t *testing.T) {
 		{run("--auth-clock-skew", "1000h"), []string{"--auth-clock-skew", "from 0s"}},
 		{run("--opening-credit", "-1"), []string{"--opening-credit", "non-negative"}},
 		{run("--retry-delays", "1s,0s"), []string{"--retry-delays", "positive duration"}},
+		{upQuick(t, "--retry-delays", "1s,1000h"), []string{"--retry-delays", "under 168h0m0s", "retention"}},
 		{upQuick(t, "--replay", oneDay, "--rate", "Inf"), []string{"--rate", ">= 0"}},
 		{upQuick(t, "--replay", oneDay, "--rate", "NaN"), []string{"--rate", ">= 0"}},
 		{upQuick(t, "--replay", oneDay, "--replay-concurrency", "-1"), []string{"--replay-concurrency", ">= 1"}},

@@ -255,6 +255,9 @@ func (c *common) config() (system.Config, error) {
 		if err != nil || v <= 0 {
 			return cfg, fmt.Errorf("--retry-delays %q: %q is not a positive duration like 1s or 500ms", c.retryDelays, d)
 		}
+		if v >= maxRetryDelay {
+			return cfg, fmt.Errorf("--retry-delays %q: %v is too long: want each delay under %v, Kafka's default log retention (log.retention.hours=168) of the retry topics, which could delete a record before it is due", c.retryDelays, v, maxRetryDelay)
+		}
 		cfg.Kafka.Layout.RetryDelays = append(cfg.Kafka.Layout.RetryDelays, v)
 	}
 	if cfg.Instances, err = parseInstances(c.instances); err != nil {
@@ -384,6 +387,10 @@ const (
 	// maxTxnTimeout is the longest transaction timeout the protocol
 	// carries (int32 milliseconds), which the Kafka client checks.
 	maxTxnTimeout = time.Duration(math.MaxInt32) * time.Millisecond
+	// maxRetryDelay bounds each of --retry-delays: a retry topic created
+	// with the broker's default retention (Kafka's is 7 days) keeps a
+	// record for less than that.
+	maxRetryDelay = 7 * 24 * time.Hour
 )
 
 // parseSchemaVersions parses --schema-version: comma-separated topic=N, each
