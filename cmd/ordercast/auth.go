@@ -30,7 +30,10 @@ const (
 // replay, who share the replay's address.
 const (
 	defaultRateLimit = 100.0
-	defaultDataDir   = ".ordercast"
+	// maxRateLimit bounds --rate-limit: beyond it a limit means nothing
+	// (0 is none), and Inf would reach checkout's Config unchecked.
+	maxRateLimit   = 1e6
+	defaultDataDir = ".ordercast"
 )
 
 // authFlags are checkout's authentication and rate-limit flags, shared by
@@ -126,8 +129,8 @@ func (a *authFlags) check(httpAddr string) error {
 			return fmt.Errorf("--auth-algorithms %q: %w", a.algorithms, err)
 		}
 	}
-	if !(a.rateLimit >= 0) {
-		return fmt.Errorf("--rate-limit %v: want requests per second per client >= 0, such as 100 (0: no limit)", a.rateLimit)
+	if !(a.rateLimit >= 0 && a.rateLimit <= maxRateLimit) {
+		return fmt.Errorf("--rate-limit %v: want requests per second per client from 0 to %g, such as 100 (0: no limit)", a.rateLimit, float64(maxRateLimit))
 	}
 	if a.rateBurst < 0 {
 		return fmt.Errorf("--rate-burst %d: want >= 0 (0: twice --rate-limit)", a.rateBurst)

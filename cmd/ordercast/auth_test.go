@@ -38,7 +38,9 @@ func TestAuthFlagErrors(t *testing.T) {
 		{[]string{"--auth", "jwt", "--auth-dev-key", "k"}, "--auth-dev-key needs --auth dev (it is --auth jwt)"},
 		{[]string{"--auth-clock-skew", "10m"}, "--auth-clock-skew 10m0s: want a duration from 0s to 5m0s"},
 		{[]string{"--auth-clock-skew", "soon"}, `--auth-clock-skew "soon": want a duration`},
-		{[]string{"--rate-limit", "-1"}, "--rate-limit -1: want requests per second per client >= 0"},
+		{[]string{"--rate-limit", "-1"}, "--rate-limit -1: want requests per second per client from 0 to 1e+06"},
+		{[]string{"--rate-limit", "Inf"}, "--rate-limit +Inf: want requests per second per client from 0 to 1e+06"},
+		{[]string{"--rate-limit", "1e7"}, "--rate-limit 1e+07: want requests per second per client from 0 to 1e+06"},
 		{[]string{"--rate-limit", "0", "--rate-burst", "5"}, "--rate-burst needs a --rate-limit above 0"},
 		{[]string{"--auth", "jwt", "--replay", oneDay}, "--replay with --auth jwt"},
 	} {

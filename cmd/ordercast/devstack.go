@@ -61,6 +61,9 @@ The registry is also saved every --save-every, so a killed devstack loses at mos
 			if err := checkListenAddr("registry-addr", registryAddr); err != nil {
 				return err
 			}
+			if err := checkDistinctAddrs(listenFlag{"broker-addr", brokerAddr}, listenFlag{"registry-addr", registryAddr}); err != nil {
+				return err
+			}
 			if saveEvery < 0 {
 				return fmt.Errorf("--save-every %v: want a duration >= 0 (0: only on shutdown)", saveEvery)
 			}

@@ -303,6 +303,50 @@ func TestUpFlags(t *testing.T) {
 	})
 }
 
+// TestNumericFlagRanges: an out-of-range value of a numeric or duration
+// flag of up or run (0, negative, Inf, NaN, absurdly large) is refused
+// with an error naming the flag and the range it takes, not a message of
+// the package it would reach.
+func TestNumericFlagRanges(t *testing.T) {
+	run := func(extra ...string) []string {
+		return append([]string{"run", "payments", "fulfillment", "--brokers", "127.0.0.1:1", "--registry", "http://127.0.0.1:1", "--db", "sqlite:" + t.TempDir() + "/x.db"}, extra...)
+	}
+	rateLimit := []string{"--rate-limit", "from 0 to 1e+06"}
+	session := []string{"--session-timeout", "from 100ms", "30m"}
+	checkFlagErrors(t, []flagCase{
+		{upQuick(t, "--rate-limit", "Inf"), rateLimit},
+		{upQuick(t, "--rate-limit", "NaN"), rateLimit},
+		{run("--rate-limit", "-1"), rateLimit},
+		{run("--rate-limit", "1e300"), rateLimit},
+		{run("--rate-burst", "-1"), []string{"--rate-burst", ">= 0"}},
+		{run("--db-conns", "8"), []string{"--db-conns applies only to PostgreSQL", "SQLite"}},
+		{upQuick(t, "--checkout-db-conns", "4"), []string{"--checkout-db-conns applies only to PostgreSQL", "SQLite"}},
+		{upQuick(t, "--session-timeout", "1ms"), session},
+		{run("--session-timeout", "99ms"), session},
+		{run("--session-timeout", "31m"), []string{"--session-timeout", "at most 30m"}},
+		{run("--transaction-timeout", "1000h"), []string{"--transaction-timeout", "transaction.max.timeout.ms", "596h"}},
+		{upQuick(t, "--concurrency", "0"), []string{"--concurrency", "from 1 to 4096"}},
+		{run("--concurrency", "1000000000"), []string{"--concurrency", "from 1 to 4096"}},
+		{upQuick(t, "--partitions", "0"), []string{"--partitions", "from 1 to 10000"}},
+		{run("--partitions", "2147483647"), []string{"--partitions", "from 1 to 10000"}},
+		{upQuick(t, "--replication-factor", "0"), []string{"--replication-factor", ">= 1"}},
+		{upQuick(t, "--replication-factor", "3"), []string{"--replication-factor 3", "embedded broker is one broker"}},
+		{run("--max-attempts", "0"), []string{"--max-attempts", ">= 1"}},
+		{run("--fetch-min-bytes", "3000000000"), []string{"--fetch-min-bytes", "from 1"}},
+		{run("--auth-clock-skew", "-1s"), []string{"--auth-clock-skew", "from 0s"}},
+		{run("--auth-clock-skew", "1000h"), []string{"--auth-clock-skew", "from 0s"}},
+		{run("--opening-credit", "-1"), []string{"--opening-credit", "non-negative"}},
+		{run("--retry-delays", "1s,0s"), []string{"--retry-delays", "positive duration"}},
+		{upQuick(t, "--retry-delays", "1s,1000h"), []string{"--retry-delays", "under 168h0m0s", "retention"}},
+		{upQuick(t, "--replay", oneDay, "--rate", "Inf"), []string{"--rate", ">= 0"}},
+		{upQuick(t, "--replay", oneDay, "--rate", "NaN"), []string{"--rate", ">= 0"}},
+		{upQuick(t, "--replay", oneDay, "--replay-concurrency", "-1"), []string{"--replay-concurrency", ">= 1"}},
+		{upQuick(t, "--replay", oneDay, "--max-row-errors", "Inf"), []string{"--max-row-errors", "from 0 to 1"}},
+		{upQuick(t, "--replay", oneDay, "--max-row-errors", "2"), []string{"--max-row-errors", "from 0 to 1"}},
+		{upQuick(t, "--replay", oneDay, "--exit-when-done", "--timeout", "-1s"), []string{"--timeout", "positive"}},
+	})
+}
+
 func TestOtherFlags(t *testing.T) {
 	b := "--brokers=127.0.0.1:1"
 	run := []string{"run", "payments", "--brokers", "127.0.0.1:1", "--registry", "http://127.0.0.1:1", "--db", "sqlite:" + t.TempDir() + "/x.db"}
@@ -311,6 +355,11 @@ func TestOtherFlags(t *testing.T) {
 	}
 	checkFlagErrors(t, []flagCase{
 		{append(run, "--instances", "orders=2"), []string{"--instances", "orders", "payments"}},
+		{append(slices.Replace(slices.Clone(run), 1, 2, "orders"), "--seed-data", oneDay), []string{"--seed-data applies only to checkout and payments", "it runs orders"}},
+		{append(run, "--rate-limit", "5"), []string{"--rate-limit applies only to checkout", "it runs payments"}},
+		{append(run, "--auth-required"), []string{"--auth-required applies only to checkout"}},
+		{append(run, "--checkout-max-batch", "8"), []string{"--checkout-max-batch applies only to checkout"}},
+		{append(slices.Replace(slices.Clone(run), 1, 2, "notifications", "fulfillment"), "--opening-credit", "10"), []string{"--opening-credit applies only", "notifications, fulfillment"}},
 		{append(slices.Replace(slices.Clone(run), 1, 2, "checkout"), "--fetch-min-bytes", "1"), []string{"--fetch-min-bytes", "consumer services", "checkout"}},
 		{append(slices.Replace(slices.Clone(run), 1, 2, "checkout"), "--fetch-max-wait", "50ms"), []string{"--fetch-max-wait", "consumer services"}},
 		{append(run, "--sasl-user", "u"), []string{"--sasl-user", "--sasl-mechanism"}},

@@ -60,8 +60,8 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 			if maxAttempts < 1 {
 				return fmt.Errorf("--max-attempts %d: want >= 1 (1: no retries)", maxAttempts)
 			}
-			if !(maxRowErrors >= 0) {
-				return fmt.Errorf("--max-row-errors %v: want a fraction of the data rows >= 0, such as 0.01 (1%%; 0: any malformed row fails the replay)", maxRowErrors)
+			if !(maxRowErrors >= 0 && maxRowErrors <= 1) {
+				return fmt.Errorf("--max-row-errors %v: want a fraction of the data rows from 0 to 1, such as 0.01 (1%%; 0: any malformed row fails the replay)", maxRowErrors)
 			}
 			if summaryFile != "" {
 				if err := checkWritable("summary", summaryFile); err != nil {

@@ -240,8 +240,8 @@ func (c *common) config() (system.Config, error) {
 	if err := c.auth.check(c.httpAddr); err != nil {
 		return cfg, err
 	}
-	if c.partitions < 1 {
-		return cfg, fmt.Errorf("--partitions %d: want >= 1", c.partitions)
+	if c.partitions < 1 || c.partitions > maxPartitions {
+		return cfg, fmt.Errorf("--partitions %d: want from 1 to %d", c.partitions, maxPartitions)
 	}
 	if c.rf < 1 {
 		return cfg, fmt.Errorf("--replication-factor %d: want >= 1", c.rf)
@@ -254,6 +254,9 @@ func (c *common) config() (system.Config, error) {
 		v, err := time.ParseDuration(d)
 		if err != nil || v <= 0 {
 			return cfg, fmt.Errorf("--retry-delays %q: %q is not a positive duration like 1s or 500ms", c.retryDelays, d)
+		}
+		if v >= maxRetryDelay {
+			return cfg, fmt.Errorf("--retry-delays %q: %v is too long: want each delay under %v, Kafka's default log retention (log.retention.hours=168) of the retry topics, which could delete a record before it is due", c.retryDelays, v, maxRetryDelay)
 		}
 		cfg.Kafka.Layout.RetryDelays = append(cfg.Kafka.Layout.RetryDelays, v)
 	}
@@ -271,8 +274,8 @@ func (c *common) config() (system.Config, error) {
 		return cfg, fmt.Errorf("--notifications-mode %q: want %s (the notifications consumer group, the default) or %s (the share group %s, KIP-932)", c.notifMode, system.NotificationsGroup, system.NotificationsShare, system.NotificationsShareGroup)
 	}
 	cfg.Consumers.NotificationsMode = c.notifMode
-	if c.concurrency < 1 {
-		return cfg, fmt.Errorf("--concurrency %d: want >= 1", c.concurrency)
+	if c.concurrency < 1 || c.concurrency > maxConcurrency {
+		return cfg, fmt.Errorf("--concurrency %d: want from 1 to %d handler calls per group member", c.concurrency, maxConcurrency)
 	}
 	cfg.Consumers.Concurrency = c.concurrency
 	if c.dbConns < 0 {
@@ -283,6 +286,13 @@ func (c *common) config() (system.Config, error) {
 		return cfg, fmt.Errorf("--checkout-db-conns %d: want >= 0 (0: the default, %d)", c.checkoutConns, system.DefaultCheckoutDBConns)
 	}
 	cfg.DB.CheckoutConns = c.checkoutConns
+	if d := strings.TrimSpace(c.db); !strings.HasPrefix(d, "postgres://") && !strings.HasPrefix(d, "postgresql://") {
+		for _, name := range []string{"db-conns", "checkout-db-conns"} {
+			if c.fs != nil && c.fs.Changed(name) {
+				return cfg, fmt.Errorf("--%s applies only to PostgreSQL (--db postgres://...); the database here is SQLite, whose connections are its own (one writer at a time)", name)
+			}
+		}
+	}
 	if c.checkoutBatch < 0 {
 		return cfg, fmt.Errorf("--checkout-max-batch %d: want >= 0 (0: the default, %d)", c.checkoutBatch, checkout.DefaultMaxBatch)
 	}
@@ -332,15 +342,18 @@ func (c *common) config() (system.Config, error) {
 	}
 	if c.sessionTO != "" {
 		d, err := time.ParseDuration(c.sessionTO)
-		if err != nil || d < time.Millisecond {
-			name := "--session-timeout"
-			if !c.fs.Changed("session-timeout") {
-				name = system.EnvSessionTimeout + " (the default of --session-timeout)"
-			}
-			return cfg, fmt.Errorf("%s %q: want a positive duration such as 10s (the group session timeout, session.timeout.ms)", name, c.sessionTO)
+		name := "--session-timeout"
+		if !c.fs.Changed("session-timeout") {
+			name = system.EnvSessionTimeout + " (the default of --session-timeout)"
+		}
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("%s %q: want a positive duration such as 10s (the group session timeout, session.timeout.ms), from %v to %v", name, c.sessionTO, minSessionTimeout, system.MaxSessionTimeout)
+		}
+		if d < minSessionTimeout {
+			return cfg, fmt.Errorf("%s %v: want from %v (the Kafka client's least) to %v, such as 10s; a broker with Kafka's defaults (the embedded one too) takes 6s or more", name, d, minSessionTimeout, system.MaxSessionTimeout)
 		}
 		if d > system.MaxSessionTimeout {
-			return cfg, fmt.Errorf("--session-timeout %v: want at most %v, Kafka's default group.max.session.timeout.ms (a broker answers longer ones with INVALID_SESSION_TIMEOUT at every join)", d, system.MaxSessionTimeout)
+			return cfg, fmt.Errorf("%s %v: want at most %v, Kafka's default group.max.session.timeout.ms (a broker answers longer ones with INVALID_SESSION_TIMEOUT at every join)", name, d, system.MaxSessionTimeout)
 		}
 		cfg.Consumers.SessionTimeout = d
 	} else if c.fs.Changed("session-timeout") {
@@ -349,8 +362,8 @@ func (c *common) config() (system.Config, error) {
 	if cfg.Consumers.StartOffset, err = processor.ParseStart(c.startOffset); err != nil {
 		return cfg, fmt.Errorf("--start-offset: %w", err)
 	}
-	if c.txnTimeout < 0 || (c.txnTimeout > 0 && c.txnTimeout < time.Second) {
-		return cfg, fmt.Errorf("--transaction-timeout %v: want a duration of 1s or more, such as 15s (0: Kafka's default, 60s)", c.txnTimeout)
+	if c.txnTimeout < 0 || (c.txnTimeout > 0 && c.txnTimeout < time.Second) || c.txnTimeout > maxTxnTimeout {
+		return cfg, fmt.Errorf("--transaction-timeout %v: want a duration of 1s or more, such as 15s, up to the broker's transaction.max.timeout.ms (Kafka's default 15m; no broker takes more than %v) (0: Kafka's default, 60s)", c.txnTimeout, maxTxnTimeout)
 	}
 	cfg.Consumers.TransactionTimeout = c.txnTimeout
 	if cfg.Schema.WriterVersions, err = parseSchemaVersions(c.schemaVers); err != nil {
@@ -358,6 +371,27 @@ func (c *common) config() (system.Config, error) {
 	}
 	return cfg, nil
 }
+
+// Bounds of the flags of up and run beyond their types'.
+const (
+	// maxPartitions bounds --partitions: each of the system's twenty-odd
+	// topics gets that many, and the embedded broker holds every one in
+	// memory.
+	maxPartitions = 10_000
+	// maxConcurrency bounds --concurrency: fulfillment's members start
+	// that many goroutines each at once.
+	maxConcurrency = 4096
+	// minSessionTimeout is the least session timeout the Kafka client
+	// (franz-go) accepts.
+	minSessionTimeout = 100 * time.Millisecond
+	// maxTxnTimeout is the longest transaction timeout the protocol
+	// carries (int32 milliseconds), which the Kafka client checks.
+	maxTxnTimeout = time.Duration(math.MaxInt32) * time.Millisecond
+	// maxRetryDelay bounds each of --retry-delays: a retry topic created
+	// with the broker's default retention (Kafka's is 7 days) keeps a
+	// record for less than that.
+	maxRetryDelay = 7 * 24 * time.Hour
+)
 
 // parseSchemaVersions parses --schema-version: comma-separated topic=N, each
 // topic one with a contract and N a released version of it (1..newest).
@@ -399,6 +433,59 @@ func checkListenAddr(flag, v string) error {
 		return fmt.Errorf("--%s %q is not a host:port address: want e.g. 127.0.0.1:8080, :8080 (every interface) or 127.0.0.1:0 (a free port)", flag, v)
 	}
 	return nil
+}
+
+// listenFlag is a listen-address flag (its name without the dashes) and
+// its value.
+type listenFlag struct{ flag, addr string }
+
+// checkDistinctAddrs refuses two listen-address flags (already checked by
+// checkListenAddr) that would listen on one address: the same port and
+// host, or the same port with either host every interface ("", 0.0.0.0,
+// ::), or host names that resolve to a common IP. The second listener
+// would only fail with "address in use" once the first had started. Port
+// 0 (a free port each) never clashes.
+func checkDistinctAddrs(addrs ...listenFlag) error {
+	for i, a := range addrs {
+		for _, b := range addrs[i+1:] {
+			if sameListenAddr(a.addr, b.addr) {
+				return fmt.Errorf("--%s %s and --%s %s: both listen on one address; give each its own port (port 0: a free one)", a.flag, a.addr, b.flag, b.addr)
+			}
+		}
+	}
+	return nil
+}
+
+func sameListenAddr(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	na, err1 := net.LookupPort("tcp", pa)
+	nb, err2 := net.LookupPort("tcp", pb)
+	if err1 != nil || err2 != nil || na == 0 || na != nb {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	if wildcard(ha) || wildcard(hb) || strings.EqualFold(ha, hb) {
+		return true
+	}
+	ips := func(h string) []net.IP {
+		if ip := net.ParseIP(h); ip != nil {
+			return []net.IP{ip}
+		}
+		out, _ := net.LookupIP(h)
+		return out
+	}
+	for _, x := range ips(ha) {
+		for _, y := range ips(hb) {
+			if x.Equal(y) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func splitList(s string) []string {

@@ -43,6 +43,9 @@ set them to an empty string to be told what is missing.`,
 			if err != nil {
 				return err
 			}
+			if err := checkDistinctAddrs(listenFlag{"http", f.httpAddr}, listenFlag{"admin-http", f.adminAddr}); err != nil {
+				return err
+			}
 			// Every missing one at once, not one per attempt.
 			var missing []string
 			if len(cfg.Kafka.Brokers) == 0 {
@@ -71,6 +74,20 @@ set them to an empty string to be told what is missing.`,
 			}
 			if cmd.Flags().Changed("notifications-mode") && !slices.Contains(args, system.ServiceNotifications) {
 				return fmt.Errorf("--notifications-mode applies only to %s, which this process does not run (it runs %s)", system.ServiceNotifications, strings.Join(args, ", "))
+			}
+			if !slices.Contains(args, system.ServiceCheckout) {
+				for _, name := range checkoutFlags {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("--%s applies only to %s, which this process does not run (it runs %s)", name, system.ServiceCheckout, strings.Join(args, ", "))
+					}
+				}
+			}
+			if !slices.Contains(args, system.ServiceCheckout) && !slices.Contains(args, system.ServicePayments) {
+				for _, name := range []string{"seed-data", "opening-credit"} {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("--%s applies only to %s and %s, which seed the catalog and wallets, and this process runs neither (it runs %s)", name, system.ServiceCheckout, system.ServicePayments, strings.Join(args, ", "))
+					}
+				}
 			}
 			if !slices.ContainsFunc(args, func(svc string) bool { return svc != system.ServiceCheckout }) {
 				for _, name := range []string{"fetch-min-bytes", "fetch-max-wait", "max-batch"} {
@@ -105,6 +122,11 @@ set them to an empty string to be told what is missing.`,
 	f.register(cmd, false)
 	return cmd
 }
+
+// checkoutFlags are the flags of run that only checkout reads.
+var checkoutFlags = []string{"checkout-db-conns", "checkout-max-batch", "rate-limit", "rate-burst",
+	"auth", "auth-jwks-url", "auth-key-file", "auth-issuer", "auth-audience", "auth-token-types", "auth-algorithms",
+	"auth-clock-skew", "auth-customer-claim", "auth-required", "auth-dev-key"}
 
 // startSystem is system.Start; tests replace it to make a service fail.
 var startSystem = system.Start

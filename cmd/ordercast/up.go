@@ -120,8 +120,8 @@ func (f *upFlags) check(fs *pflag.FlagSet) error {
 		return fmt.Errorf("--replay with --auth jwt: the replay signs its customers' tokens with the development key; use --auth dev (the default) and replay, or replay from outside with tokens of your identity provider")
 	}
 	switch {
-	case !(f.rate >= 0):
-		return fmt.Errorf("--rate %v: want >= 0 orders per second (0: unlimited)", f.rate)
+	case !(f.rate >= 0) || math.IsInf(f.rate, 0):
+		return fmt.Errorf("--rate %v: want a number of orders per second >= 0, such as 50 (0: unlimited)", f.rate)
 	case f.replayConc < 1:
 		return fmt.Errorf("--replay-concurrency %d: want >= 1", f.replayConc)
 	case f.timeout <= 0:
@@ -130,8 +130,8 @@ func (f *upFlags) check(fs *pflag.FlagSet) error {
 		return fmt.Errorf("--report \"\": want a file name, or - for stdout")
 	case fs.Changed("max-row-errors") && f.replayFile == "":
 		return fmt.Errorf("--max-row-errors needs --replay FILE: it bounds the malformed rows of the replayed file")
-	case !(f.maxRowErrors >= 0):
-		return fmt.Errorf("--max-row-errors %v: want a fraction of the data rows >= 0, such as 0.01 (1%%; 0: any malformed row fails the run)", f.maxRowErrors)
+	case !(f.maxRowErrors >= 0 && f.maxRowErrors <= 1):
+		return fmt.Errorf("--max-row-errors %v: want a fraction of the data rows from 0 to 1, such as 0.01 (1%%; 0: any malformed row fails the run)", f.maxRowErrors)
 	}
 	if f.report != "" {
 		if err := checkWritable("report", f.report); err != nil {
@@ -252,6 +252,16 @@ func runUp(parent context.Context, f *upFlags) error {
 		return err
 	}
 	embedded := len(cfg.Kafka.Brokers) == 0 || cfg.Schema.RegistryURL == ""
+	listens := []listenFlag{{"http", f.httpAddr}, {"admin-http", f.adminAddr}}
+	if embedded {
+		listens = append(listens, listenFlag{"broker-addr", f.brokerAddr}, listenFlag{"registry-addr", f.registryAddr})
+	}
+	if err := checkDistinctAddrs(listens...); err != nil {
+		return err
+	}
+	if len(cfg.Kafka.Brokers) == 0 && f.rf > 1 {
+		return fmt.Errorf("--replication-factor %d: the embedded broker is one broker, so want 1 (more needs a cluster: --brokers)", f.rf)
+	}
 	if embedded {
 		// Before anything is created: the embedded broker and registry
 		// take any client without credentials.

@@ -145,8 +145,12 @@ func (c *cluster) args(p *proc) []string {
 			"--registry-addr", procHost + ":" + strconv.Itoa(c.regPort), "--log-level", "info", "--save-every", "1s"}
 	}
 	args := []string{"run", p.service, "--brokers", c.brokers, "--registry", c.regURL, "--db", c.dsn,
-		"--http", procHost + ":" + strconv.Itoa(p.port), "--admin-http", procHost + ":" + strconv.Itoa(p.admin), "--seed-data", c.cfg.SeedData,
-		"--opening-credit", c.cfg.OpeningCredit, "--log-level", "info"}
+		"--http", procHost + ":" + strconv.Itoa(p.port), "--admin-http", procHost + ":" + strconv.Itoa(p.admin), "--log-level", "info"}
+	if p.service == "checkout" || p.service == "payments" {
+		// The services that seed the catalog and wallets (run refuses
+		// these flags in the others).
+		args = append(args, "--seed-data", c.cfg.SeedData, "--opening-credit", c.cfg.OpeningCredit)
+	}
 	if p.service == "checkout" {
 		args = append(args, "--auth-dev-key", devKeyPath(c.cfg)) // the key the workload signs with
 	}

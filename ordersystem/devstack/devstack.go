@@ -103,7 +103,9 @@ func lockDataDir(dir string) (*os.File, error) {
 // a loopback one without Config.AllowRemote, if the data directory cannot
 // be created or is writable by group or others (PrepareDataDir), if a port
 // is taken (the error names the address and the flag to change it), or if
-// the persisted state cannot be read.
+// the persisted state cannot be read. A start that fails leaves the data
+// directory's RUNNING marker as it found it, so the next start reports
+// Unclean only for a stack that did not stop through Close.
 func Start(cfg Config) (*Stack, error) {
 	if cfg.DataDir == "" {
 		cfg.DataDir = ".ordercast"
@@ -136,12 +138,9 @@ func Start(cfg Config) (*Stack, error) {
 			lock.Close()
 		}
 	}()
-	running := filepath.Join(cfg.DataDir, runningFile)
-	_, statErr := os.Stat(running)
-	unclean := statErr == nil
-	if err := os.WriteFile(running, []byte(fmt.Sprintf("pid %d\n", os.Getpid())), 0o600); err != nil {
-		return nil, fmt.Errorf("devstack: data directory %s: %w", cfg.DataDir, err)
-	}
+	// The listeners first: a port that is taken fails the start before
+	// the RUNNING marker is written, so it is not taken next time for a
+	// stack that was killed.
 	bln, err := net.Listen("tcp", cfg.BrokerAddr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -149,7 +148,37 @@ func Start(cfg Config) (*Stack, error) {
 		}
 		return nil, fmt.Errorf("devstack: broker address %s (--broker-addr): cannot listen there: %w", cfg.BrokerAddr, err)
 	}
-	cluster, err := kfake.NewCluster(
+	rln, err := net.Listen("tcp", cfg.RegistryAddr)
+	if err != nil {
+		bln.Close()
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("devstack: registry address %s is not free (choose another with --registry-addr): %w", cfg.RegistryAddr, err)
+		}
+		return nil, fmt.Errorf("devstack: registry address %s (--registry-addr): cannot listen there: %w", cfg.RegistryAddr, err)
+	}
+	var cluster *kfake.Cluster
+	running := filepath.Join(cfg.DataDir, runningFile)
+	_, statErr := os.Stat(running)
+	unclean := statErr == nil
+	defer func() {
+		if started {
+			return
+		}
+		if cluster != nil {
+			cluster.Close()
+		}
+		bln.Close()
+		rln.Close()
+		// A start that failed leaves the marker as it found it: a
+		// marker of a stack that was killed stays for the next start.
+		if !unclean {
+			_ = os.Remove(running)
+		}
+	}()
+	if err := os.WriteFile(running, []byte(fmt.Sprintf("pid %d\n", os.Getpid())), 0o600); err != nil {
+		return nil, fmt.Errorf("devstack: data directory %s: %w", cfg.DataDir, err)
+	}
+	cluster, err = kfake.NewCluster(
 		kfake.NumBrokers(1),
 		kfake.ListenFn(func(network, address string) (net.Listener, error) { return guardBroker(bln, cfg.MaxConns), nil }),
 		kfake.DataDir(filepath.Join(cfg.DataDir, "kafka")),
@@ -160,22 +189,13 @@ func Start(cfg Config) (*Stack, error) {
 		kfake.GroupMaxSessionTimeout(30*time.Minute),
 	)
 	if err != nil {
-		bln.Close()
+		cluster = nil // nothing to close but the listeners
 		return nil, fmt.Errorf("devstack: start embedded broker: %w", err)
 	}
 	s := &Stack{cfg: cfg, lock: lock, Unclean: unclean, Cluster: cluster, Brokers: cluster.ListenAddrs(), DSN: "sqlite:" + filepath.Join(cfg.DataDir, "ordercast.db")}
 	s.Registry = srfake.NewRegistry()
 	if err := s.restoreRegistry(); err != nil {
-		cluster.Close()
 		return nil, err
-	}
-	rln, err := net.Listen("tcp", cfg.RegistryAddr)
-	if err != nil {
-		cluster.Close()
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("devstack: registry address %s is not free (choose another with --registry-addr): %w", cfg.RegistryAddr, err)
-		}
-		return nil, fmt.Errorf("devstack: registry address %s (--registry-addr): cannot listen there: %w", cfg.RegistryAddr, err)
 	}
 	s.ln = rln
 	s.RegistryURL = "http://" + rln.Addr().String()

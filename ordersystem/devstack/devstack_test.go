@@ -2,6 +2,8 @@ package devstack
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -92,5 +94,60 @@ func TestUncleanStopIsReported(t *testing.T) {
 	defer third.Close()
 	if third.Unclean {
 		t.Error("Start after a clean Close: Unclean is true")
+	}
+}
+
+// TestFailedStartIsNotUnclean: a start that fails (a port taken, a corrupt
+// registry.json) is not taken for a killed stack by the next start on the
+// data directory, and does not hide one that was killed before it.
+func TestFailedStartIsNotUnclean(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	free := Config{BrokerAddr: "127.0.0.1:0", RegistryAddr: "127.0.0.1:0"}
+	for _, c := range []struct {
+		name  string
+		fail  Config
+		setup func(dir string)
+	}{
+		{"broker address taken", Config{BrokerAddr: taken.Addr().String(), RegistryAddr: "127.0.0.1:0"}, nil},
+		{"registry address taken", Config{BrokerAddr: "127.0.0.1:0", RegistryAddr: taken.Addr().String()}, nil},
+		{"corrupt registry.json", free, func(dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "registry.json"), []byte("{"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		for _, killedBefore := range []bool{false, true} {
+			dir := t.TempDir()
+			if killedBefore {
+				// As a killed stack leaves it.
+				if err := os.WriteFile(filepath.Join(dir, runningFile), []byte("pid 1\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.setup != nil {
+				c.setup(dir)
+			}
+			cfg := c.fail
+			cfg.DataDir = dir
+			if st, err := Start(cfg); err == nil {
+				st.Close()
+				t.Fatalf("%s: started", c.name)
+			}
+			os.Remove(filepath.Join(dir, "registry.json"))
+			ok := free
+			ok.DataDir = dir
+			st, err := Start(ok)
+			if err != nil {
+				t.Fatalf("%s: Start after the failed one: %v", c.name, err)
+			}
+			if st.Unclean != killedBefore {
+				t.Errorf("%s (killed before it: %v): the next start has Unclean %v", c.name, killedBefore, st.Unclean)
+			}
+			st.Close()
+		}
 	}
 }

@@ -300,7 +300,16 @@ func describeExisting(ctx context.Context, adm *kadm.Client, names []string, out
 // EnsureTopics creates the topics that do not exist yet and leaves existing
 // ones as they are (it never changes partitions or configs). It returns an
 // error naming each topic that could not be created, with the broker's reason.
-func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec) (created []string, err error) {
+//
+// differ lists the existing topics that are not as specs asks, from the
+// metadata listed to find the missing ones (no further request, no further
+// right): a partition count other than the spec's, or fewer replicas than
+// its replication factor (each compared when the spec's is > 0; more
+// replicas than asked is no concern). Each has Status "exists", its actual
+// Partitions and ReplicationFactor, and a Note naming the differences
+// ("12 partitions, not 6; left unchanged: ..."). min.insync.replicas and
+// other configs are not compared.
+func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec) (created []string, differ []CreateResult, err error) {
 	// Only the missing ones are created: Kafka refuses CreateTopics for a
 	// topic that exists with TOPIC_AUTHORIZATION_FAILED when the principal
 	// lacks CREATE, and a service's principal has no CREATE (system.Rights).
@@ -311,22 +320,52 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec) (cre
 	if td, lerr := adm.ListTopics(ctx, names...); lerr == nil {
 		missing := specs[:0:0]
 		for _, s := range specs {
-			if d, ok := td[s.Name]; !ok || d.Err != nil {
+			d, ok := td[s.Name]
+			if !ok || d.Err != nil {
 				missing = append(missing, s)
+				continue
+			}
+			if r, ok := existingDiffers(s, d); ok {
+				differ = append(differ, r)
 			}
 		}
 		specs = missing
 	}
 	if len(specs) == 0 {
-		return nil, nil
+		return nil, differ, nil
 	}
 	res, err := CreateTopics(ctx, adm, specs, nil)
 	for _, r := range res {
-		if r.Status == "created" {
+		switch {
+		case r.Status == "created":
 			created = append(created, r.Topic)
+		case r.Status == "exists" && r.Note != "":
+			// Created by another process since the listing.
+			differ = append(differ, r)
 		}
 	}
-	return created, err
+	return created, differ, err
+}
+
+// existingDiffers compares an existing topic's metadata with its spec (see
+// EnsureTopics).
+func existingDiffers(s TopicSpec, d kadm.TopicDetail) (CreateResult, bool) {
+	r := CreateResult{Topic: s.Name, Status: "exists", Partitions: int32(len(d.Partitions))}
+	for _, pd := range d.Partitions {
+		r.ReplicationFactor = max(r.ReplicationFactor, int16(len(pd.Replicas)))
+	}
+	var diffs []string
+	if s.Partitions > 0 && r.Partitions != s.Partitions {
+		diffs = append(diffs, fmt.Sprintf("%d partitions, not %d", r.Partitions, s.Partitions))
+	}
+	if s.ReplicationFactor > 0 && r.ReplicationFactor < s.ReplicationFactor {
+		diffs = append(diffs, fmt.Sprintf("replication factor %d, not %d", r.ReplicationFactor, s.ReplicationFactor))
+	}
+	if len(diffs) == 0 {
+		return r, false
+	}
+	r.Note = strings.Join(diffs, "; ") + "; " + noteUnchanged
+	return r, true
 }
 
 // TopicInfo describes an existing topic.

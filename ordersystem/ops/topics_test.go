@@ -113,3 +113,36 @@ func TestCreateTopicsExistingCreatedByAnotherClient(t *testing.T) {
 		t.Errorf("topic created by another client reported as %+v, want exists with 4 partitions, RF %d, no note", got, rf)
 	}
 }
+
+// EnsureTopics reports the existing topics whose partition count differs
+// from the spec, or that have fewer replicas than asked, and leaves them
+// as they are.
+func TestEnsureTopicsReportsExistingThatDiffer(t *testing.T) {
+	_, adm := testCluster(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rf := testkafka.ReplicationFactor(t)
+	created, differ, err := ops.EnsureTopics(ctx, adm, []ops.TopicSpec{{Name: "ens", Partitions: 3, ReplicationFactor: rf}})
+	if err != nil || len(created) != 1 || len(differ) != 0 {
+		t.Fatalf("first: created %v, differ %+v, %v", created, differ, err)
+	}
+	created, differ, err = ops.EnsureTopics(ctx, adm, []ops.TopicSpec{{Name: "ens", Partitions: 5, ReplicationFactor: rf + 1}})
+	if err != nil || len(created) != 0 || len(differ) != 1 {
+		t.Fatalf("other values: created %v, differ %+v, %v", created, differ, err)
+	}
+	d := differ[0]
+	if d.Topic != "ens" || d.Status != "exists" || d.Partitions != 3 || d.ReplicationFactor != rf {
+		t.Errorf("differ %+v: want ens, exists, 3 partitions, RF %d (what it has)", d, rf)
+	}
+	for _, want := range []string{"3 partitions, not 5", fmt.Sprintf("replication factor %d, not %d", rf, rf+1), "left unchanged"} {
+		if !strings.Contains(d.Note, want) {
+			t.Errorf("note %q lacks %q", d.Note, want)
+		}
+	}
+	// What it has, or fewer replicas than it has, or none asked: no report.
+	for _, s := range []ops.TopicSpec{{Name: "ens", Partitions: 3, ReplicationFactor: rf}, {Name: "ens", Partitions: 3}, {Name: "ens", Partitions: 3, ReplicationFactor: rf - 1}} {
+		if _, differ, err := ops.EnsureTopics(ctx, adm, []ops.TopicSpec{s}); err != nil || len(differ) != 0 {
+			t.Errorf("%+v: differ %+v, %v", s, differ, err)
+		}
+	}
+}

@@ -26,13 +26,25 @@ const DefaultOpeningCredit = order.Money(2_000_000)
 // description) and opens a wallet with openingCredit for each known customer,
 // from the Online Retail file at path (replay.ScanCatalog), or from
 // DefaultSeed when path is "", when the catalog table is empty. It is a
-// no-op on a seeded database, so restarts keep balances.
+// no-op on a seeded database, so restarts keep balances; it then logs a
+// WARN when path is given (the file is not read) or when openingCredit is
+// not what the wallets were opened with (it is not applied).
 func Seed(ctx context.Context, db *store.DB, path string, openingCredit order.Money, log *slog.Logger) error {
 	var n int
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM catalog`).Scan(&n); err != nil {
 		return fmt.Errorf("seed: count catalog: %w", err)
 	}
 	if n > 0 {
+		if path != "" {
+			log.Warn("--seed-data was not read: the catalog is already seeded, and seeding happens only on an empty database (a fresh data directory or --db); the catalog and wallets are kept",
+				"file", path, "products", n)
+		}
+		var opened int64
+		err := db.QueryRowContext(ctx, `SELECT opening_milli FROM wallets ORDER BY customer_id LIMIT 1`).Scan(&opened)
+		if err == nil && order.Money(opened) != openingCredit {
+			log.Warn("--opening-credit was not applied: the wallets were opened when the catalog was seeded, and are kept",
+				"opening_credit", openingCredit.String(), "wallets_opened_with", order.Money(opened).String())
+		}
 		return nil
 	}
 	start := time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -178,11 +179,19 @@ func (s *System) connectKafka(ctx context.Context) error {
 func (s *System) ensureTopics(ctx context.Context) error {
 	cfg := &s.cfg
 	var created []string
+	var differ []ops.CreateResult
 	err := retryTransient(ctx, cfg.Logger, "checking the topics", func() (err error) {
-		created, err = ops.EnsureTopics(ctx, s.Admin, topicsOf(cfg.Services, cfg.Kafka.Layout))
+		created, differ, err = ops.EnsureTopics(ctx, s.Admin, topicsOf(cfg.Services, cfg.Kafka.Layout))
 		return err
 	})
 	if err != nil {
+		l := cfg.Kafka.Layout
+		switch {
+		case errors.Is(err, kerr.InvalidReplicationFactor):
+			return fmt.Errorf("topics: replication factor %d (--replication-factor) refused by the broker: want from 1 to the cluster's number of brokers (the embedded broker is one): %w", l.ReplicationFactor, err)
+		case errors.Is(err, kerr.InvalidPartitions):
+			return fmt.Errorf("topics: %d partitions (--partitions) refused by the broker: %w", l.Partitions, err)
+		}
 		if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
 			return fmt.Errorf("topics: kafka principal %s may not create the missing ones (its services need no CREATE right when they exist): create them as an admin with `ordercast topics create --system`: %w", principalName(cfg.Kafka.Principal), err)
 		}
@@ -191,7 +200,27 @@ func (s *System) ensureTopics(ctx context.Context) error {
 	if len(created) > 0 {
 		cfg.Logger.Info("topics created", "topics", created)
 	}
+	warnTopicsDiffer(cfg.Logger, differ)
 	return nil
+}
+
+// warnTopicsDiffer logs a WARN for the existing topics that are not as the
+// layout asks (ops.EnsureTopics): the partitions and replication factor
+// (--partitions, --replication-factor) apply only to the topics a start
+// creates. Topics with the same differences share one line.
+func warnTopicsDiffer(log *slog.Logger, differ []ops.CreateResult) {
+	var notes []string
+	byNote := map[string][]string{}
+	for _, r := range differ {
+		if _, ok := byNote[r.Note]; !ok {
+			notes = append(notes, r.Note)
+		}
+		byNote[r.Note] = append(byNote[r.Note], r.Topic)
+	}
+	for _, n := range notes {
+		log.Warn("existing topics differ from --partitions / --replication-factor, which apply only to topics created at start; they were left unchanged",
+			"topics", byNote[n], "differences", n)
+	}
 }
 
 // seed fills the catalog and the wallets when checkout or payments runs
