@@ -220,6 +220,11 @@ type hooks struct {
 	// stall in it to hold the transaction open), with the number of
 	// records the transaction carries (0: commits only).
 	txnProduced func(records int)
+	// txnEnding runs in the exactly-once mode on the goroutine that ends a
+	// transaction, before it flushes and commits (a test may stall it to
+	// hold the end while the session goes on polling), with the number of
+	// records the transaction carries.
+	txnEnding func(records int)
 }
 
 func defaultCfg() cfg {

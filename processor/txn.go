@@ -109,6 +109,9 @@ type TxnProcessor struct {
 	// (a copy may still be in the network and land late); see
 	// repairLateCommits.
 	lateRisk atomic.Int64
+	// describeTxnOff is set once the brokers refused a
+	// DescribeTransactions (awaitPreviousEnd): it is not sent again.
+	describeTxnOff atomic.Bool
 
 	// defaultTopic is the session client's kgo.DefaultProduceTopic (set
 	// by newSession): an output with no Topic goes there.

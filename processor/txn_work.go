@@ -595,3 +595,11 @@ func (t *TxnProcessor) holds(k tp) bool {
 	defer t.mu.Unlock()
 	return t.owned[k.topic][k.partition]
 }
+
+// generation returns the count of drops so far: a change tells that the
+// work was dropped in between.
+func (w *txnWork) generation() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gen
+}
