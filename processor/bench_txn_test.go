@@ -61,8 +61,10 @@ func (h *reqTimes) String(keys ...kmsg.Key) string {
 
 // txnPass runs a TxnProcessor with opts and handler h over topic from the
 // start until done reports true, and returns the time from the first
-// handler call to done and the transactions it committed.
-func txnPass(b *testing.B, addrs []string, topic string, h TxnHandler, done func() bool, opts ...TxnOpt) (time.Duration, int) {
+// handler call to done, the transactions it committed until then, and a
+// summary for the log: those and the aborted ones, and the transaction
+// requests with their mean round trip.
+func txnPass(b *testing.B, addrs []string, topic string, h TxnHandler, done func() bool, opts ...TxnOpt) (time.Duration, int, string) {
 	b.Helper()
 	var first atomic.Int64
 	wrapped := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
@@ -94,20 +96,18 @@ func txnPass(b *testing.B, addrs []string, topic string, h TxnHandler, done func
 	if err := <-errc; err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("exactly-once pass: %v, %d transactions committed (%d aborted); requests, mean round trip: %s", d.Round(time.Millisecond), committed, aborted,
-		reqs.String(kmsg.AddOffsetsToTxn, kmsg.TxnOffsetCommit, kmsg.Heartbeat, kmsg.EndTxn, kmsg.Fetch))
-	return d, committed
+	return d, committed, fmt.Sprintf("%d transactions (%d aborted; %s)", committed, aborted,
+		reqs.String(kmsg.AddOffsetsToTxn, kmsg.TxnOffsetCommit, kmsg.Heartbeat, kmsg.EndTxn))
 }
 
 // plainPass is processorPass that also returns the offset commits the
-// member made until done.
-func plainPass(b *testing.B, addrs []string, topic string, h Handler, done func() bool, opts ...Opt) (time.Duration, int) {
+// member made (its shutdown's included) and a summary for the log.
+func plainPass(b *testing.B, addrs []string, topic string, h Handler, done func() bool, opts ...Opt) (time.Duration, int, string) {
 	b.Helper()
 	reqs := &reqTimes{}
-	d := processorPass(b, addrs, topic, h, func() bool { return done() }, append(opts, ClientOpts(kgo.WithHooks(reqs)))...)
+	d := processorPass(b, addrs, topic, h, done, append(opts, ClientOpts(kgo.WithHooks(reqs)))...)
 	n := reqs.count(kmsg.OffsetCommit)
-	b.Logf("at-least-once pass: %v, %d offset commits (through shutdown)", d.Round(time.Millisecond), n)
-	return d, n
+	return d, n, fmt.Sprintf("%d commits", n)
 }
 
 // failFirst returns a predicate that is true on the first attempt of about
@@ -141,14 +141,18 @@ func failFirst() func(r *kgo.Record) bool {
 // ratios of each round and their median and range; the log gives each
 // pass's commits (offset commits of the plain side, transactions of the
 // exactly-once side) and the exactly-once side's transaction requests with
-// their mean round trip.
+// their mean round trip, and each round the CPU time this process spent per
+// record on each side (the broker's is not counted), one line per round (a
+// benchmark's log is cut after 10 lines).
 func BenchmarkTxnVsPlain(b *testing.B) {
 	const records = 3_000_000
 	addrs, topic := benchBroker(b, "txn1", 6, benchSeed{records: records, size: 100, keys: 10_000})
 	sides := []string{"plain", "eos", "eos-fail", "plain-fail"}
 	rates := map[string][]float64{}
 	commits := map[string][]float64{}
+	cpus := map[string][]float64{} // CPU µs of this process per record, the pass's start and shutdown included
 	var ratio, failRatio []float64
+	passes := map[string]string{} // the round's summary of each side
 	b.ResetTimer()
 	for i := range b.N {
 		order := slices.Clone(sides)
@@ -161,13 +165,15 @@ func BenchmarkTxnVsPlain(b *testing.B) {
 			fail := failFirst()
 			var d time.Duration
 			var n int
+			var sum string
+			c0 := cpuTime(b)
 			switch side {
 			case "plain", "plain-fail":
 				ord, f := OrderPartition, func(*kgo.Record) bool { return false }
 				if side == "plain-fail" {
 					ord, f = OrderKey, fail
 				}
-				d, n = plainPass(b, addrs, topic, func(_ context.Context, r *kgo.Record) error {
+				d, n, sum = plainPass(b, addrs, topic, func(_ context.Context, r *kgo.Record) error {
 					if f(r) {
 						return errors.New("transient")
 					}
@@ -179,7 +185,7 @@ func BenchmarkTxnVsPlain(b *testing.B) {
 				if side == "eos-fail" {
 					ord, f = OrderKey, fail
 				}
-				d, n = txnPass(b, addrs, topic, func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+				d, n, sum = txnPass(b, addrs, topic, func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 					if f(r) {
 						return nil, errors.New("transient")
 					}
@@ -187,17 +193,17 @@ func BenchmarkTxnVsPlain(b *testing.B) {
 					return nil, nil
 				}, func() bool { return done.Load() >= records }, CommitInterval(100*time.Millisecond), WithOrdering(ord))
 			}
-			if n < 20 {
-				b.Logf("%s pass committed %d times: fewer than 20, the ratio weighs start-up costs", side, n)
-			}
+			passes[side] = fmt.Sprintf("%s %v %s", side, d.Round(time.Millisecond), sum)
+			cpus[side] = append(cpus[side], float64((cpuTime(b)-c0).Microseconds())/records)
 			rates[side] = append(rates[side], float64(records)/d.Seconds())
 			commits[side] = append(commits[side], float64(n))
 		}
 		ratio = append(ratio, rates["eos"][i]/rates["plain"][i])
 		failRatio = append(failRatio, rates["eos-fail"][i]/rates["plain-fail"][i])
-		b.Logf("round %d (%s): plain %.0f rec/s, exactly-once %.0f rec/s (ratio %.2f); 2%% transient failures, key order: plain %.0f rec/s, exactly-once %.0f rec/s (ratio %.2f)",
-			i+1, strings.Join(order, " "), rates["plain"][i], rates["eos"][i], ratio[i],
-			rates["plain-fail"][i], rates["eos-fail"][i], failRatio[i])
+		b.Logf("round %d (%s): plain %.0f rec/s (%.2f µs CPU/rec), exactly-once %.0f rec/s (%.2f µs) (ratio %.2f); 2%% transient failures, key order: plain %.0f rec/s (%.2f µs), exactly-once %.0f rec/s (%.2f µs) (ratio %.2f); passes: %s; %s; %s; %s",
+			i+1, strings.Join(order, " "), rates["plain"][i], cpus["plain"][i], rates["eos"][i], cpus["eos"][i], ratio[i],
+			rates["plain-fail"][i], cpus["plain-fail"][i], rates["eos-fail"][i], cpus["eos-fail"][i], failRatio[i],
+			passes["plain"], passes["eos"], passes["plain-fail"], passes["eos-fail"])
 	}
 	b.Logf("ratios per round, median (range): no-op %s; 2%% failures %s; commits per pass, median (range): plain %s, eos %s, plain-fail %s, eos-fail %s",
 		minMax(ratio, "%.2f"), minMax(failRatio, "%.2f"), minMax(commits["plain"], "%.0f"), minMax(commits["eos"], "%.0f"),
@@ -209,4 +215,6 @@ func BenchmarkTxnVsPlain(b *testing.B) {
 	b.ReportMetric(median(rates["plain-fail"]), "plain-fail-rec/s")
 	b.ReportMetric(median(rates["eos-fail"]), "eos-fail-rec/s")
 	b.ReportMetric(median(failRatio), "eos-fail-ratio")
+	b.ReportMetric(median(cpus["plain"]), "plain-cpu-µs/rec")
+	b.ReportMetric(median(cpus["eos"]), "eos-cpu-µs/rec")
 }
