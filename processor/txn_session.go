@@ -312,6 +312,10 @@ func (t *TxnProcessor) beginTxn(ctx context.Context, sess *kgo.GroupTransactSess
 	}
 	b := &txnBatch{t: t, cut: x}
 	for _, r := range x.recs {
+		b.n++
+		if r.dead == nil && len(r.outs) == 0 {
+			continue // nothing to produce: no promise to make
+		}
 		pctx, done := ctx, b.promise
 		if r.dead != nil {
 			b.dead = append(b.dead, deadLetter{rec: r.rec, reason: r.dead})
@@ -328,14 +332,14 @@ func (t *TxnProcessor) beginTxn(ctx context.Context, sess *kgo.GroupTransactSess
 		if r.dead == nil {
 			done = b.outputPromise(r.rec)
 		}
+		// Not ctx: a shutdown must not fail records of a transaction
+		// that is about to commit.
+		pctx = context.WithoutCancel(pctx)
 		for _, o := range r.outs {
-			// Not ctx: a shutdown must not fail records of a
-			// transaction that is about to commit.
 			b.pending.Add(1)
 			b.produced++
-			sess.Produce(context.WithoutCancel(pctx), o, done)
+			sess.Produce(pctx, o, done)
 		}
-		b.n++
 	}
 	if h := t.cfg.hooks.txnProduced; h != nil {
 		h(len(x.recs))

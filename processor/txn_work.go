@@ -44,6 +44,9 @@ type txnWork struct {
 	recs   int   // records held: running, waiting or completed, not yet committed (MaxInFlight)
 	bytes  int64 // their key+value bytes
 	done   int   // completed records not yet in a transaction
+	// pendingN counts the partitions' pending records (polled, not
+	// admitted yet).
+	pendingN int
 	// sent is, per partition this member holds, what it last committed (a
 	// confirmed transaction) or, after reading the broker's offsets, what
 	// the group holds: the reference for the read-back of late commits.
@@ -128,10 +131,7 @@ func (w *txnWork) poke() {
 func (w *txnWork) room() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	held := w.recs
-	for _, ps := range w.parts {
-		held += len(ps.pending)
-	}
+	held := w.recs + w.pendingN
 	if w.bytes >= w.t.cfg.maxBytes {
 		return 0
 	}
@@ -155,10 +155,7 @@ func (w *txnWork) cutDueLocked() bool {
 	if w.done < max(1, maxRecs/8) {
 		return false
 	}
-	held := w.recs
-	for _, ps := range w.parts {
-		held += len(ps.pending)
-	}
+	held := w.recs + w.pendingN
 	return held >= maxRecs || w.bytes >= w.t.cfg.maxBytes
 }
 
@@ -182,7 +179,7 @@ func (w *txnWork) drop() {
 	w.parts = map[tp]*txnPart{}
 	clear(w.ready)
 	w.ready = w.ready[:0]
-	w.recs, w.bytes, w.done = 0, 0, 0
+	w.recs, w.bytes, w.done, w.pendingN = 0, 0, 0, 0
 }
 
 // stop cancels the handlers and waits up to d for the workers.
@@ -224,6 +221,9 @@ func (w *txnWork) initParts(ks []tp, held map[tp]commitPoint) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, k := range ks {
+		if old := w.parts[k]; old != nil {
+			w.pendingN -= len(old.pending)
+		}
 		ps := &txnPart{tp: k, gen: w.gen, tracker: newOffsetTracker(), lanes: map[txnLaneKey]*txnLane{}}
 		if cp, ok := held[k]; ok {
 			ps.tracker.mark = cp.offset
@@ -270,6 +270,7 @@ func (w *txnWork) admit(fetches kgo.Fetches) {
 			}
 		}
 		ps.pending = append(ps.pending, fp.Records...)
+		w.pendingN += len(fp.Records)
 		w.admitPendingLocked(ps)
 	})
 }
@@ -296,6 +297,7 @@ func (w *txnWork) admitPendingLocked(ps *txnPart) {
 		n++
 	}
 	if n > 0 {
+		w.pendingN -= n
 		clear(ps.pending[:n])
 		ps.pending = ps.pending[n:]
 		if len(ps.pending) == 0 {
