@@ -125,7 +125,7 @@ func failFirst() func(r *kgo.Record) bool {
 }
 
 // BenchmarkTxnVsPlain: the exactly-once mode against the at-least-once
-// mode on a backlog of 3,000,000 records of 100 bytes on 6 partitions over
+// mode on a backlog of 5,000,000 records of 100 bytes on 6 partitions over
 // 10,000 keys, CommitInterval 100ms, other options default. Four sides per
 // round, each with a new group: a no-op handler in partition order, plain
 // (New) and exactly-once (NewTransactional; no output records, so each
@@ -145,7 +145,7 @@ func failFirst() func(r *kgo.Record) bool {
 // record on each side (the broker's is not counted), one line per round (a
 // benchmark's log is cut after 10 lines).
 func BenchmarkTxnVsPlain(b *testing.B) {
-	const records = 3_000_000
+	const records = 5_000_000
 	addrs, topic := benchBroker(b, "txn1", 6, benchSeed{records: records, size: 100, keys: 10_000})
 	sides := []string{"plain", "eos", "eos-fail", "plain-fail"}
 	rates := map[string][]float64{}
