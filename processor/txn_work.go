@@ -99,6 +99,9 @@ type txnLane struct {
 
 // txnRec is a record held by the session and, once completed, its result.
 type txnRec struct {
+	// rec is the record; nil once it completed without outputs (nothing
+	// of it is needed until its transaction commits its offset), and
+	// after that commit.
 	rec   *kgo.Record
 	entry offsetEntry
 	size  int64
@@ -421,6 +424,12 @@ func (w *txnWork) worker() {
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
 		rec.outs = outs
+		if len(outs) == 0 && rec.dead == nil && w.t.refusedN.Load() == 0 {
+			// Nothing to produce, no refusal to forget at its commit:
+			// the record (and the fetch buffer it pins) is not needed
+			// any more, though its offset waits for the transaction.
+			rec.rec, rec.it = nil, nil
+		}
 		l.part.completed = append(l.part.completed, rec)
 		w.done++
 		switch {
@@ -466,7 +475,7 @@ func (w *txnWork) cut() *txnCut {
 	for k, ps := range w.parts {
 		recs := ps.completed
 		ps.completed = nil
-		slices.SortFunc(recs, func(a, b *txnRec) int { return cmp.Compare(a.rec.Offset, b.rec.Offset) })
+		slices.SortFunc(recs, func(a, b *txnRec) int { return cmp.Compare(a.entry.offset, b.entry.offset) })
 		for _, r := range recs {
 			ps.tracker.complete(&r.entry)
 			x.bytes += r.size
