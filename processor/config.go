@@ -450,10 +450,11 @@ func Concurrency(n int) TxnOpt { return bothOpt(func(c *cfg) { c.concurrency = n
 // records of 100 bytes, a no-op handler, CommitInterval 100ms, runs
 // interleaved with the at-least-once mode's): 10,000 ran at 0.31-0.60 of
 // the at-least-once mode's rate, 50,000 at 0.46-0.63, 100,000 at 0.49-0.99.
-// Held records cost memory until their transaction commits (the records
-// and the fetch buffers they pin; the 64 MiB byte bound caps their keys and
-// values): the peak heap of those runs was 117-164 MB at 100,000 against
-// 50-54 MB at 10,000 and 72-84 MB for the at-least-once mode.
+// Held records cost memory until their transaction commits (a record with
+// outputs and the fetch buffer it pins, and each record's bookkeeping; the
+// 64 MiB byte bound caps their keys and values): the peak heap of a no-op
+// pass of 2,000,000 records of 100 bytes was 98-107 MB at 100,000 against
+// 53-58 MB at 10,000 and 62-83 MB for the at-least-once mode.
 const DefaultTxnMaxInFlight = 100_000
 
 // MaxInFlight bounds the records (count) and key+value bytes that this
