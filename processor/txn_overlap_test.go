@@ -168,3 +168,73 @@ func TestTxnRevokeWhileEnding(t *testing.T) {
 		t.Error("member a aborted no transaction: the revoke did not reach the held one")
 	}
 }
+
+// TestTxnShutdownWhileEnding: Run's context is cancelled while a
+// transaction is ending (held before its offset commit) and the records
+// polled during that end have completed. Run waits for the end, commits it,
+// then commits the completed records in a last transaction, and returns
+// nil: every input has exactly one output (read_committed), none of them
+// from a second run.
+func TestTxnShutdownWhileEnding(t *testing.T) {
+	parallel(t)
+	addrs := testCluster(t, map[string]int32{"in": 2, "out": 2})
+	var first, second []*kgo.Record
+	var want []string
+	for i := range 20 {
+		for _, k := range []string{"a", "b"} {
+			v := keyVal(k, i)
+			r := &kgo.Record{Topic: "in", Partition: int32(i % 2), Key: []byte(k), Value: []byte(v)}
+			if k == "a" {
+				first = append(first, r)
+			} else {
+				second = append(second, r)
+			}
+			want = append(want, v)
+		}
+	}
+	var transformedB atomic.Int32
+	h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if r.Value[0] == 'b' {
+			transformedB.Add(1)
+		}
+		return echo(ctx, r)
+	}
+	tx, err := NewTransactional("txn-shutdown-ending", h, Brokers(addrs...), Group("g"), Topics("in"), CommitInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stall := newEndStall()
+	tx.cfg.hooks.txnEnding = stall.hook
+	defer stall.release()
+	out := watchCommitted(t, addrs, "out")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- tx.Run(ctx) }()
+	produce(t, addrs, first...)
+	stall.waitBegan(t, 30*time.Second)
+	produce(t, addrs, second...)
+	waitFor(t, 30*time.Second, "the second batch transformed while the first transaction ends", func() bool {
+		return transformedB.Load() == int32(len(second))
+	})
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) while a transaction was ending", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	stall.release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30s of the end being let go")
+	}
+	waitFor(t, 30*time.Second, "every output read_committed", func() bool { return out.seen(want...) })
+	out.exactlyOnce(t, want)
+	if c, ab := tx.Stats(); ab != 0 || c < 2 {
+		t.Errorf("Stats() = %d committed, %d aborted; want >= 2 committed (the held one, then the last), 0 aborted", c, ab)
+	}
+}
