@@ -3,20 +3,68 @@ package processor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
+
+// reqTimes is a kgo hook that counts the requests of a client by key and
+// sums their round trips (write to response read), for the benchmark's log:
+// where a transaction's time goes.
+type reqTimes struct {
+	mu sync.Mutex
+	n  map[int16]int
+	d  map[int16]time.Duration
+}
+
+func (h *reqTimes) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if e2e.Err() != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n, h.d = map[int16]int{}, map[int16]time.Duration{}
+	}
+	h.n[key]++
+	h.d[key] += e2e.DurationE2E()
+}
+
+// count returns how many requests of key completed.
+func (h *reqTimes) count(key kmsg.Key) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[int16(key)]
+}
+
+// String gives each of keys as "Name n×mean".
+func (h *reqTimes) String(keys ...kmsg.Key) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var s []string
+	for _, k := range keys {
+		if n := h.n[int16(k)]; n > 0 {
+			s = append(s, fmt.Sprintf("%s %d×%v", k.Name(), n, (h.d[int16(k)]/time.Duration(n)).Round(10*time.Microsecond)))
+		}
+	}
+	return strings.Join(s, ", ")
+}
 
 // txnPass runs a TxnProcessor with opts and handler h over topic from the
 // start until done reports true, and returns the time from the first
-// handler call to done.
-func txnPass(b *testing.B, addrs []string, topic string, h TxnHandler, done func() bool, opts ...TxnOpt) time.Duration {
+// handler call to done, the transactions it committed until then, and a
+// summary for the log: those and the aborted ones, and the transaction
+// requests with their mean round trip.
+func txnPass(b *testing.B, addrs []string, topic string, h TxnHandler, done func() bool, opts ...TxnOpt) (time.Duration, int, string) {
 	b.Helper()
 	var first atomic.Int64
 	wrapped := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
@@ -26,8 +74,9 @@ func txnPass(b *testing.B, addrs []string, topic string, h TxnHandler, done func
 		return h(ctx, r)
 	}
 	g := benchGroup("txn")
+	reqs := &reqTimes{}
 	tp, err := NewTransactional(g, wrapped, append([]TxnOpt{Brokers(addrs...), Group(g), Topics(topic),
-		DeadLetterTopic("bench.dlq"), CreateTopics(true), StartOffset(Earliest)}, opts...)...)
+		DeadLetterTopic("bench.dlq"), CreateTopics(true), StartOffset(Earliest), ClientOpts(kgo.WithHooks(reqs))}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -42,13 +91,23 @@ func txnPass(b *testing.B, addrs []string, topic string, h TxnHandler, done func
 		}
 	}
 	d := time.Since(time.Unix(0, first.Load()))
+	committed, aborted := tp.Stats()
 	cancel()
 	if err := <-errc; err != nil {
 		b.Fatal(err)
 	}
-	committed, aborted := tp.Stats()
-	b.Logf("exactly-once pass: %v, %d transactions committed, %d aborted", d.Round(time.Millisecond), committed, aborted)
-	return d
+	return d, committed, fmt.Sprintf("%d transactions (%d aborted; %s)", committed, aborted,
+		reqs.String(kmsg.AddOffsetsToTxn, kmsg.TxnOffsetCommit, kmsg.Heartbeat, kmsg.EndTxn))
+}
+
+// plainPass is processorPass that also returns the offset commits the
+// member made (its shutdown's included) and a summary for the log.
+func plainPass(b *testing.B, addrs []string, topic string, h Handler, done func() bool, opts ...Opt) (time.Duration, int, string) {
+	b.Helper()
+	reqs := &reqTimes{}
+	d := processorPass(b, addrs, topic, h, done, append(opts, ClientOpts(kgo.WithHooks(reqs)))...)
+	n := reqs.count(kmsg.OffsetCommit)
+	return d, n, fmt.Sprintf("%d commits", n)
 }
 
 // failFirst returns a predicate that is true on the first attempt of about
@@ -66,66 +125,96 @@ func failFirst() func(r *kgo.Record) bool {
 }
 
 // BenchmarkTxnVsPlain: the exactly-once mode against the at-least-once
-// mode on a backlog of 100,000 records of 100 bytes on 6 partitions over
+// mode on a backlog of 5,000,000 records of 100 bytes on 6 partitions over
 // 10,000 keys, CommitInterval 100ms, other options default. Four sides per
 // round, each with a new group: a no-op handler in partition order, plain
 // (New) and exactly-once (NewTransactional; no output records, so each
 // transaction commits offsets only), then a handler that fails the first
 // attempt of 2 % of the records with a transient error (retried after the
-// default backoff, 50-100 ms) in key order, plain and exactly-once. It
-// reports the rates (records/s from the first handler call to the last
-// record done) and the exactly-once/plain ratios, median over the rounds.
+// default backoff, 50-100 ms) in key order, plain and exactly-once. The
+// sides run in the order plain, eos, eos-fail, plain-fail in odd rounds and
+// the reverse in even ones (A B B A across rounds), so that a drift of the
+// machine's load weighs on both sides of a ratio alike. Each pass lasts
+// seconds and commits tens of times (at least 20 at 100ms), so start-up
+// costs do not decide the ratio. It reports the rates (records/s from the
+// first handler call to the last record done), the exactly-once/plain
+// ratios of each round and their median and range; the log gives each
+// pass's commits (offset commits of the plain side, transactions of the
+// exactly-once side) and the exactly-once side's transaction requests with
+// their mean round trip, and each round the CPU time this process spent per
+// record on each side (the broker's is not counted), one line per round (a
+// benchmark's log is cut after 10 lines).
 func BenchmarkTxnVsPlain(b *testing.B) {
-	const records = 100_000
+	const records = 5_000_000
 	addrs, topic := benchBroker(b, "txn1", 6, benchSeed{records: records, size: 100, keys: 10_000})
-	sides := []string{"plain", "eos", "plain-fail", "eos-fail"}
+	sides := []string{"plain", "eos", "eos-fail", "plain-fail"}
 	rates := map[string][]float64{}
+	commits := map[string][]float64{}
+	cpus := map[string][]float64{} // CPU µs of this process per record, the pass's start and shutdown included
+	var ratio, failRatio []float64
+	passes := map[string]string{} // the round's summary of each side
 	b.ResetTimer()
-	for range b.N {
-		for _, side := range sides {
+	for i := range b.N {
+		order := slices.Clone(sides)
+		if i%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, side := range order {
 			runtime.GC()
 			var done atomic.Int64
 			fail := failFirst()
 			var d time.Duration
+			var n int
+			var sum string
+			c0 := cpuTime(b)
 			switch side {
 			case "plain", "plain-fail":
-				order, f := OrderPartition, func(*kgo.Record) bool { return false }
+				ord, f := OrderPartition, func(*kgo.Record) bool { return false }
 				if side == "plain-fail" {
-					order, f = OrderKey, fail
+					ord, f = OrderKey, fail
 				}
-				d = processorPass(b, addrs, topic, func(_ context.Context, r *kgo.Record) error {
+				d, n, sum = plainPass(b, addrs, topic, func(_ context.Context, r *kgo.Record) error {
 					if f(r) {
 						return errors.New("transient")
 					}
 					done.Add(1)
 					return nil
-				}, func() bool { return done.Load() >= records }, CommitInterval(100*time.Millisecond), WithOrdering(order))
+				}, func() bool { return done.Load() >= records }, CommitInterval(100*time.Millisecond), WithOrdering(ord))
 			default:
-				order, f := OrderPartition, func(*kgo.Record) bool { return false }
+				ord, f := OrderPartition, func(*kgo.Record) bool { return false }
 				if side == "eos-fail" {
-					order, f = OrderKey, fail
+					ord, f = OrderKey, fail
 				}
-				d = txnPass(b, addrs, topic, func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+				d, n, sum = txnPass(b, addrs, topic, func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 					if f(r) {
 						return nil, errors.New("transient")
 					}
 					done.Add(1)
 					return nil, nil
-				}, func() bool { return done.Load() >= records }, CommitInterval(100*time.Millisecond), WithOrdering(order))
+				}, func() bool { return done.Load() >= records }, CommitInterval(100*time.Millisecond), WithOrdering(ord))
 			}
+			passes[side] = fmt.Sprintf("%s %v %s", side, d.Round(time.Millisecond), sum)
+			cpus[side] = append(cpus[side], float64((cpuTime(b)-c0).Microseconds())/records)
 			rates[side] = append(rates[side], float64(records)/d.Seconds())
+			commits[side] = append(commits[side], float64(n))
 		}
-		i := len(rates["plain"]) - 1
-		b.Logf("round %d: plain %.0f rec/s, exactly-once %.0f rec/s (ratio %.2f); 2%% transient failures, key order: plain %.0f rec/s, exactly-once %.0f rec/s (ratio %.2f)",
-			i+1, rates["plain"][i], rates["eos"][i], rates["eos"][i]/rates["plain"][i],
-			rates["plain-fail"][i], rates["eos-fail"][i], rates["eos-fail"][i]/rates["plain-fail"][i])
+		ratio = append(ratio, rates["eos"][i]/rates["plain"][i])
+		failRatio = append(failRatio, rates["eos-fail"][i]/rates["plain-fail"][i])
+		b.Logf("round %d (%s): plain %.0f rec/s (%.2f µs CPU/rec), exactly-once %.0f rec/s (%.2f µs) (ratio %.2f); 2%% transient failures, key order: plain %.0f rec/s (%.2f µs), exactly-once %.0f rec/s (%.2f µs) (ratio %.2f); passes: %s; %s; %s; %s",
+			i+1, strings.Join(order, " "), rates["plain"][i], cpus["plain"][i], rates["eos"][i], cpus["eos"][i], ratio[i],
+			rates["plain-fail"][i], cpus["plain-fail"][i], rates["eos-fail"][i], cpus["eos-fail"][i], failRatio[i],
+			passes["plain"], passes["eos"], passes["plain-fail"], passes["eos-fail"])
 	}
-	ratio := func(a, c string) float64 { return median(rates[a]) / median(rates[c]) }
+	b.Logf("ratios per round, median (range): no-op %s; 2%% failures %s; commits per pass, median (range): plain %s, eos %s, plain-fail %s, eos-fail %s",
+		minMax(ratio, "%.2f"), minMax(failRatio, "%.2f"), minMax(commits["plain"], "%.0f"), minMax(commits["eos"], "%.0f"),
+		minMax(commits["plain-fail"], "%.0f"), minMax(commits["eos-fail"], "%.0f"))
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(median(rates["plain"]), "plain-rec/s")
 	b.ReportMetric(median(rates["eos"]), "eos-rec/s")
-	b.ReportMetric(ratio("eos", "plain"), "eos-ratio")
+	b.ReportMetric(median(ratio), "eos-ratio")
 	b.ReportMetric(median(rates["plain-fail"]), "plain-fail-rec/s")
 	b.ReportMetric(median(rates["eos-fail"]), "eos-fail-rec/s")
-	b.ReportMetric(ratio("eos-fail", "plain-fail"), "eos-fail-ratio")
+	b.ReportMetric(median(failRatio), "eos-fail-ratio")
+	b.ReportMetric(median(cpus["plain"]), "plain-cpu-µs/rec")
+	b.ReportMetric(median(cpus["eos"]), "eos-cpu-µs/rec")
 }

@@ -52,7 +52,10 @@ type TxnHandler func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error)
 // when half of MaxInFlight has completed, or an eighth when MaxInFlight is
 // full) the session begins a transaction, produces the outputs (and DLQ
 // records) of the records completed since the last one, commits the
-// offsets and ends it. Records still running or backing off carry over in
+// offsets and ends it. Ending it (the flush, the offset commit, EndTxn) runs
+// while the member goes on polling and transforming; the next transaction
+// begins once it has ended (with half of MaxInFlight completed, polling
+// waits for that). Records still running or backing off carry over in
 // memory to a later transaction; their outputs are produced only in the
 // transaction that commits them. The committed offset of a partition is its
 // first record not yet completed; the records completed above it travel in
@@ -109,6 +112,9 @@ type TxnProcessor struct {
 	// (a copy may still be in the network and land late); see
 	// repairLateCommits.
 	lateRisk atomic.Int64
+	// describeTxnOff is set once the brokers refused a
+	// DescribeTransactions (awaitPreviousEnd): it is not sent again.
+	describeTxnOff atomic.Bool
 
 	// defaultTopic is the session client's kgo.DefaultProduceTopic (set
 	// by newSession): an output with no Topic goes there.

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // The exactly-once mode's transaction loop: a session polls records into
@@ -22,56 +25,121 @@ import (
 // time. It returns nil on shutdown (after committing what completed) and an
 // error when the session must be replaced (outcome unknown, a fatal group
 // error, a record that cannot be dead-lettered).
-func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSession) error {
+//
+// A transaction ends while the next one fills: once its outputs are handed
+// to franz-go, its flush, offset commit and EndTxn run on a goroutine of
+// their own (txnEnding) while this loop goes on polling and admitting, and
+// the workers go on transforming. The records completed meanwhile wait for
+// the next transaction, which begins only after this one has ended and been
+// concluded (Kafka allows one open transaction per producer). Everything
+// else that touches the transaction state, the consume positions or the
+// group's offsets (beginning a transaction, a resync after a rebalance,
+// reading the offsets of new partitions, shutting down) first waits for the
+// end in flight and concludes it. An end that does not commit drops the
+// work (conclude, settle): the records polled while it ran go with it and
+// are polled again from the broker's offsets.
+func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSession) (err error) {
 	w := newTxnWork(t, ctx)
 	t.mu.Lock()
 	t.work = w
 	t.mu.Unlock()
+	ends := map[tp]int64{} // last stable offset per partition, from the latest fetch
+	var ending *txnEnding  // the transaction being ended, if any
+	// join waits for the end in flight, if any, and concludes it.
+	join := func() (stop bool, err error) {
+		if ending == nil {
+			return false, nil
+		}
+		e := ending
+		ending = nil
+		<-e.done
+		return t.conclude(ctx, sess, w, e.b, ends, e.committed, e.prodErr, e.err)
+	}
 	defer func() {
+		// An error return leaves no end behind: the session is closed
+		// next, and a transaction must not be ended on a closed client.
+		if _, jerr := join(); err == nil {
+			err = jerr
+		}
 		w.stop(t.cfg.drainTimeout)
 		t.mu.Lock()
 		t.work = nil
 		t.mu.Unlock()
 	}()
-	ends := map[tp]int64{} // last stable offset per partition, from the latest fetch
 	next := time.Now().Add(t.cfg.commitInterval)
 	for {
 		if ctx.Err() != nil {
 			// Handlers are cancelled (their results discarded); what
 			// completed commits.
+			if stop, err := join(); stop || err != nil {
+				return err
+			}
 			_, err := t.commitTxn(ctx, sess, w, ends)
 			return err
 		}
-		if t.resync.Swap(false) {
-			if err := t.resyncSession(ctx, sess, w, ends); err != nil {
+		if t.resync.Load() {
+			if stop, err := join(); stop || err != nil {
+				return err
+			}
+			if t.resync.Swap(false) {
+				if err := t.resyncSession(ctx, sess, w, ends); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if ending.ended() {
+			if stop, err := join(); stop || err != nil {
 				return err
 			}
 			continue
 		}
 		now := time.Now()
 		room, due := w.room(), w.cutDue()
-		if !now.Before(next) || due {
-			next = now.Add(t.cfg.commitInterval)
-			if stop, err := t.commitTxn(ctx, sess, w, ends); stop || err != nil {
-				return err
-			}
-			continue
-		}
-		if room == 0 {
-			// MaxInFlight held: no poll until records are committed.
-			timer := time.NewTimer(next.Sub(now))
+		timeDue := !now.Before(next)
+		if ending != nil && due {
+			// Half of MaxInFlight completed: the next transaction takes
+			// them once this one has ended, and the room left is kept
+			// for the one after.
 			select {
-			case <-w.wake:
-			case <-timer.C:
+			case <-ending.done:
 			case <-ctx.Done():
 			}
-			timer.Stop()
 			continue
 		}
-		pctx, cancel := context.WithDeadline(ctx, next)
+		if ending == nil && (timeDue || due) {
+			next = now.Add(t.cfg.commitInterval)
+			e, stop, err := t.beginTxn(ctx, sess, w)
+			if stop || err != nil {
+				return err
+			}
+			if e != nil {
+				ending = e
+				go func() {
+					e.committed, e.prodErr, e.err = t.end(ctx, sess, w, e.b)
+					close(e.done)
+					w.poke() // the loop concludes it
+					t.cancelPoll()
+				}()
+			}
+			continue
+		}
+		// Here no transaction is due, or one is due by time while the
+		// previous one ends: the wait or poll lasts until the interval
+		// ends, or in the latter case until the end completes (it wakes
+		// the loop and cancels the poll).
+		if room == 0 {
+			// MaxInFlight held: no poll until records are committed.
+			t.waitRoom(ctx, w, ending, next.Sub(now), timeDue)
+			continue
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		if !timeDue {
+			pctx, cancel = context.WithDeadline(ctx, next)
+		}
 		t.setPollCancel(cancel)
-		if w.cutDue() {
-			cancel() // completed while the cancel was not set yet
+		if w.cutDue() || ending.ended() {
+			cancel() // completed or ended while the cancel was not set yet
 		}
 		fetches := sess.PollRecords(pctx, room)
 		t.setPollCancel(nil)
@@ -86,6 +154,16 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 			continue // polled across a rebalance: dropped, the resync reads where to resume
 		}
 		if ks := w.needInit(fetches); len(ks) > 0 {
+			// The group's offsets are read with no transaction of this
+			// member pending, and its records go to the work as it is
+			// after the end (a drop discards them).
+			gen := w.generation()
+			if stop, err := join(); stop || err != nil {
+				return err
+			}
+			if t.resync.Load() || w.generation() != gen {
+				continue // the end dropped the work: these records are polled again
+			}
 			rctx, rcancel := context.WithTimeout(ctx, t.cfg.txnTimeout+30*time.Second)
 			held, err := t.stableCommits(rctx, sess.Client())
 			rcancel()
@@ -99,6 +177,57 @@ func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSe
 		}
 		w.admit(fetches)
 	}
+}
+
+// waitRoom waits, with MaxInFlight held, for a completion to wake the loop
+// (w.wake, poked by a completion that makes a cut due and by an end that
+// completes), for the end in flight (nil: none) to complete, for ctx, and,
+// unless timeDue, for d (the rest of the commit interval).
+func (t *TxnProcessor) waitRoom(ctx context.Context, w *txnWork, ending *txnEnding, d time.Duration, timeDue bool) {
+	var deadline <-chan time.Time
+	if !timeDue {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	select {
+	case <-w.wake:
+	case <-deadline:
+	case <-ctx.Done():
+	case <-ending.doneCh():
+	}
+}
+
+// txnEnding is a transaction being ended on a goroutine of its own
+// (runSession): its batch, and once done is closed, how End returned.
+type txnEnding struct {
+	b         *txnBatch
+	done      chan struct{}
+	committed bool
+	prodErr   error
+	err       error
+}
+
+// ended reports whether e (nil: none) has ended.
+func (e *txnEnding) ended() bool {
+	if e == nil {
+		return false
+	}
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// doneCh is e's done channel; nil (blocking for ever in a select) when e
+// is nil.
+func (e *txnEnding) doneCh() <-chan struct{} {
+	if e == nil {
+		return nil
+	}
+	return e.done
 }
 
 // setPollCancel keeps the cancel of the poll in progress (nil: none), for
@@ -158,19 +287,35 @@ func (t *TxnProcessor) resyncSession(ctx context.Context, sess *kgo.GroupTransac
 	return nil
 }
 
-// commitTxn cuts a transaction: the outputs of the records completed since
-// the last one and the commits that follow (txnWork.cut), produced and
-// committed together; a cut with nothing in it makes no transaction.
+// commitTxn cuts a transaction and ends it (beginTxn, end, conclude), all
+// on the calling goroutine; a cut with nothing in it makes no transaction.
 func (t *TxnProcessor) commitTxn(ctx context.Context, sess *kgo.GroupTransactSession, w *txnWork, ends map[tp]int64) (stop bool, _ error) {
+	e, stop, err := t.beginTxn(ctx, sess, w)
+	if e == nil || stop || err != nil {
+		return stop, err
+	}
+	committed, prodErr, err := t.end(ctx, sess, w, e.b)
+	return t.conclude(ctx, sess, w, e.b, ends, committed, prodErr, err)
+}
+
+// beginTxn cuts a transaction: the outputs of the records completed since
+// the last one and the commits that follow (txnWork.cut), handed to
+// franz-go in a new transaction, to be ended by end. A cut with nothing in
+// it makes no transaction (nil). No other transaction of sess may be open.
+func (t *TxnProcessor) beginTxn(ctx context.Context, sess *kgo.GroupTransactSession, w *txnWork) (_ *txnEnding, stop bool, _ error) {
 	x := w.cut()
 	if len(x.recs) == 0 && len(x.commits) == 0 {
-		return false, nil
+		return nil, false, nil
 	}
 	if err := sess.Begin(); err != nil {
-		return true, fmt.Errorf("begin transaction: %w", err)
+		return nil, true, fmt.Errorf("begin transaction: %w", err)
 	}
 	b := &txnBatch{t: t, cut: x}
 	for _, r := range x.recs {
+		b.n++
+		if r.dead == nil && len(r.outs) == 0 {
+			continue // nothing to produce: no promise to make
+		}
 		pctx, done := ctx, b.promise
 		if r.dead != nil {
 			b.dead = append(b.dead, deadLetter{rec: r.rec, reason: r.dead})
@@ -187,19 +332,19 @@ func (t *TxnProcessor) commitTxn(ctx context.Context, sess *kgo.GroupTransactSes
 		if r.dead == nil {
 			done = b.outputPromise(r.rec)
 		}
+		// Not ctx: a shutdown must not fail records of a transaction
+		// that is about to commit.
+		pctx = context.WithoutCancel(pctx)
 		for _, o := range r.outs {
-			// Not ctx: a shutdown must not fail records of a
-			// transaction that is about to commit.
 			b.pending.Add(1)
-			sess.Produce(context.WithoutCancel(pctx), o, done)
+			b.produced++
+			sess.Produce(pctx, o, done)
 		}
-		b.n++
 	}
 	if h := t.cfg.hooks.txnProduced; h != nil {
 		h(len(x.recs))
 	}
-	committed, prodErr, err := t.end(ctx, sess, w, b)
-	return t.conclude(ctx, sess, w, b, ends, committed, prodErr, err)
+	return &txnEnding{b: b, done: make(chan struct{})}, false, nil
 }
 
 // txnBatch is one transaction of a session: what it read, what it
@@ -207,10 +352,13 @@ func (t *TxnProcessor) commitTxn(ctx context.Context, sess *kgo.GroupTransactSes
 // goroutines: prodErr and deadErr are guarded by mu.
 type txnBatch struct {
 	t     *TxnProcessor
-	abort bool    // end the transaction with an abort
-	fatal error   // a fatal group error seen mid-transaction: abort, then return it
-	n     int     // records whose outputs it produces
-	cut   *txnCut // its records and commits
+	abort bool  // end the transaction with an abort
+	fatal error // a fatal group error seen mid-transaction: abort, then return it
+	n     int   // records whose outputs it produces
+	// produced counts the records handed to franz-go (outputs and DLQ
+	// records).
+	produced int
+	cut      *txnCut // its records and commits
 	// dead are the records dead-lettered in this transaction (for
 	// OnDeadLetter once it commits).
 	dead []deadLetter
@@ -284,6 +432,9 @@ func (t *TxnProcessor) end(ctx context.Context, sess *kgo.GroupTransactSession, 
 	defer cancel()
 	stopDrain := context.AfterFunc(ctx, func() { time.AfterFunc(t.cfg.drainTimeout, cancel) })
 	defer stopDrain()
+	if h := t.cfg.hooks.txnEnding; h != nil {
+		h(b.n)
+	}
 	if !b.abort {
 		// Every produce promise must have run before prodErr is read:
 		// End(TryCommit) aborts on a rebalance, not on a failed record, so
@@ -309,6 +460,8 @@ func (t *TxnProcessor) end(ctx context.Context, sess *kgo.GroupTransactSession, 
 	try := kgo.TryCommit
 	if b.abort {
 		try = kgo.TryAbort
+	} else if b.produced == 0 {
+		t.awaitPreviousEnd(endCtx, sess.Client())
 	}
 	endStart := time.Now()
 	committed, err = sess.End(t.txnCommitCtx(endCtx, w.commitsFn(b.cut.commits)), try)
@@ -323,6 +476,57 @@ func (t *TxnProcessor) end(ctx context.Context, sess *kgo.GroupTransactSession, 
 		}
 	}
 	return committed, prodErr, err
+}
+
+// awaitPreviousEnd waits, before a transaction that produced no record
+// commits its offsets, until the transaction coordinator has completed this
+// member's previous transaction (its markers written): a TxnOffsetCommit
+// that reaches the group coordinator before that is answered
+// CONCURRENT_TRANSACTIONS (KIP-890 part 2: it adds the offsets partition to
+// the transaction itself), which franz-go does not retry but answers by
+// aborting the transaction, and the work of the whole transaction is
+// redone. A produce joins the transaction only once the previous one
+// completed (the broker and franz-go retry it), so a transaction with
+// records is never in that window when it commits its offsets. It asks the
+// coordinator with DescribeTransactions (allowed by the WRITE right on the
+// transactional ID) every millisecond or so while the state is a Prepare
+// one, for at most a second; a broker that cannot answer (an old version, no
+// right) is not asked again, and the commit goes ahead as before.
+func (t *TxnProcessor) awaitPreviousEnd(ctx context.Context, cl *kgo.Client) {
+	if t.describeTxnOff.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		req := kmsg.NewPtrDescribeTransactionsRequest()
+		req.TransactionalIDs = []string{t.txnID}
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			if ctx.Err() == nil && !kerr.IsRetriable(err) {
+				t.describeTxnOff.Store(true) // not supported: not asked again
+			}
+			return
+		}
+		if len(resp.TransactionStates) != 1 {
+			return
+		}
+		st := resp.TransactionStates[0]
+		if err := kerr.ErrorForCode(st.ErrorCode); err != nil {
+			if !kerr.IsRetriable(err) {
+				t.describeTxnOff.Store(true) // refused (no right): not asked again
+			}
+			return
+		}
+		if !strings.HasPrefix(st.State, "Prepare") {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff(attempt, 500*time.Microsecond, 5*time.Millisecond)):
+		}
+	}
 }
 
 // errTxnNotCommitted is the error the tracer's Committed gets for a

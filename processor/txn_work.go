@@ -44,6 +44,9 @@ type txnWork struct {
 	recs   int   // records held: running, waiting or completed, not yet committed (MaxInFlight)
 	bytes  int64 // their key+value bytes
 	done   int   // completed records not yet in a transaction
+	// pendingN counts the partitions' pending records (polled, not
+	// admitted yet).
+	pendingN int
 	// sent is, per partition this member holds, what it last committed (a
 	// confirmed transaction) or, after reading the broker's offsets, what
 	// the group holds: the reference for the read-back of late commits.
@@ -96,6 +99,9 @@ type txnLane struct {
 
 // txnRec is a record held by the session and, once completed, its result.
 type txnRec struct {
+	// rec is the record; nil once it completed without outputs (nothing
+	// of it is needed until its transaction commits its offset), and
+	// after that commit.
 	rec   *kgo.Record
 	entry offsetEntry
 	size  int64
@@ -128,10 +134,7 @@ func (w *txnWork) poke() {
 func (w *txnWork) room() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	held := w.recs
-	for _, ps := range w.parts {
-		held += len(ps.pending)
-	}
+	held := w.recs + w.pendingN
 	if w.bytes >= w.t.cfg.maxBytes {
 		return 0
 	}
@@ -155,10 +158,7 @@ func (w *txnWork) cutDueLocked() bool {
 	if w.done < max(1, maxRecs/8) {
 		return false
 	}
-	held := w.recs
-	for _, ps := range w.parts {
-		held += len(ps.pending)
-	}
+	held := w.recs + w.pendingN
 	return held >= maxRecs || w.bytes >= w.t.cfg.maxBytes
 }
 
@@ -182,7 +182,7 @@ func (w *txnWork) drop() {
 	w.parts = map[tp]*txnPart{}
 	clear(w.ready)
 	w.ready = w.ready[:0]
-	w.recs, w.bytes, w.done = 0, 0, 0
+	w.recs, w.bytes, w.done, w.pendingN = 0, 0, 0, 0
 }
 
 // stop cancels the handlers and waits up to d for the workers.
@@ -224,6 +224,9 @@ func (w *txnWork) initParts(ks []tp, held map[tp]commitPoint) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, k := range ks {
+		if old := w.parts[k]; old != nil {
+			w.pendingN -= len(old.pending)
+		}
 		ps := &txnPart{tp: k, gen: w.gen, tracker: newOffsetTracker(), lanes: map[txnLaneKey]*txnLane{}}
 		if cp, ok := held[k]; ok {
 			ps.tracker.mark = cp.offset
@@ -270,6 +273,7 @@ func (w *txnWork) admit(fetches kgo.Fetches) {
 			}
 		}
 		ps.pending = append(ps.pending, fp.Records...)
+		w.pendingN += len(fp.Records)
 		w.admitPendingLocked(ps)
 	})
 }
@@ -296,6 +300,7 @@ func (w *txnWork) admitPendingLocked(ps *txnPart) {
 		n++
 	}
 	if n > 0 {
+		w.pendingN -= n
 		clear(ps.pending[:n])
 		ps.pending = ps.pending[n:]
 		if len(ps.pending) == 0 {
@@ -419,6 +424,12 @@ func (w *txnWork) worker() {
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
 		rec.outs = outs
+		if len(outs) == 0 && rec.dead == nil && w.t.refusedN.Load() == 0 {
+			// Nothing to produce, no refusal to forget at its commit:
+			// the record (and the fetch buffer it pins) is not needed
+			// any more, though its offset waits for the transaction.
+			rec.rec, rec.it = nil, nil
+		}
 		l.part.completed = append(l.part.completed, rec)
 		w.done++
 		switch {
@@ -464,7 +475,7 @@ func (w *txnWork) cut() *txnCut {
 	for k, ps := range w.parts {
 		recs := ps.completed
 		ps.completed = nil
-		slices.SortFunc(recs, func(a, b *txnRec) int { return cmp.Compare(a.rec.Offset, b.rec.Offset) })
+		slices.SortFunc(recs, func(a, b *txnRec) int { return cmp.Compare(a.entry.offset, b.entry.offset) })
 		for _, r := range recs {
 			ps.tracker.complete(&r.entry)
 			x.bytes += r.size
@@ -594,4 +605,12 @@ func (t *TxnProcessor) holds(k tp) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.owned[k.topic][k.partition]
+}
+
+// generation returns the count of drops so far: a change tells that the
+// work was dropped in between.
+func (w *txnWork) generation() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gen
 }
