@@ -38,6 +38,17 @@ import (
 // end in flight and concludes it. An end that does not commit drops the
 // work (conclude, settle): the records polled while it ran go with it and
 // are polled again from the broker's offsets.
+//
+// franz-go documents PollRecords concurrently with GroupTransactSession.End
+// as invalid, because End's bookkeeping assumes no poll moves the consume
+// positions meanwhile. This loop relies on what makes it safe here (franz-go
+// v1.22): End and a poll take the group's lock for their updates of the
+// uncommitted offsets, the offsets End commits are the runtime's own commit
+// points (txnCommitCtx rewrites the TxnOffsetCommit), and after an end that
+// does not commit the runtime's settle, not End's rewind, sets every
+// position from the broker's offsets. TestTxnPollsWhileEnding,
+// TestTxnRevokeWhileEnding and TestTxnShutdownWhileEnding hold an end open
+// and check each case; rerun them (with -race) on every franz-go upgrade.
 func (t *TxnProcessor) runSession(ctx context.Context, sess *kgo.GroupTransactSession) (err error) {
 	w := newTxnWork(t, ctx)
 	t.mu.Lock()
