@@ -258,7 +258,8 @@ func sharePass(b *testing.B, addrs []string, topic string, n, sessions, acquire,
 	}, &handled, window)
 }
 
-// shareSide reads a share side's name: "shareN" (N share sessions) or
+// shareSide reads a share side's name: "shareN" (N share sessions, k = 1
+// whatever the default) or
 // "shareNxK" (N sessions, each poll acquiring up to K x Concurrency
 // records: ShareAcquireMultiple(K)).
 func shareSide(b *testing.B, side string) (sessions, acquire int) {

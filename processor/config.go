@@ -190,7 +190,8 @@ type cfg struct {
 	shareSessions    int
 	shareSessionsSet bool
 	// ShareAcquireMultiple (NewQueue only; queue.go): a share session's
-	// poll acquires up to shareAcquire x Concurrency records; unset: 1.
+	// poll acquires up to shareAcquire x Concurrency records; unset:
+	// DefaultShareAcquireMultiple.
 	shareAcquire    int
 	shareAcquireSet bool
 	// ShareLagInterval (NewQueue only; queue_lag.go); unset: DefaultShareLagInterval.
@@ -428,7 +429,7 @@ func (c *cfg) validate() error {
 	case c.shareAcquireSet && !c.queue:
 		errs = append(errs, fmt.Errorf("ShareAcquireMultiple: %d: only NewQueue takes it", c.shareAcquire))
 	case c.shareAcquireSet && (c.shareAcquire < 1 || c.shareAcquire > MaxShareAcquireMultiple):
-		errs = append(errs, fmt.Errorf("ShareAcquireMultiple: %d, want 1 to %d (default 1)", c.shareAcquire, MaxShareAcquireMultiple))
+		errs = append(errs, fmt.Errorf("ShareAcquireMultiple: %d, want 1 to %d (default %d)", c.shareAcquire, MaxShareAcquireMultiple, DefaultShareAcquireMultiple))
 	}
 	if err := c.validateShareLag(); err != nil {
 		errs = append(errs, err)

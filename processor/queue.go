@@ -72,11 +72,19 @@ func ShareSessions(n int) Opt {
 // MaxShareAcquireMultiple is the largest ShareAcquireMultiple.
 const MaxShareAcquireMultiple = 4
 
+// DefaultShareAcquireMultiple is ShareAcquireMultiple's default: 2, the
+// value that took 12 queue-mode processors (3 share sessions each, a 20 ms
+// handler, 6 partitions) to 1.93 times the rate of 12 consumer-group
+// members on Kafka 4.4, against 1.80 times with 1, side by side in one run
+// on a quiet machine (BenchmarkShareVsGroup, docs/benchmarks.md).
+const DefaultShareAcquireMultiple = 2
+
 // ShareAcquireMultiple sets how many records each share session's poll
 // acquires, as a multiple k of Concurrency: up to k x Concurrency records
-// per ShareFetch (NewQueue only; New refuses it). Default 1; k must be
-// from 1 to 4 (MaxShareAcquireMultiple): NewQueue returns an error for
-// another value. The records are KIP-932's acquired records.
+// per ShareFetch (NewQueue only; New refuses it). Default 2
+// (DefaultShareAcquireMultiple); k must be from 1 to 4
+// (MaxShareAcquireMultiple): NewQueue returns an error for another value.
+// The records are KIP-932's acquired records.
 //
 // A session polls again only once every record of its poll is
 // acknowledged, so each poll's round trip to the broker is paid once per
@@ -86,9 +94,10 @@ const MaxShareAcquireMultiple = 4
 // which at most Concurrency are in their handlers at once: more records
 // wait for a handler slot, and a crash or a shutdown hands more records
 // back to the broker (the crash: when it sees the connections close, else
-// when their locks expire). BenchmarkShareVsGroup on Kafka 4.4 with
-// ShareSessions 3 (docs/benchmarks.md, "Larger polls") measured k = 2
-// faster than k = 1 in 9 rounds of 10, side by side, on a loaded machine.
+// when their locks expire). Use 1 where a record waiting for a handler
+// slot while another runs is to be avoided (a handler slower than the
+// acquisition lock is long: the waiting records' locks are renewed, but
+// each renewal is a request).
 func ShareAcquireMultiple(k int) Opt {
 	return opt(func(c *cfg) { c.shareAcquire, c.shareAcquireSet = k, true })
 }
@@ -579,7 +588,13 @@ func (s *shareSession) run(work context.Context, polling *sync.WaitGroup, quiet 
 }
 
 // pollMax is how many records a share session's poll acquires at most.
-func (c *cfg) pollMax() int { return c.concurrency * max(c.shareAcquire, 1) }
+func (c *cfg) pollMax() int {
+	k := c.shareAcquire
+	if !c.shareAcquireSet {
+		k = DefaultShareAcquireMultiple
+	}
+	return c.concurrency * max(k, 1)
+}
 
 // quietWait bounds how long a stopping session waits for the others to
 // leave before it releases its records: their last fetch's max wait and
