@@ -10,8 +10,8 @@ import (
 )
 
 // Metrics are the runtime's Prometheus metrics. Create one per registry
-// and namespace with NewMetrics and pass it to every processor (New and
-// NewTransactional) with WithMetrics; a nil *Metrics records nothing. Names
+// and namespace with NewMetrics and pass it to every processor (New,
+// NewTransactional and NewQueue) with WithMetrics; a nil *Metrics records nothing. Names
 // start with DefaultMetricsNamespace ("ordercast_consumer_") unless
 // MetricsNamespace sets another prefix; labels are group, and topic and
 // partition or client_id as each series needs. Every series, with its type,

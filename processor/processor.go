@@ -516,8 +516,8 @@ func (p *Processor) pollLoop(ctx context.Context) error {
 		}
 		var fatal error
 		fetches.EachError(func(t string, part int32, err error) {
-			if errors.Is(err, context.Canceled) {
-				return
+			if errors.Is(err, context.Canceled) || (errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil) {
+				return // Run's context ended the poll (a cancel or a deadline): a stop, not a fetch error
 			}
 			if ae := fetchAuthzError(p.cfg.group, t, err); ae != nil {
 				fatal = ae

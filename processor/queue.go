@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"runtime/debug"
 	"strconv"
@@ -304,6 +305,9 @@ func NewQueue(opts ...Opt) (*QueueProcessor, error) {
 	}
 	q := &QueueProcessor{cfg: c, blocked: make(map[*kgo.Record]error), slots: make(chan struct{}, c.concurrency)}
 	q.limit.Store(DefaultShareDeliveryLimit)
+	if c.maxDeliveries > 0 {
+		q.limit.Store(int32(min(c.maxDeliveries, math.MaxInt32))) // bounded by the group's limit once Run reads it
+	}
 	c.metrics.initGroup(c.group, c.topics, nil, c.dlqTarget())
 	c.metrics.initQueue(c.group, c.topics)
 
@@ -528,8 +532,8 @@ func (s *shareSession) run(work context.Context, polling *sync.WaitGroup, quiet 
 		}
 		var fatal error
 		fetches.EachError(func(t string, part int32, err error) {
-			if errors.Is(err, context.Canceled) {
-				return
+			if errors.Is(err, context.Canceled) || (errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil) {
+				return // Run's context ended the poll (a cancel or a deadline): a stop, not a fetch error
 			}
 			if ae := fetchAuthzError(q.cfg.group, t, err); ae != nil {
 				fatal = ae

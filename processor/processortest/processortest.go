@@ -15,7 +15,8 @@
 //	}
 //
 // kfake implements the Kafka protocol (groups, KIP-848 consumer groups,
-// transactions, read_committed) but is not Kafka: for timing-sensitive
+// share groups for NewQueue (KIP-932, without the broker's share-group
+// DLQ of KIP-1191), transactions, read_committed) but is not Kafka: for timing-sensitive
 // behaviour, run the same tests against a real cluster too (pass its
 // addresses instead of Brokers()).
 package processortest
