@@ -90,10 +90,11 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, c *cfg, need []string) er
 	adm := kadm.NewClient(cl)
 	all := append(slices.Clone(c.topics), need...)
 	var (
-		partitions int32
-		missing    []string
-		missed     int
-		firstMiss  time.Time
+		partitions     int32
+		missing        []string
+		missingSources []string // the source topics the last answer lacked
+		missed         int
+		firstMiss      time.Time
 	)
 	retriable := func(err error) bool { return errors.Is(err, errStillMissing) || brokererr.Transient(err) }
 	err := brokererr.Retry(ctx, topicCheckTimeout, retriable, func(attempt int, wait time.Duration, err error) {
@@ -106,7 +107,8 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, c *cfg, need []string) er
 		c.logger.Warn("start: the brokers do not answer yet; trying again", "brokers", c.brokers, "attempt", attempt, "in", wait,
 			"gives_up_after", topicCheckTimeout, "error", err)
 	}, func() error {
-		p, m, err := listNeeded(ctx, cl, c.topics, need, all)
+		p, m, ms, err := listNeeded(ctx, cl, c.topics, need, all)
+		missingSources = ms
 		if err != nil || len(m) == 0 {
 			missed = 0
 			partitions, missing = p, m
@@ -136,6 +138,12 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, c *cfg, need []string) er
 	case err != nil && !errors.Is(err, errStillMissing):
 		return err
 	case len(missing) == 0:
+		if len(missingSources) > 0 {
+			// Kafka lets a member join for topics that do not exist; it
+			// then reads nothing from them, and nothing else says so.
+			c.logger.Warn("source topics do not exist: the member reads nothing from them until they are created (a misspelt name?)",
+				"topics", missingSources)
+		}
 		return nil
 	}
 	return finishMissing(ctx, adm, c, partitions, missing) // missing in topicCheckMisses answers, or till the deadline
@@ -157,11 +165,11 @@ const (
 
 // listNeeded asks the cluster for the source topics and need, and returns
 // the largest source partition count, the topics of need that do not exist,
-// and an error (wrapped with the topics) when the answer is not usable. It
+// the source topics that do not exist, and an error (wrapped with the topics) when the answer is not usable. It
 // sends its own Metadata request: kadm's ListTopics answers from the
 // client's metadata cache (MetadataMinAge, 5 s), which would repeat a stale
 // broker's answer to every attempt.
-func listNeeded(ctx context.Context, cl *kgo.Client, sources, need, all []string) (int32, []string, error) {
+func listNeeded(ctx context.Context, cl *kgo.Client, sources, need, all []string) (int32, []string, []string, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	for _, t := range all {
 		rt := kmsg.NewMetadataRequestTopic()
@@ -170,7 +178,7 @@ func listNeeded(ctx context.Context, cl *kgo.Client, sources, need, all []string
 	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return 0, nil, fmt.Errorf("processor: checking topics %s: %w", strings.Join(need, ", "), err)
+		return 0, nil, nil, fmt.Errorf("processor: checking topics %s: %w", strings.Join(need, ", "), err)
 	}
 	type answer struct {
 		partitions int32
@@ -183,9 +191,12 @@ func listNeeded(ctx context.Context, cl *kgo.Client, sources, need, all []string
 		}
 	}
 	var partitions int32
+	var missingSources []string
 	for _, t := range sources {
 		if a, ok := got[t]; ok && a.err == nil {
 			partitions = max(partitions, a.partitions)
+		} else if !ok || errors.Is(a.err, kerr.UnknownTopicOrPartition) {
+			missingSources = append(missingSources, t)
 		}
 	}
 	var missing []string
@@ -195,10 +206,10 @@ func listNeeded(ctx context.Context, cl *kgo.Client, sources, need, all []string
 		case !ok || errors.Is(a.err, kerr.UnknownTopicOrPartition):
 			missing = append(missing, t)
 		case a.err != nil:
-			return 0, nil, fmt.Errorf("processor: checking topic %s: %w", t, a.err)
+			return 0, nil, nil, fmt.Errorf("processor: checking topic %s: %w", t, a.err)
 		}
 	}
-	return partitions, missing, nil
+	return partitions, missing, missingSources, nil
 }
 
 // finishMissing reports or creates the missing topics (see CreateTopics).

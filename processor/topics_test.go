@@ -226,6 +226,42 @@ func TestCreateTopicsDoesNotWait(t *testing.T) {
 	}
 }
 
+// A source topic that does not exist while the runtime's own topics do is
+// logged at WARN at start, naming it, in the plain and the queue mode: Kafka
+// lets the member join and it would read nothing without a word.
+func TestMissingSourceTopicWarned(t *testing.T) {
+	parallel(t)
+	addrs := testkafka.Cluster(t, map[string]int32{"in": 1, "g.dlq": 1, "q.dlq": 1})
+	nop := func(context.Context, *kgo.Record) error { return nil }
+	for _, c := range []struct {
+		name string
+		mk   func(log *slog.Logger) (testkafka.Runner, error)
+	}{
+		{"New", func(log *slog.Logger) (testkafka.Runner, error) {
+			return New(Brokers(addrs...), Group("g"), Topics("in", "invoicez"), WithHandler(nop), Logger(log))
+		}},
+		{"NewQueue", func(log *slog.Logger) (testkafka.Runner, error) {
+			return NewQueue(Brokers(addrs...), Group("q"), Topics("in", "invoicez"), WithHandler(nop), Logger(log))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			logs := &levelLog{}
+			r, err := c.mk(slog.New(logs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := runErr(r, ctx)
+			testkafka.WaitFor(t, 30*time.Second, "a WARN naming the missing source topic", func() bool {
+				_, ok := logs.find("WARN", "source topics do not exist", "invoicez")
+				return ok
+			})
+			cancel()
+			waitErr(t, errc, 30*time.Second)
+		})
+	}
+}
+
 // A source topic that does not exist is named in Run's error, with and
 // without CreateTopics(true) (which creates only the topics the runtime
 // writes to), in both modes; nothing is created.
