@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Lookup sums, over every series of the metric family name in g whose labels
@@ -14,36 +15,17 @@ import (
 // fails the test when g cannot be gathered.
 func Lookup(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (sum float64, found bool) {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue next
-				}
-			}
-			found = true
-			switch {
-			case m.Counter != nil:
-				sum += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				sum += m.GetGauge().GetValue()
-			case m.Untyped != nil:
-				sum += m.GetUntyped().GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
-			}
+	for _, m := range series(t, g, name, labels) {
+		found = true
+		switch {
+		case m.Counter != nil:
+			sum += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			sum += m.GetGauge().GetValue()
+		case m.Untyped != nil:
+			sum += m.GetUntyped().GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum, found
@@ -63,21 +45,37 @@ func Sum(t testing.TB, g prometheus.Gatherer, name string, labels ...string) flo
 // gathered.
 func Histogram(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (count uint64, sum float64, buckets map[float64]uint64) {
 	t.Helper()
+	buckets = map[float64]uint64{}
+	for _, m := range series(t, g, name, labels) {
+		h := m.GetHistogram()
+		if h == nil {
+			continue
+		}
+		count += h.GetSampleCount()
+		sum += h.GetSampleSum()
+		for _, b := range h.GetBucket() {
+			buckets[b.GetUpperBound()] += b.GetCumulativeCount()
+		}
+	}
+	return count, sum, buckets
+}
+
+// series returns the series of the metric family name in g whose labels
+// include all the name/value pairs of labels. It fails the test when g
+// cannot be gathered.
+func series(t testing.TB, g prometheus.Gatherer, name string, labels []string) []*dto.Metric {
+	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatalf("gather metrics: %v", err)
 	}
-	buckets = map[float64]uint64{}
+	var out []*dto.Metric
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
 	next:
 		for _, m := range mf.GetMetric() {
-			h := m.GetHistogram()
-			if h == nil {
-				continue
-			}
 			have := map[string]string{}
 			for _, lp := range m.GetLabel() {
 				have[lp.GetName()] = lp.GetValue()
@@ -87,12 +85,8 @@ func Histogram(t testing.TB, g prometheus.Gatherer, name string, labels ...strin
 					continue next
 				}
 			}
-			count += h.GetSampleCount()
-			sum += h.GetSampleSum()
-			for _, b := range h.GetBucket() {
-				buckets[b.GetUpperBound()] += b.GetCumulativeCount()
-			}
+			out = append(out, m)
 		}
 	}
-	return count, sum, buckets
+	return out
 }
