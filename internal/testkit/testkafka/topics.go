@@ -244,7 +244,11 @@ func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions 
 		case err == nil:
 			return r.ID, nil
 		case errors.Is(err, kerr.TopicAlreadyExists):
-			td, lerr := adm.ListTopics(ctx, name)
+			// From the broker, not kadm's metadata cache, which would
+			// repeat a stale answer (the old topic, or none) for
+			// MetadataMinAge: a request for authorized operations
+			// bypasses it.
+			td, lerr := adm.ListTopics(kadm.WithAuthorizedOps(ctx), name)
 			d, ok := td[name]
 			if lerr != nil || !ok || d.Err != nil || gone[d.ID] {
 				break // the old topic, or not in this broker's cache yet: ask again
