@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,19 +144,25 @@ func failFirst() func(r *kgo.Record) bool {
 // pass's commits (offset commits of the plain side, transactions of the
 // exactly-once side) and the exactly-once side's transaction requests with
 // their mean round trip, and each round the CPU time this process spent per
-// record on each side (the broker's is not counted), one line per round (a
-// benchmark's log is cut after 10 lines).
+// record on each side (the broker's is not counted) and the peak heap of
+// each pass, one line per round (a benchmark's log is cut after 10 lines).
+// ORDERCAST_BENCH_TXN_SIDES runs some of the sides (comma-separated, such as
+// "plain,eos" to profile the no-op pair); ORDERCAST_BENCH_TXN_INFLIGHT sets
+// the exactly-once sides' MaxInFlight records.
 func BenchmarkTxnVsPlain(b *testing.B) {
 	const records = 5_000_000
 	addrs, topic := benchBroker(b, "txn1", 6, benchSeed{records: records, size: 100, keys: 10_000})
 	sides := []string{"plain", "eos", "eos-fail", "plain-fail"}
+	if v := os.Getenv("ORDERCAST_BENCH_TXN_SIDES"); v != "" {
+		sides = strings.Split(v, ",") // some of the sides (profiling): a ratio needs both of its sides
+	}
 	rates := map[string][]float64{}
 	commits := map[string][]float64{}
 	cpus := map[string][]float64{} // CPU µs of this process per record, the pass's start and shutdown included
-	var ratio, failRatio []float64
-	passes := map[string]string{} // the round's summary of each side
+	ratios := map[string][]float64{}
 	b.ResetTimer()
 	for i := range b.N {
+		passes := map[string]string{} // the round's summary of each side
 		order := slices.Clone(sides)
 		if i%2 == 1 {
 			slices.Reverse(order)
@@ -167,6 +175,7 @@ func BenchmarkTxnVsPlain(b *testing.B) {
 			var n int
 			var sum string
 			c0 := cpuTime(b)
+			heap := sampleHeap()
 			switch side {
 			case "plain", "plain-fail":
 				ord, f := OrderPartition, func(*kgo.Record) bool { return false }
@@ -191,30 +200,89 @@ func BenchmarkTxnVsPlain(b *testing.B) {
 					}
 					done.Add(1)
 					return nil, nil
-				}, func() bool { return done.Load() >= records }, CommitInterval(100*time.Millisecond), WithOrdering(ord))
+				}, func() bool { return done.Load() >= records }, append(txnBenchOpts(b), CommitInterval(100*time.Millisecond), WithOrdering(ord))...)
 			}
-			passes[side] = fmt.Sprintf("%s %v %s", side, d.Round(time.Millisecond), sum)
+			passes[side] = fmt.Sprintf("%s %v %s, peak heap %.0f MiB", side, d.Round(time.Millisecond), sum, float64(heap())/(1<<20))
 			cpus[side] = append(cpus[side], float64((cpuTime(b)-c0).Microseconds())/records)
 			rates[side] = append(rates[side], float64(records)/d.Seconds())
 			commits[side] = append(commits[side], float64(n))
 		}
-		ratio = append(ratio, rates["eos"][i]/rates["plain"][i])
-		failRatio = append(failRatio, rates["eos-fail"][i]/rates["plain-fail"][i])
-		b.Logf("round %d (%s): plain %.0f rec/s (%.2f µs CPU/rec), exactly-once %.0f rec/s (%.2f µs) (ratio %.2f); 2%% transient failures, key order: plain %.0f rec/s (%.2f µs), exactly-once %.0f rec/s (%.2f µs) (ratio %.2f); passes: %s; %s; %s; %s",
-			i+1, strings.Join(order, " "), rates["plain"][i], cpus["plain"][i], rates["eos"][i], cpus["eos"][i], ratio[i],
-			rates["plain-fail"][i], cpus["plain-fail"][i], rates["eos-fail"][i], cpus["eos-fail"][i], failRatio[i],
-			passes["plain"], passes["eos"], passes["plain-fail"], passes["eos-fail"])
+		var line []string
+		for _, pair := range [][2]string{{"plain", "eos"}, {"plain-fail", "eos-fail"}} {
+			if len(rates[pair[0]]) <= i || len(rates[pair[1]]) <= i {
+				continue
+			}
+			r := rates[pair[1]][i] / rates[pair[0]][i]
+			ratios[pair[1]] = append(ratios[pair[1]], r)
+			line = append(line, fmt.Sprintf("%s %.0f rec/s (%.2f µs CPU/rec), %s %.0f rec/s (%.2f µs): ratio %.2f",
+				pair[0], rates[pair[0]][i], cpus[pair[0]][i], pair[1], rates[pair[1]][i], cpus[pair[1]][i], r))
+		}
+		for _, side := range order {
+			line = append(line, passes[side])
+		}
+		b.Logf("round %d (%s): %s", i+1, strings.Join(order, " "), strings.Join(line, "; "))
 	}
-	b.Logf("ratios per round, median (range): no-op %s; 2%% failures %s; commits per pass, median (range): plain %s, eos %s, plain-fail %s, eos-fail %s",
-		minMax(ratio, "%.2f"), minMax(failRatio, "%.2f"), minMax(commits["plain"], "%.0f"), minMax(commits["eos"], "%.0f"),
-		minMax(commits["plain-fail"], "%.0f"), minMax(commits["eos-fail"], "%.0f"))
+	var sum []string
+	for _, side := range []string{"eos", "eos-fail"} {
+		if len(ratios[side]) > 0 {
+			sum = append(sum, fmt.Sprintf("%s/%s %s", side, "plain"+strings.TrimPrefix(side, "eos"), minMax(ratios[side], "%.2f")))
+		}
+	}
+	for _, side := range sides {
+		sum = append(sum, fmt.Sprintf("%s commits %s", side, minMax(commits[side], "%.0f")))
+	}
+	b.Logf("ratios per round, median (range): %s", strings.Join(sum, "; "))
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(median(rates["plain"]), "plain-rec/s")
-	b.ReportMetric(median(rates["eos"]), "eos-rec/s")
-	b.ReportMetric(median(ratio), "eos-ratio")
-	b.ReportMetric(median(rates["plain-fail"]), "plain-fail-rec/s")
-	b.ReportMetric(median(rates["eos-fail"]), "eos-fail-rec/s")
-	b.ReportMetric(median(failRatio), "eos-fail-ratio")
-	b.ReportMetric(median(cpus["plain"]), "plain-cpu-µs/rec")
-	b.ReportMetric(median(cpus["eos"]), "eos-cpu-µs/rec")
+	for _, side := range sides {
+		b.ReportMetric(median(rates[side]), side+"-rec/s")
+		b.ReportMetric(median(cpus[side]), side+"-cpu-µs/rec")
+	}
+	if r := ratios["eos"]; len(r) > 0 {
+		b.ReportMetric(median(r), "eos-ratio")
+	}
+	if r := ratios["eos-fail"]; len(r) > 0 {
+		b.ReportMetric(median(r), "eos-fail-ratio")
+	}
+}
+
+// txnBenchOpts are the exactly-once side's options from the environment
+// (ORDERCAST_BENCH_TXN_INFLIGHT: MaxInFlight records), to measure other
+// settings than the defaults.
+func txnBenchOpts(b *testing.B) []TxnOpt {
+	v := os.Getenv("ORDERCAST_BENCH_TXN_INFLIGHT")
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		b.Fatalf("ORDERCAST_BENCH_TXN_INFLIGHT: %v", err)
+	}
+	return []TxnOpt{MaxInFlight(n, 64<<20)}
+}
+
+// sampleHeap samples the bytes of the heap's objects (live and not yet
+// swept) every 10ms until the returned function is called, which returns
+// the largest sample.
+func sampleHeap() func() uint64 {
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() uint64 { close(stop); <-done; return peak.Load() }
 }

@@ -481,22 +481,24 @@ func Concurrency(n int) TxnOpt { return bothOpt(func(c *cfg) { c.concurrency = n
 // DefaultTxnMaxInFlight is NewTransactional's default MaxInFlight records.
 // A transaction is cut at half of it at the latest, and each costs a few
 // round trips however many records it takes, so the bound sets the
-// exactly-once rate of a fast stage. Measured on Kafka 4.4 (2,000,000
-// records of 100 bytes, a no-op handler, CommitInterval 100ms, runs
-// interleaved with the at-least-once mode's): 10,000 ran at 0.31-0.60 of
-// the at-least-once mode's rate, 50,000 at 0.46-0.63, 100,000 at 0.49-0.99.
-// Held records cost memory until their transaction commits (a record with
+// exactly-once rate of a fast stage. Measured on Kafka 4.4 (1 node; 5,000,000
+// records of 100 bytes, 6 partitions, a no-op handler, CommitInterval 100ms,
+// passes interleaved with the at-least-once mode's, BenchmarkTxnVsPlain):
+// 100,000 ran at 0.84-0.99 of the at-least-once mode's rate (median 0.88, 92
+// transactions a pass), 200,000 at 0.92-1.12 (46 transactions). Held
+// records cost memory until their transaction commits (a record with
 // outputs and the fetch buffer it pins, and each record's bookkeeping; the
-// 64 MiB byte bound caps their keys and values): the peak heap of a no-op
-// pass of 2,000,000 records of 100 bytes was 98-107 MB at 100,000 against
-// 53-58 MB at 10,000 and 62-83 MB for the at-least-once mode.
-const DefaultTxnMaxInFlight = 100_000
+// 64 MiB byte bound caps their keys and values): the peak heap of the no-op
+// pass was 133-136 MiB at 200,000 against 95-108 MiB at 100,000, and
+// 231 MiB in both with 2 % of the records failing once in OrderKey (polling
+// stops once an eighth of the bound waits for admission).
+const DefaultTxnMaxInFlight = 200_000
 
 // MaxInFlight bounds the records (count) and key+value bytes that this
 // member has admitted for processing and not yet completed. When either bound
 // is reached the processor stops polling, and goes on once an eighth of the
 // room is free again (both below 7/8 of their bound): the backpressure that keeps a slow handler from
-// growing memory. Defaults 1000 records (DefaultTxnMaxInFlight, 100,000, for
+// growing memory. Defaults 1000 records (DefaultTxnMaxInFlight, 200,000, for
 // NewTransactional, whose records are held until their transaction commits:
 // a transaction is cut at half the bound at the latest) and 64 MiB. The
 // closest Kafka

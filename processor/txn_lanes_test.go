@@ -405,3 +405,87 @@ func TestTxnAbortDropsCarriedOver(t *testing.T) {
 		t.Errorf("%d records committed before the abort were handled again", redone)
 	}
 }
+
+// TestFIFO: the lanes' queue keeps first-in first-out order through pushes
+// and pops that wrap its array, reset empties it.
+func TestFIFO(t *testing.T) {
+	var q fifo[int]
+	next, want := 0, 0
+	for round := range 200 {
+		for range round%7 + 1 {
+			q.push(next)
+			next++
+		}
+		for range round%5 + 1 {
+			if q.len() == 0 {
+				break
+			}
+			if got := q.pop(); got != want {
+				t.Fatalf("round %d: popped %d, want %d", round, got, want)
+			}
+			want++
+		}
+		if q.len() != next-want {
+			t.Fatalf("round %d: len %d, want %d", round, q.len(), next-want)
+		}
+	}
+	if cap(q.buf) > 4*(next-want)+16 {
+		t.Fatalf("array of %d for %d queued: the taken front is not reused", cap(q.buf), next-want)
+	}
+	q.reset()
+	if q.len() != 0 {
+		t.Fatalf("len %d after reset", q.len())
+	}
+}
+
+// TestTxnMapBudgetCutsEarly: in OrderKey the completed-offsets map's budget
+// (CommitMetadataMaxBytes 64, the least allowed) lets only a few records
+// above a partition's commit point be admitted (about 33 here): far fewer
+// than the eighth of MaxInFlight that cuts a transaction early when the
+// member is full, so the records polled wait for admission. A transaction
+// is then cut as soon as half of the admitted records are done, and its
+// commit moves the commit point and admits the next ones: all but the last
+// of those rounds are read well before the 6 s CommitInterval, where a
+// member that waited for the interval would stall for it at every round.
+// The first record fails once and backs off, holding the commit point
+// meanwhile.
+func TestTxnMapBudgetCutsEarly(t *testing.T) {
+	parallel(t)
+	addrs := testCluster(t, map[string]int32{"in": 1, "out": 1})
+	recs := []*kgo.Record{{Topic: "in", Key: []byte("stuck"), Value: []byte(keyVal("stuck", 0))}}
+	want := []string{keyVal("stuck", 0)}
+	for i := range 2000 {
+		k := fmt.Sprintf("k%04d", i)
+		recs = append(recs, &kgo.Record{Topic: "in", Key: []byte(k), Value: []byte(keyVal(k, 0))})
+		want = append(want, keyVal(k, 0))
+	}
+	var failed atomic.Bool
+	h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if string(r.Key) == "stuck" && failed.CompareAndSwap(false, true) {
+			return nil, errors.New("transient")
+		}
+		return echo(ctx, r)
+	}
+	out := watchCommitted(t, addrs, "out")
+	produce(t, addrs, recs...)
+	const interval = 6 * time.Second
+	const maxInFlight = 1000
+	tx, err := NewTransactional("txn-map-budget", h, Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderKey),
+		CommitInterval(interval), CommitMetadataMaxBytes(64), MaxInFlight(maxInFlight, 64<<20),
+		Backoff(300*time.Millisecond, 300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	stop := testkafka.Run(t, tx)
+	early := len(want) - maxInFlight/8 // the last round waits for the interval, as any stream's tail does
+	waitFor(t, interval/2, fmt.Sprintf("%d of %d outputs read_committed before the commit interval", early, len(want)), func() bool {
+		out.mu.Lock()
+		defer out.mu.Unlock()
+		return len(out.count) >= early
+	})
+	t.Logf("%d outputs read %v after the start", early, time.Since(start).Round(time.Millisecond))
+	waitFor(t, 2*interval, "every output read_committed", func() bool { return out.seen(want...) })
+	stop()
+	out.exactlyOnce(t, want)
+}

@@ -315,15 +315,14 @@ func (t *TxnProcessor) commitTxn(ctx context.Context, sess *kgo.GroupTransactSes
 // it makes no transaction (nil). No other transaction of sess may be open.
 func (t *TxnProcessor) beginTxn(ctx context.Context, sess *kgo.GroupTransactSession, w *txnWork) (_ *txnEnding, stop bool, _ error) {
 	x := w.cut()
-	if len(x.recs) == 0 && len(x.commits) == 0 {
+	if x.n == 0 && len(x.commits) == 0 {
 		return nil, false, nil
 	}
 	if err := sess.Begin(); err != nil {
 		return nil, true, fmt.Errorf("begin transaction: %w", err)
 	}
-	b := &txnBatch{t: t, cut: x}
+	b := &txnBatch{t: t, cut: x, n: x.n}
 	for _, r := range x.recs {
-		b.n++
 		if r.dead == nil && len(r.outs) == 0 {
 			continue // nothing to produce: no promise to make
 		}
@@ -353,7 +352,7 @@ func (t *TxnProcessor) beginTxn(ctx context.Context, sess *kgo.GroupTransactSess
 		}
 	}
 	if h := t.cfg.hooks.txnProduced; h != nil {
-		h(len(x.recs))
+		h(x.n)
 	}
 	return &txnEnding{b: b, done: make(chan struct{})}, false, nil
 }

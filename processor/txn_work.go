@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -42,6 +43,7 @@ type txnWork struct {
 	cancel context.CancelFunc
 	parts  map[tp]*txnPart
 	recs   int   // records held: running, waiting or completed, not yet committed (MaxInFlight)
+	cutN   int   // of recs, those cut into a transaction that has not committed yet
 	bytes  int64 // their key+value bytes
 	done   int   // completed records not yet in a transaction
 	// pendingN counts the partitions' pending records (polled, not
@@ -60,11 +62,18 @@ type txnWork struct {
 	// ready are the lanes whose first record is to run next, in turn;
 	// Concurrency workers take them (cond signals one). A lane is in
 	// ready, with a worker, or waiting out a backoff: never two of them.
-	ready   []*txnLane
+	ready   fifo[*txnLane]
 	cond    *sync.Cond
 	stopped bool
 	workers sync.WaitGroup
 	wake    chan struct{} // a record completed (capacity 1)
+
+	// clock gives attempts their start (HandlerTimeout) without a system
+	// clock read per record, as in New (clock.go); it sleeps while idle
+	// (no record held) and stops when clockDone is closed (stop).
+	clock     *coarseClock
+	idle      atomic.Bool
+	clockDone chan struct{}
 }
 
 // txnPart is a held partition's records.
@@ -72,7 +81,13 @@ type txnPart struct {
 	tp      tp
 	gen     uint64
 	tracker *offsetTracker
-	lanes   map[txnLaneKey]*txnLane
+	m       *partMetrics // nil without Metrics
+	// The partition's lanes: in OrderPartition lane alone (kept while the
+	// partition is held, so its queue's array is reused); in OrderKey
+	// lanes by key, and null for the records without a key.
+	lane  *txnLane
+	lanes map[string]*txnLane
+	null  *txnLane
 	// pending are polled records not admitted yet: admitting them could
 	// take the completed-offsets map past its budget (backpressure, as
 	// New's admission does).
@@ -82,22 +97,77 @@ type txnPart struct {
 	completed []*txnRec
 }
 
-// txnLaneKey names a lane within its partition: the record's key in
-// OrderKey (a null key is a key of its own), nothing in OrderPartition.
-type txnLaneKey struct {
-	null bool
-	key  string
-}
-
 type txnLane struct {
-	part    *txnPart
-	gen     uint64
-	key     txnLaneKey
-	queue   []*txnRec // waiting or running (queue[0]), in offset order
+	part *txnPart
+	gen  uint64
+	key  *string // OrderKey: the lane's key (nil for the null key's lane); nil in OrderPartition
+	// queue[head:] are the lane's records waiting or running
+	// (queue[head]), in offset order; the array is reused from its start
+	// once they are all done.
+	queue   []*txnRec
+	head    int
 	running bool
 }
 
+// first returns the lane's record to run next; the lane has one.
+func (l *txnLane) first() *txnRec { return l.queue[l.head] }
+
+// len is the number of the lane's records waiting or running.
+func (l *txnLane) len() int { return len(l.queue) - l.head }
+
+// pop removes the lane's first record.
+func (l *txnLane) pop() {
+	l.queue[l.head] = nil
+	l.head++
+	if l.head == len(l.queue) {
+		l.queue, l.head = l.queue[:0], 0
+	}
+}
+
+// lane returns the lane of r in ps, created if it has none (w.t's
+// ordering). w.mu held.
+func (ps *txnPart) laneFor(r *kgo.Record, ordering Ordering) *txnLane {
+	switch {
+	case ordering != OrderKey:
+		if ps.lane == nil {
+			ps.lane = &txnLane{part: ps, gen: ps.gen}
+		}
+		return ps.lane
+	case r.Key == nil:
+		if ps.null == nil {
+			ps.null = &txnLane{part: ps, gen: ps.gen}
+		}
+		return ps.null
+	}
+	if l := ps.lanes[string(r.Key)]; l != nil { // no allocation for the lookup
+		return l
+	}
+	k := string(r.Key)
+	l := &txnLane{part: ps, gen: ps.gen, key: &k}
+	ps.lanes[k] = l
+	return l
+}
+
+// idleLane lets go of l, which has no record left: a key's lane leaves its
+// partition (keys come and go), the partition's lane stays for its next
+// records. w.mu held.
+func (ps *txnPart) idleLane(l *txnLane) {
+	l.running = false
+	switch {
+	case l == ps.lane:
+	case l == ps.null:
+		ps.null = nil
+	case l.key != nil:
+		delete(ps.lanes, *l.key)
+	}
+}
+
 // txnRec is a record held by the session and, once completed, its result.
+//
+// The records of one partition's fetch are allocated together (admit), so
+// one allocation serves a fetch's records rather than one per record, and
+// the first attempt's context is part of the record (a retry gets a new
+// one: the handler may still hold the first).
 type txnRec struct {
 	// rec is the record; nil once it completed without outputs (nothing
 	// of it is needed until its transaction commits its offset), and
@@ -108,12 +178,21 @@ type txnRec struct {
 	outs  []*kgo.Record // the handler's outputs, or the DLQ record
 	dead  error         // the reason it was dead-lettered, if it was
 	it    *item         // its failed attempts (the DLQ record's headers)
+	actx  attemptCtx    // the first attempt's context (HandlerTimeout)
 }
+
+// keep reports whether the transaction that commits r's offset needs more of
+// r than its offset: outputs or a DLQ record to produce, or a record to
+// forget a refusal of (forgetRefusals).
+func (r *txnRec) keep() bool { return r.rec != nil || r.outs != nil || r.dead != nil }
 
 func newTxnWork(t *TxnProcessor, base context.Context) *txnWork {
 	w := &txnWork{t: t, base: base, parts: map[tp]*txnPart{}, sent: map[tp]commitPoint{},
-		origin: map[tp]int64{}, topicIDs: map[string][16]byte{}, wake: make(chan struct{}, 1)}
+		origin: map[tp]int64{}, topicIDs: map[string][16]byte{}, wake: make(chan struct{}, 1),
+		clock: newCoarseClock(), clockDone: make(chan struct{})}
 	w.cond = sync.NewCond(&w.mu)
+	w.idle.Store(true)
+	go w.clock.run(w.clockDone, w.idle.Load)
 	w.ctx, w.cancel = context.WithCancel(base)
 	for range t.cfg.concurrency {
 		w.workers.Add(1)
@@ -134,16 +213,31 @@ func (w *txnWork) poke() {
 func (w *txnWork) room() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	held := w.recs + w.pendingN
-	if w.bytes >= w.t.cfg.maxBytes {
+	if w.fullLocked() {
 		return 0
 	}
-	return max(0, w.t.cfg.maxRecords-held)
+	return w.t.cfg.maxRecords - w.recs - w.pendingN
+}
+
+// fullLocked reports whether the member polls no more: MaxInFlight's
+// records or bytes are held, or an eighth of its records wait for
+// admission, which the completed-offsets map's budget holds back until a
+// commit moves the commit point (polling more would only hold more records
+// and the fetches they pin in memory). w.mu held.
+func (w *txnWork) fullLocked() bool {
+	maxRecs := w.t.cfg.maxRecords
+	return w.recs+w.pendingN >= maxRecs || w.bytes >= w.t.cfg.maxBytes || w.pendingN >= max(1, maxRecs/8)
 }
 
 // cutDue reports whether the completed results cut a transaction before
-// its time: half of MaxInFlight, or an eighth of it when MaxInFlight is
-// full (records running, backing off or waiting hold the rest).
+// its time: half of MaxInFlight; when the member is full (fullLocked:
+// records running, backing off or waiting for admission hold the rest), an
+// eighth of it; and half of the records admitted and not cut yet when
+// records wait for admission. Those wait for the completed-offsets map's
+// budget (OrderKey: records completed above a commit point held by an
+// earlier one), which only a commit that moves the commit point frees:
+// without the last rule they would wait for the CommitInterval, though
+// fewer than an eighth of MaxInFlight may be admitted at all.
 func (w *txnWork) cutDue() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -155,11 +249,14 @@ func (w *txnWork) cutDueLocked() bool {
 	if w.done >= max(1, maxRecs/2) {
 		return true
 	}
-	if w.done < max(1, maxRecs/8) {
+	if w.done == 0 {
 		return false
 	}
-	held := w.recs + w.pendingN
-	return held >= maxRecs || w.bytes >= w.t.cfg.maxBytes
+	half := 2*w.done >= w.recs-w.cutN
+	if w.pendingN > 0 && half {
+		return true // records wait for the map's budget: only a commit admits them
+	}
+	return w.fullLocked() && (w.done >= max(1, maxRecs/8) || half)
 }
 
 // held reports the records held (Health.InFlight).
@@ -180,9 +277,9 @@ func (w *txnWork) drop() {
 	w.cancel()
 	w.ctx, w.cancel = context.WithCancel(w.base)
 	w.parts = map[tp]*txnPart{}
-	clear(w.ready)
-	w.ready = w.ready[:0]
-	w.recs, w.bytes, w.done, w.pendingN = 0, 0, 0, 0
+	w.ready.reset()
+	w.recs, w.cutN, w.bytes, w.done, w.pendingN = 0, 0, 0, 0, 0
+	w.idle.Store(true)
 }
 
 // stop cancels the handlers and waits up to d for the workers.
@@ -192,6 +289,10 @@ func (w *txnWork) stop(d time.Duration) {
 	w.stopped = true
 	w.cancel()
 	w.cond.Broadcast()
+	if w.clockDone != nil {
+		close(w.clockDone)
+		w.clockDone = nil
+	}
 	w.mu.Unlock()
 	done := make(chan struct{})
 	go func() { w.workers.Wait(); close(done) }()
@@ -227,7 +328,8 @@ func (w *txnWork) initParts(ks []tp, held map[tp]commitPoint) {
 		if old := w.parts[k]; old != nil {
 			w.pendingN -= len(old.pending)
 		}
-		ps := &txnPart{tp: k, gen: w.gen, tracker: newOffsetTracker(), lanes: map[txnLaneKey]*txnLane{}}
+		ps := &txnPart{tp: k, gen: w.gen, tracker: newOffsetTracker(), lanes: map[string]*txnLane{},
+			m: w.t.cfg.metrics.partition(w.t.cfg.group, k.topic)}
 		if cp, ok := held[k]; ok {
 			ps.tracker.mark = cp.offset
 			w.sent[k] = cp
@@ -250,6 +352,7 @@ func (w *txnWork) initParts(ks []tp, held map[tp]commitPoint) {
 // admit takes a poll's records into their partitions' lanes. Records of a
 // partition the member does not hold, or that has no state, are dropped.
 func (w *txnWork) admit(fetches kgo.Fetches) {
+	w.clock.poke(time.Now())
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	fetches.EachTopic(func(ft kgo.FetchTopic) {
@@ -275,6 +378,9 @@ func (w *txnWork) admit(fetches kgo.Fetches) {
 		ps.pending = append(ps.pending, fp.Records...)
 		w.pendingN += len(fp.Records)
 		w.admitPendingLocked(ps)
+		if w.recs > 0 {
+			w.idle.Store(false)
+		}
 	})
 }
 
@@ -292,11 +398,16 @@ func (w *txnWork) admitPending() {
 // could take its completed-offsets map past the budget. w.mu held.
 func (w *txnWork) admitPendingLocked(ps *txnPart) {
 	n := 0
+	var slab []txnRec
 	for _, r := range ps.pending {
 		if w.mapFullLocked(ps, r) {
 			break
 		}
-		w.admitLocked(ps, r)
+		if len(slab) == 0 {
+			slab = make([]txnRec, min(len(ps.pending)-n, txnSlabMax))
+		}
+		w.admitLocked(ps, r, &slab[0])
+		slab = slab[1:]
 		n++
 	}
 	if n > 0 {
@@ -321,21 +432,25 @@ func (w *txnWork) mapFullLocked(ps *txnPart, r *kgo.Record) bool {
 	return binary.MaxVarintLen64+ps.tracker.mapBound+ps.tracker.mapCost(r.Offset) > mapRawBudget(c.mapMaxBytes())
 }
 
-// admitLocked puts r into its lane (starting the lane's goroutine), or
-// completes it at once: a transaction marker, or a record an earlier owner
-// committed above its commit point (the map). w.mu held.
-func (w *txnWork) admitLocked(ps *txnPart, r *kgo.Record) {
+// txnSlabMax bounds the records allocated together (admitPendingLocked): a
+// slab stays in memory while any of its records is held.
+const txnSlabMax = 256
+
+// admitLocked puts r into its lane, as rec (zero), and queues the lane for
+// a worker, or completes it at once: a transaction marker, or a record an
+// earlier owner committed above its commit point (the map). w.mu held.
+func (w *txnWork) admitLocked(ps *txnPart, r *kgo.Record, rec *txnRec) {
 	c := &w.t.cfg
 	// The record is set once it is to be handled: an entry done at once
 	// stays in the tracker until the commit point passes it, and must not
 	// keep the record's fetch alive meanwhile.
-	rec := &txnRec{size: int64(len(r.Key) + len(r.Value))}
+	rec.size = int64(len(r.Key) + len(r.Value))
 	rec.entry.offset = r.Offset
 	if !ps.tracker.add(&rec.entry) {
 		c.metrics.dropped(c.group, r.Topic, 1) // below the commit point, or a re-delivery
 		return
 	}
-	m := c.metrics.partition(c.group, r.Topic)
+	m := ps.m
 	if r.Attrs.IsControl() {
 		ps.tracker.complete(&rec.entry) // nothing to transform; its offset is committed
 		return
@@ -351,15 +466,7 @@ func (w *txnWork) admitLocked(ps *txnPart, r *kgo.Record) {
 	m.consumed(rec.size)
 	w.recs++
 	w.bytes += rec.size
-	key := txnLaneKey{}
-	if c.ordering == OrderKey {
-		key = txnLaneKey{null: r.Key == nil, key: string(r.Key)}
-	}
-	l := ps.lanes[key]
-	if l == nil {
-		l = &txnLane{part: ps, gen: ps.gen, key: key}
-		ps.lanes[key] = l
-	}
+	l := ps.laneFor(r, c.ordering)
 	l.queue = append(l.queue, rec)
 	if !l.running {
 		l.running = true
@@ -369,7 +476,7 @@ func (w *txnWork) admitLocked(ps *txnPart, r *kgo.Record) {
 
 // readyLocked queues l for a worker. w.mu held.
 func (w *txnWork) readyLocked(l *txnLane) {
-	w.ready = append(w.ready, l)
+	w.ready.push(l)
 	w.cond.Signal()
 }
 
@@ -382,23 +489,21 @@ func (w *txnWork) worker() {
 	var l *txnLane // kept while it has records and no other lane waits
 	for {
 		if l == nil {
-			for len(w.ready) == 0 && !w.stopped {
+			for w.ready.len() == 0 && !w.stopped {
 				w.cond.Wait()
 			}
 			if w.stopped {
 				return
 			}
-			l = w.ready[0]
-			w.ready[0] = nil
-			w.ready = w.ready[1:]
+			l = w.ready.pop()
 		}
 		if l.gen != w.gen || w.stopped {
 			l = nil
 			continue // dropped
 		}
-		rec, ctx := l.queue[0], w.ctx
+		rec, ctx := l.first(), w.ctx
 		w.mu.Unlock()
-		outs, err := w.t.attempt(ctx, rec)
+		outs, err := w.t.attempt(ctx, rec, l.part.m, w.clock.Now())
 		w.mu.Lock()
 		if l.gen != w.gen || ctx.Err() != nil {
 			l = nil
@@ -421,8 +526,7 @@ func (w *txnWork) worker() {
 			}
 			rec.dead = err
 		}
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
+		l.pop()
 		rec.outs = outs
 		if len(outs) == 0 && rec.dead == nil && w.t.refusedN.Load() == 0 {
 			// Nothing to produce, no refusal to forget at its commit:
@@ -433,15 +537,13 @@ func (w *txnWork) worker() {
 		l.part.completed = append(l.part.completed, rec)
 		w.done++
 		switch {
-		case len(l.queue) == 0:
-			l.running = false
-			l.queue = nil
-			delete(l.part.lanes, l.key)
+		case l.len() == 0:
+			l.part.idleLane(l)
 			l = nil
-		case len(w.ready) > 0:
+		case w.ready.len() > 0:
 			// Take turns with the lanes waiting; no other worker needs
 			// waking (this one takes the next lane itself).
-			w.ready = append(w.ready, l)
+			w.ready.push(l)
 			l = nil
 		}
 		if w.cutDueLocked() {
@@ -457,7 +559,11 @@ func (w *txnWork) worker() {
 // records whose outputs it produces, and the commit point and map of every
 // partition whose commit changes.
 type txnCut struct {
+	// recs are the records of the cut that have outputs or a DLQ record to
+	// produce, or a refusal to forget (txnRec.keep), by partition in offset
+	// order; n counts all the cut's records, bytes their key+value bytes.
 	recs    []*txnRec
+	n       int
 	commits map[tp]commitPoint
 	bytes   int64
 }
@@ -473,14 +579,21 @@ func (w *txnWork) cut() *txnCut {
 	x := &txnCut{commits: map[tp]commitPoint{}}
 	start := w.t.groupStart.get()
 	for k, ps := range w.parts {
-		recs := ps.completed
-		ps.completed = nil
-		slices.SortFunc(recs, func(a, b *txnRec) int { return cmp.Compare(a.entry.offset, b.entry.offset) })
-		for _, r := range recs {
+		from := len(x.recs)
+		for _, r := range ps.completed {
 			ps.tracker.complete(&r.entry)
 			x.bytes += r.size
+			if r.keep() {
+				x.recs = append(x.recs, r)
+			}
 		}
-		x.recs = append(x.recs, recs...)
+		x.n += len(ps.completed)
+		// The array is reused for the next transaction's completions.
+		clear(ps.completed)
+		ps.completed = ps.completed[:0]
+		if kept := x.recs[from:]; !slices.IsSortedFunc(kept, byOffset) {
+			slices.SortFunc(kept, byOffset) // OrderKey: lanes complete in turn
+		}
 		base := ps.tracker.base()
 		if base < 0 {
 			continue
@@ -495,8 +608,11 @@ func (w *txnWork) cut() *txnCut {
 		}
 	}
 	w.done = 0
+	w.cutN += x.n
 	return x
 }
+
+func byOffset(a, b *txnRec) int { return cmp.Compare(a.entry.offset, b.entry.offset) }
 
 // committed records that x's transaction committed: its records leave the
 // member, its commits are what the member last committed.
@@ -507,8 +623,12 @@ func (w *txnWork) committed(x *txnCut) {
 		w.sent[k] = cp
 		delete(w.origin, k)
 	}
-	w.recs -= len(x.recs)
+	w.recs -= x.n
+	w.cutN -= x.n
 	w.bytes -= x.bytes
+	if w.recs == 0 {
+		w.idle.Store(true)
+	}
 	for _, r := range x.recs {
 		r.outs, r.rec, r.it = nil, nil, nil
 	}
@@ -537,18 +657,26 @@ func (w *txnWork) forget(gone map[string][]int32) {
 	}
 }
 
-// attempt runs the handler once for rec (HandlerTimeout, tracing, metrics).
-func (t *TxnProcessor) attempt(ctx context.Context, rec *txnRec) ([]*kgo.Record, error) {
+// attempt runs the handler once for rec (HandlerTimeout from now, tracing,
+// metrics: m, its partition's).
+func (t *TxnProcessor) attempt(ctx context.Context, rec *txnRec, m *partMetrics, now time.Time) ([]*kgo.Record, error) {
 	r := rec.rec
 	hctx := ctx
 	if t.cfg.handlerTimeout > 0 {
 		// The plain mode's attempt context (attempt.go): no timer unless
-		// the handler asks for Done.
-		actx := newAttemptCtx(ctx, t.cfg.handlerTimeout)
+		// the handler asks for Done. The first attempt's is the record's.
+		actx := &rec.actx
+		if rec.it != nil {
+			actx = new(attemptCtx)
+		}
+		actx.init(ctx, now, t.cfg.handlerTimeout)
 		defer actx.release()
 		hctx = actx
 	}
-	start := time.Now()
+	var start time.Time
+	if m != nil {
+		start = time.Now()
+	}
 	var traced func(error)
 	if tr := t.cfg.tracer; tr != nil {
 		attempt := 1
@@ -570,7 +698,9 @@ func (t *TxnProcessor) attempt(ctx context.Context, rec *txnRec) ([]*kgo.Record,
 		}
 		traced(err)
 	}
-	t.cfg.metrics.handled(t.cfg.group, r.Topic, time.Since(start), err)
+	if m != nil {
+		m.handled(time.Since(start), err)
+	}
 	return outs, err
 }
 
@@ -613,4 +743,43 @@ func (w *txnWork) generation() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.gen
+}
+
+// fifo is a first-in first-out queue whose array is reused: taking from
+// the front of a slice and appending at its back would allocate a new array
+// every few turns of the lanes. Not safe for concurrent use.
+type fifo[T any] struct {
+	buf  []T
+	head int // buf[head:] are queued
+}
+
+func (q *fifo[T]) len() int { return len(q.buf) - q.head }
+
+func (q *fifo[T]) push(x T) {
+	if len(q.buf) == cap(q.buf) && q.head > 0 && q.head >= len(q.buf)/2 {
+		// The taken front is at least half the array: moved down, the
+		// queued elements make room (a copy of at most as many elements
+		// as were pushed since the last one).
+		n := copy(q.buf, q.buf[q.head:])
+		clear(q.buf[n:])
+		q.buf, q.head = q.buf[:n], 0
+	}
+	q.buf = append(q.buf, x)
+}
+
+// pop takes the first element; q is not empty.
+func (q *fifo[T]) pop() T {
+	var zero T
+	x := q.buf[q.head]
+	q.buf[q.head] = zero
+	q.head++
+	if q.head == len(q.buf) {
+		q.buf, q.head = q.buf[:0], 0
+	}
+	return x
+}
+
+func (q *fifo[T]) reset() {
+	clear(q.buf)
+	q.buf, q.head = q.buf[:0], 0
 }
