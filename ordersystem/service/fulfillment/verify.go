@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ordercast/ordercast/ordersystem/order"
@@ -42,24 +45,125 @@ func (f RecordsFunc) Payment(ctx context.Context, orderID string) (Payment, bool
 // DBRecords reads the payments table of db: the database the payments
 // service writes. A process running fulfillment needs SELECT on that table
 // only (on PostgreSQL: GRANT SELECT ON payments TO the fulfillment role).
-func DBRecords(db *store.DB) Records {
-	q := db.Rebind(`SELECT customer_id, status, method, amount_milli, processed_at FROM payments WHERE order_id = ?`)
-	return RecordsFunc(func(ctx context.Context, orderID string) (Payment, bool, error) {
-		var (
-			p       Payment
-			cust    sql.NullString
-			amt, at int64
-		)
-		err := db.QueryRowContext(ctx, q, orderID).Scan(&cust, &p.Status, &p.Method, &amt, &at)
-		if errors.Is(err, sql.ErrNoRows) {
-			return Payment{}, false, nil
+//
+// Lookups made at the same time share one query: a Payment called while
+// another one's query runs waits for it to return and then goes, with every
+// other lookup that arrived meanwhile, into one SELECT of up to
+// maxLookupBatch orders (WHERE order_id IN (...)). A lookup alone is not
+// delayed; under load a burst of records (a fetch handled by Concurrency
+// workers) costs one round trip instead of one each. A query's error is
+// returned to every lookup it served. Safe for concurrent use.
+func DBRecords(db *store.DB) Records { return &dbRecords{db: db} }
+
+// maxLookupBatch bounds the orders of one query (DBRecords).
+const maxLookupBatch = 256
+
+// lookupTimeout bounds one shared query: it serves several callers, so no
+// one caller's context cancels it; each caller still returns at its own
+// context's end.
+const lookupTimeout = 30 * time.Second
+
+type dbRecords struct {
+	db      *store.DB
+	mu      sync.Mutex
+	queued  []*lookup // waiting for the next query
+	running bool      // a query runs (its goroutine takes queued next)
+	queries atomic.Int64
+}
+
+// lookup is one Payment call's request and, once done is closed, its result.
+type lookup struct {
+	orderID string
+	p       Payment
+	ok      bool
+	err     error
+	done    chan struct{}
+}
+
+func (r *dbRecords) Payment(ctx context.Context, orderID string) (Payment, bool, error) {
+	l := &lookup{orderID: orderID, done: make(chan struct{})}
+	r.mu.Lock()
+	r.queued = append(r.queued, l)
+	lead := !r.running
+	r.running = true
+	r.mu.Unlock()
+	if lead {
+		r.run(context.WithoutCancel(ctx))
+	}
+	select {
+	case <-l.done:
+		return l.p, l.ok, l.err
+	case <-ctx.Done():
+		return Payment{}, false, fmt.Errorf("fulfillment: read the payment of %s: %w", orderID, ctx.Err())
+	}
+}
+
+// run queries for the queued lookups (up to maxLookupBatch); if more
+// queued meanwhile, a goroutine of its own runs the next query, so that the
+// caller returns with its result. One run at a time (running).
+func (r *dbRecords) run(ctx context.Context) {
+	r.mu.Lock()
+	batch := r.queued[:min(len(r.queued), maxLookupBatch):min(len(r.queued), maxLookupBatch)]
+	r.queued = r.queued[len(batch):]
+	r.mu.Unlock()
+	r.query(ctx, batch)
+	r.mu.Lock()
+	more := len(r.queued) > 0
+	if !more {
+		r.queued = nil
+		r.running = false
+	}
+	r.mu.Unlock()
+	if more {
+		go r.run(ctx)
+	}
+}
+
+// query reads the payment rows of batch's orders and completes each lookup.
+func (r *dbRecords) query(ctx context.Context, batch []*lookup) {
+	r.queries.Add(1)
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	found := make(map[string]Payment, len(batch))
+	err := func() error {
+		ids := make([]any, 0, len(batch))
+		seen := make(map[string]bool, len(batch))
+		for _, l := range batch {
+			if !seen[l.orderID] {
+				seen[l.orderID] = true
+				ids = append(ids, l.orderID)
+			}
 		}
+		q := r.db.Rebind(`SELECT order_id, customer_id, status, method, amount_milli, processed_at FROM payments WHERE order_id IN (?` +
+			strings.Repeat(", ?", len(ids)-1) + `)`)
+		rows, err := r.db.QueryContext(ctx, q, ids...)
 		if err != nil {
-			return Payment{}, false, fmt.Errorf("fulfillment: read the payment of %s: %w", orderID, err)
+			return err
 		}
-		p.CustomerID, p.Amount, p.ProcessedAt = cust.String, order.Money(amt), time.UnixMilli(at).UTC()
-		return p, true, nil
-	})
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				id      string
+				p       Payment
+				cust    sql.NullString
+				amt, at int64
+			)
+			if err := rows.Scan(&id, &cust, &p.Status, &p.Method, &amt, &at); err != nil {
+				return err
+			}
+			p.CustomerID, p.Amount, p.ProcessedAt = cust.String, order.Money(amt), time.UnixMilli(at).UTC()
+			found[id] = p
+		}
+		return rows.Err()
+	}()
+	for _, l := range batch {
+		if err != nil {
+			l.err = fmt.Errorf("fulfillment: read the payment of %s: %w", l.orderID, err)
+		} else {
+			l.p, l.ok = found[l.orderID]
+		}
+		close(l.done)
+	}
 }
 
 // ErrUnconfirmed is wrapped by every UnconfirmedError.

@@ -3,6 +3,7 @@ package fulfillment_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -133,5 +134,77 @@ func TestUnreadableRecordIsTransient(t *testing.T) {
 	}
 	if calls < 2 {
 		t.Errorf("the record was read %d times before giving up; want retries", calls)
+	}
+}
+
+// TestDBRecordsShareQueries: lookups made while a query runs share the next
+// one (DBRecords). With the pool's one connection held, the first lookup's
+// query waits, and 319 more lookups queue behind it; once the connection is
+// free, they are answered by a few queries of up to 256 orders, not one
+// each, and each gets its own order's record, or none for an order without
+// one.
+func TestDBRecordsShareQueries(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "ordercast.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.DB.SetMaxOpenConns(1) // one connection: held below, the first query waits for it
+	if err := store.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	const paid, unknown = 300, 20
+	at := time.Date(2010, 12, 1, 8, 26, 0, 0, time.UTC)
+	for i := range paid {
+		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO payments (order_id, customer_id, status, method, amount_milli, reason, processed_at) VALUES (?, ?, ?, ?, ?, '', ?)`),
+			fmt.Sprintf("ord_%03d", i), "17850", order.PaymentPaid, order.MethodWallet, int64(1000+i), at.UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := db.DB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := fulfillment.DBRecords(db)
+	type result struct {
+		id  string
+		p   fulfillment.Payment
+		ok  bool
+		err error
+	}
+	results := make(chan result, paid+unknown)
+	for i := range paid + unknown {
+		id := fmt.Sprintf("ord_%03d", i) // ord_300 and up have no record
+		go func() {
+			p, ok, err := recs.Payment(ctx, id)
+			results <- result{id, p, ok, err}
+		}()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for fulfillment.Queued(recs) < paid+unknown-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lookups queued behind the first, want %d", fulfillment.Queued(recs), paid+unknown-1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	conn.Close()
+	for range paid + unknown {
+		r := <-results
+		var i int
+		fmt.Sscanf(r.id, "ord_%d", &i)
+		switch {
+		case r.err != nil:
+			t.Errorf("%s: %v", r.id, r.err)
+		case i >= paid && r.ok:
+			t.Errorf("%s: a record %+v for an order without one", r.id, r.p)
+		case i < paid && (!r.ok || r.p.Amount != order.Money(1000+i) || r.p.CustomerID != "17850" || r.p.Status != order.PaymentPaid):
+			t.Errorf("%s: %+v (ok %v), want its own record (amount %d)", r.id, r.p, r.ok, 1000+i)
+		}
+	}
+	// The first lookup's query, then 319 in queries of up to 256.
+	if q := fulfillment.Queries(recs); q > 3 {
+		t.Errorf("%d queries for %d lookups made at once, want at most 3", q, paid+unknown)
 	}
 }
