@@ -19,9 +19,15 @@
 # With LOADRUN_CHECKOUT=process, checkout runs as a process of its own (`ordercast run checkout`, HTTP on
 # LOADRUN_HTTP+2, up's registry and dev signing key), as it is deployed, and the load goes to it; up's own checkout
 # is idle; up_cpu_s then counts both processes, checkout_cpu_s the checkout process alone.
+# LOADRUN_NODES=3 (default 1): a 3-node Kafka instead (kafka.sh start --brokers 3; clients on ORDERCAST_KAFKA_PORT,
+# +2, +4, controllers on the next ports), `up` given all three addresses and --replication-factor 3
+# --min-insync-replicas 2 (before the extra flags); kafka_cpu_s, start_cpu_s.kafka and measured_cpu_s.kafka are
+# then the sum over the three broker processes, and the summary line has kafka_nodes=3.
 set -u
-[[ $# -ge 3 ]] || { sed -n 2,19p "$0"; exit 2; }
+[[ $# -ge 3 ]] || { sed -n '2,/^set -u/{/^#/p}' "$0"; exit 2; }
 NAME=$1 BIN=$(realpath "$2") RATE=$3; shift 3
+NODES=${LOADRUN_NODES:-1}
+[[ $NODES == 1 || $NODES == 3 ]] || { echo "loadrun: LOADRUN_NODES=$NODES: 1 or 3"; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export ORDERCAST_KAFKA_PORT=${ORDERCAST_KAFKA_PORT:-19992} ORDERCAST_KAFKA_STATE=${ORDERCAST_KAFKA_STATE:-/tmp/kafka-${ORDERCAST_KAFKA_PORT:-19992}}
@@ -35,20 +41,22 @@ rm -rf "$OUT" "$DATA"; mkdir -p "$OUT"
 PGSTATE=$ORDERCAST_PG_STATE
 scripts/postgres.sh status >/dev/null || scripts/postgres.sh start >/dev/null || { echo "loadrun: PostgreSQL did not start"; exit 1; }
 scripts/kafka.sh stop --clean >/dev/null 2>&1
-scripts/kafka.sh start --clean --brokers 1 > "$OUT/kafka.log" 2>&1 || { echo "loadrun: Kafka did not start (see $OUT/kafka.log)"; scripts/kafka.sh stop --clean >/dev/null 2>&1; exit 1; }
-BROKERS=127.0.0.1:$ORDERCAST_KAFKA_PORT
+scripts/kafka.sh start --clean --brokers "$NODES" > "$OUT/kafka.log" 2>&1 || { echo "loadrun: Kafka did not start (see $OUT/kafka.log)"; scripts/kafka.sh stop --clean >/dev/null 2>&1; exit 1; }
+BROKERS=127.0.0.1:$ORDERCAST_KAFKA_PORT REPL=()
+[[ $NODES == 3 ]] && BROKERS=$(scripts/kafka.sh brokers) REPL=(--replication-factor 3 --min-insync-replicas 2)
 DB=oc_$(echo "$NAME" | tr -c 'a-z0-9\n' '_')
 psql -h 127.0.0.1 -p "$ORDERCAST_PG_PORT" -U postgres -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null 2>&1
 DSN="postgres://postgres@127.0.0.1:$ORDERCAST_PG_PORT/$DB?sslmode=disable"
 . scripts/cpu.sh
 PG0=$(pgcpu)
-KPID=$(scripts/kafka.sh pid 1)
+KPIDS=$(for i in $(seq 1 "$NODES"); do scripts/kafka.sh pid "$i"; done)
+kcpu() { local t=0 p; for p in $KPIDS; do t=$((t + $(proccpu "$p"))); done; echo "$t"; } # every broker process
 PROF=()
 [[ ${LOADRUN_CPUPROFILE:-} == 1 ]] && PROF=(env ORDERCAST_CPUPROFILE="$OUT/up.pprof")
 UP=
 for try in 1 2 3; do
   "${PROF[@]}" "$BIN" up --data-dir "$DATA" --brokers "$BROKERS" --db "$DSN" --broker-addr 127.0.0.1:0 \
-    --http "127.0.0.1:$HTTP" --registry-addr "127.0.0.1:$REG" "$@" > "$OUT/up.log" 2>&1 &
+    --http "127.0.0.1:$HTTP" --registry-addr "127.0.0.1:$REG" "${REPL[@]}" "$@" > "$OUT/up.log" 2>&1 &
   UP=$!
   for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$HTTP/readyz" >/dev/null && break; kill -0 $UP 2>/dev/null || break; sleep 1; done
   curl -sf "http://127.0.0.1:$HTTP/readyz" >/dev/null && break
@@ -67,11 +75,11 @@ fi
 ckcpu() { if [[ -n $CK ]]; then awk '{print $14+$15}' "/proc/$CK/stat"; else echo 0; fi; }
 uptime > "$OUT/uptime.before"
 # CPU so far (start, topic creation, seeding, the JVM's start and JIT): subtracted, so the figures are the load's
-UP0=$(( $(awk '{print $14+$15}' "/proc/$UP/stat") + $(ckcpu) )) CK0=$(ckcpu) KT0=$(awk '{print $14+$15}' "/proc/$KPID/stat") PGR=$(pgcpu)
+UP0=$(( $(awk '{print $14+$15}' "/proc/$UP/stat") + $(ckcpu) )) CK0=$(ckcpu) KT0=$(kcpu) PGR=$(pgcpu)
 common=(--brokers "$BROKERS" --db "$DSN" --url "$CKURL" --registry "http://127.0.0.1:$REG" --data-dir "$DATA")
 WARMUP=${LOADRUN_WARMUP:-200:10s}
 "$LOADBIN" load --rate "${WARMUP%%:*}" --duration "${WARMUP#*:}" "${common[@]}" --seed 7 --report "$OUT/warm.json" > "$OUT/warm.log" 2>&1
-UPW=$(( $(proccpu "$UP") + $(ckcpu) )) KTW=$(proccpu "$KPID") PGW=$(pgcpu) # after the warm-up: measured_cpu_s counts from here
+UPW=$(( $(proccpu "$UP") + $(ckcpu) )) KTW=$(kcpu) PGW=$(pgcpu) # after the warm-up: measured_cpu_s counts from here
 /usr/bin/time -f '%U %S' -o "$OUT/load.cpu" "$LOADBIN" load --rate "$RATE" --duration "$DURATION" "${common[@]}" --seed 42 \
   --report "$OUT/run.json" --csv "$OUT/run.csv" > "$OUT/run.log" 2>&1
 uptime > "$OUT/uptime.after"
@@ -80,11 +88,11 @@ curl -s "$CKURL/metrics" > "$OUT/run.metrics"
 CKT=$(ckcpu)
 UPT=$(( $(awk '{print $14+$15}' "/proc/$UP/stat") + CKT ))
 PG1=$(pgcpu)
-KT=$(awk '{print $14+$15}' "/proc/$KPID/stat")
+KT=$(kcpu)
 [[ -n $CK ]] && { kill -TERM $CK; wait $CK; }
 kill -TERM $UP; wait $UP
 scripts/kafka.sh stop --clean >/dev/null 2>&1
-python3 - "$OUT" "$((UPT-UP0))" "$((PG1-PGR))" "$(getconf CLK_TCK)" "$((KT-KT0))" "$UP0" "$((PGR-PG0))" "$KT0" "$((UPT-UPW))" "$((PG1-PGW))" "$((KT-KTW))" "$((CKT-CK0))" "${LOADRUN_CHECKOUT:-up}" <<'PY'
+python3 - "$OUT" "$((UPT-UP0))" "$((PG1-PGR))" "$(getconf CLK_TCK)" "$((KT-KT0))" "$UP0" "$((PGR-PG0))" "$KT0" "$((UPT-UPW))" "$((PG1-PGW))" "$((KT-KTW))" "$((CKT-CK0))" "${LOADRUN_CHECKOUT:-up}" "$NODES" <<'PY'
 import json, sys
 out, upt, pgt, tck, kt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 start = dict(up=int(sys.argv[6]), pg=int(sys.argv[7]), kafka=int(sys.argv[8]))
@@ -104,5 +112,7 @@ line = dict(status=r['status'], accepted_s=round(r['acceptedPerSecond'], 1), sen
             invariants_hold=all(v['ok'] for v in (r.get('invariants') or {}).values()))
 if sys.argv[13] == 'process':
     line['checkout'] = 'process'; line['checkout_cpu_s'] = round(int(sys.argv[12]) / tck, 1)
+if sys.argv[14] != '1':
+    line['kafka_nodes'] = int(sys.argv[14])
 print(json.dumps(line)); open(out + '/summary.json', 'w').write(json.dumps(line))
 PY
