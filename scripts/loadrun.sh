@@ -14,7 +14,9 @@
 # start_cpu_s, apart) to the end of the drain; then the summary line (status, accepted/s, checkout and end-to-end latency, CPU seconds of `up` and of PostgreSQL,
 # CPU ms per order, Kafka's and the measured load client's CPU seconds, load average) on stdout and in NAME/summary.json, and /metrics in NAME/run.metrics.
 # measured_cpu_s: the same CPU counted from the end of the warm-up (the measured minute and the drain only).
-# Ports: ORDERCAST_KAFKA_PORT (19992), ORDERCAST_PG_PORT (15482), LOADRUN_HTTP (18992; the registry on +1).
+# Ports: ORDERCAST_KAFKA_PORT (19992), ORDERCAST_PG_PORT (15482), LOADRUN_HTTP (18992; the registry on +1, up's admin
+# listener on +3, the checkout process's on +4: /metrics goes to NAME/run.metrics, and up's to NAME/up.metrics with
+# LOADRUN_CHECKOUT=process).
 # With LOADRUN_CPUPROFILE=1, up's CPU profile goes to NAME/up.pprof.
 # With LOADRUN_CHECKOUT=process, checkout runs as a process of its own (`ordercast run checkout`, HTTP on
 # LOADRUN_HTTP+2, up's registry and dev signing key), as it is deployed, and the load goes to it; up's own checkout
@@ -33,7 +35,9 @@ cd "$ROOT"
 export ORDERCAST_KAFKA_PORT=${ORDERCAST_KAFKA_PORT:-19992} ORDERCAST_KAFKA_STATE=${ORDERCAST_KAFKA_STATE:-/tmp/kafka-${ORDERCAST_KAFKA_PORT:-19992}}
 export ORDERCAST_KAFKA_START_TIMEOUT=${ORDERCAST_KAFKA_START_TIMEOUT:-400}
 export ORDERCAST_PG_PORT=${ORDERCAST_PG_PORT:-15482} ORDERCAST_PG_STATE=${ORDERCAST_PG_STATE:-/tmp/pg-${ORDERCAST_PG_PORT:-15482}} ORDERCAST_PG_DURABLE=1
-HTTP=${LOADRUN_HTTP:-18992} REG=$(( ${LOADRUN_HTTP:-18992} + 1 )) DURATION=${LOADRUN_DURATION:-60s}
+HTTP=${LOADRUN_HTTP:-18992} REG=$(( ${LOADRUN_HTTP:-18992} + 1 ))
+DURATION=${LOADRUN_DURATION:-60s}
+ADMIN=127.0.0.1:$(( HTTP + 3 )) CKADMIN=127.0.0.1:$(( HTTP + 4 )) # admin listeners (/metrics): up's, the checkout process's
 LOADBIN=${LOADRUN_CLIENT:-$BIN}
 OUTROOT=${LOADRUN_OUT:-$ROOT/loadruns}
 OUT=$OUTROOT/$NAME DATA=$OUTROOT/$NAME.data
@@ -56,7 +60,7 @@ PROF=()
 UP=
 for try in 1 2 3; do
   "${PROF[@]}" "$BIN" up --data-dir "$DATA" --brokers "$BROKERS" --db "$DSN" --broker-addr 127.0.0.1:0 \
-    --http "127.0.0.1:$HTTP" --registry-addr "127.0.0.1:$REG" "${REPL[@]}" "$@" > "$OUT/up.log" 2>&1 &
+    --http "127.0.0.1:$HTTP" --registry-addr "127.0.0.1:$REG" --admin-http "$ADMIN" "${REPL[@]}" "$@" > "$OUT/up.log" 2>&1 &
   UP=$!
   for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$HTTP/readyz" >/dev/null && break; kill -0 $UP 2>/dev/null || break; sleep 1; done
   curl -sf "http://127.0.0.1:$HTTP/readyz" >/dev/null && break
@@ -65,7 +69,7 @@ done
 CK= CKURL="http://127.0.0.1:$HTTP"
 if [[ ${LOADRUN_CHECKOUT:-} == process ]]; then
   CKHTTP=$(( HTTP + 2 ))
-  "$BIN" run checkout --brokers "$BROKERS" --db "$DSN" --registry "http://127.0.0.1:$REG" --http "127.0.0.1:$CKHTTP" \
+  "$BIN" run checkout --brokers "$BROKERS" --db "$DSN" --registry "http://127.0.0.1:$REG" --http "127.0.0.1:$CKHTTP" --admin-http "$CKADMIN" \
     --auth-dev-key "$DATA/auth/dev-signing-key.pem" > "$OUT/checkout.log" 2>&1 &
   CK=$!
   for _ in $(seq 1 60); do curl -sf "http://127.0.0.1:$CKHTTP/readyz" >/dev/null && break; kill -0 $CK 2>/dev/null || break; sleep 1; done
@@ -83,8 +87,12 @@ UPW=$(( $(proccpu "$UP") + $(ckcpu) )) KTW=$(kcpu) PGW=$(pgcpu) # after the warm
 /usr/bin/time -f '%U %S' -o "$OUT/load.cpu" "$LOADBIN" load --rate "$RATE" --duration "$DURATION" "${common[@]}" --seed 42 \
   --report "$OUT/run.json" --csv "$OUT/run.csv" > "$OUT/run.log" 2>&1
 uptime > "$OUT/uptime.after"
-curl -s "$CKURL/metrics" > "$OUT/run.metrics"
-[[ -n $CK ]] && curl -s "http://127.0.0.1:$HTTP/metrics" > "$OUT/up.metrics"
+if [[ -n $CK ]]; then
+  curl -s "http://$CKADMIN/metrics" > "$OUT/run.metrics"
+  curl -s "http://$ADMIN/metrics" > "$OUT/up.metrics"
+else
+  curl -s "http://$ADMIN/metrics" > "$OUT/run.metrics"
+fi
 CKT=$(ckcpu)
 UPT=$(( $(awk '{print $14+$15}' "/proc/$UP/stat") + CKT ))
 PG1=$(pgcpu)

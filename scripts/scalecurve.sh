@@ -17,8 +17,7 @@
 # the drain; Kafka: the three brokers' sum); CPU ms/order is (up + PostgreSQL + Kafka) over the orders accepted in
 # the measured part. The load client runs on the same 2 cores, as do the three brokers: the figures are of the
 # whole machine's share, not of an isolated service.
-# More flags for `up` (every run): SCALE_UP_FLAGS. `up`'s admin listener is put on LOADRUN_HTTP+3 (18995), off the
-# default 9180 that other processes may hold. Ports otherwise loadrun.sh's: ORDERCAST_KAFKA_PORT (19992, +2, +4 and
+# More flags for `up` (every run): SCALE_UP_FLAGS. Ports are loadrun.sh's (up's admin listener on LOADRUN_HTTP+3): ORDERCAST_KAFKA_PORT (19992, +2, +4 and
 # the controllers on +1, +3, +5), ORDERCAST_PG_PORT (15482), LOADRUN_HTTP (18992, registry +1). At the end (or on
 # SIGINT/SIGTERM) the Kafka of ORDERCAST_KAFKA_STATE is stopped and deleted, and PostgreSQL too if it was not running before.
 set -u
@@ -38,7 +37,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 export LOADRUN_NODES=3 LOADRUN_OUT=$OUTDIR LOADRUN_WARMUP=${LOADRUN_WARMUP:-400:30s} LOADRUN_DURATION=${LOADRUN_DURATION:-60s}
-ADMIN=127.0.0.1:$(( ${LOADRUN_HTTP:-18992} + 3 ))
 read -r -a EXTRA <<< "${SCALE_UP_FLAGS:-}"
 TABLE=$OUTDIR/table.md
 {
@@ -50,7 +48,7 @@ cat "$TABLE"
 for n in ${SCALE_INSTANCES:-1 2 4}; do
   for rate in ${SCALE_RATES:-250 500 750 1000}; do
     name=i${n}-r${rate}
-    out=$("$ROOT/scripts/loadrun.sh" "$name" "$BIN" "$rate" --admin-http "$ADMIN" \
+    out=$("$ROOT/scripts/loadrun.sh" "$name" "$BIN" "$rate" \
       --instances "orders=$n,payments=$n,notifications=$n,fulfillment=$n" "${EXTRA[@]}" 2>&1)
     echo "$out" > "$OUTDIR/$name.out"
     summary=$OUTDIR/$name/summary.json
