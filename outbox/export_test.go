@@ -1,5 +1,7 @@
 package outbox
 
+import "github.com/twmb/franz-go/pkg/kgo"
+
 // SetAfterProduce installs a hook that runs after a batch was produced and
 // before it is marked sent (tests only). An error from it ends Run with that
 // error and leaves the rows unmarked, as a crash at that point would.
@@ -15,3 +17,6 @@ func (r *Relay) SetAfterCommit(fn func(ids []int64) error) { r.afterCommit = fn 
 // goroutine marking a committed transaction's rows, before the UPDATE (tests
 // only). An error from it is the marking's error.
 func (r *Relay) SetBeforeMark(fn func(ids []int64) error) { r.beforeMark = fn }
+
+// TxnClientOpts returns the options of the transactional relay's client.
+func (r *Relay) TxnClientOpts() []kgo.Opt { return r.txnClientOpts() }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/internal/txncheck"
+	"github.com/ordercast/ordercast/internal/txnretry"
 	"github.com/ordercast/ordercast/sqldb"
 )
 
@@ -262,17 +263,27 @@ func (r *Relay) awaitTakeover(ctx context.Context) bool {
 	}
 }
 
+// txnClientOpts are the options of the relay's transactional client: retries
+// back off from 20 ms (txnretry: a transaction's first produce after the
+// previous one's end is often refused with CONCURRENT_TRANSACTIONS) unless
+// the client options set RetryBackoffFn, then the client options, then the
+// transactional ID and timeout and acks=all.
+func (r *Relay) txnClientOpts() []kgo.Opt {
+	tc := r.txn
+	opts := append([]kgo.Opt{kgo.RetryBackoffFn(txnretry.Backoff)}, tc.clientOptsFor(ClientProducer)...)
+	return append(opts,
+		kgo.TransactionalID(tc.txnID+tc.idSuffix),
+		kgo.TransactionTimeout(tc.txnTimeout),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	)
+}
+
 // session runs one client: init (fencing), recovery from the marker, then
 // steps until an error or ctx ends. probe makes the first step relay one
 // row only (after a failure).
 func (r *Relay) session(ctx context.Context, probe bool) error {
 	tc := r.txn
-	opts := append(tc.clientOptsFor(ClientProducer),
-		kgo.TransactionalID(tc.txnID+tc.idSuffix),
-		kgo.TransactionTimeout(tc.txnTimeout),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-	)
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(r.txnClientOpts()...)
 	if err != nil {
 		return &fatalError{fmt.Errorf("outbox: relay client: %w", err)}
 	}

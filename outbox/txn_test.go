@@ -597,3 +597,37 @@ func TestTxnRelayClientOpts(t *testing.T) {
 		}
 	})
 }
+
+// TestTxnRelayRetryBackoff: the transactional relay's client retries after
+// txnretry's backoff (20 ms first, not franz-go's 250 ms), so that a
+// transaction's first produce refused with CONCURRENT_TRANSACTIONS while the
+// previous one's markers are written does not wait a quarter of a second or
+// more; a RetryBackoffFn in the relay's client options replaces it.
+func TestTxnRelayRetryBackoff(t *testing.T) {
+	db := dbtest.SQLite(t, dbtest.Runtime)
+	for _, c := range []struct {
+		name  string
+		opts  []kgo.Opt
+		first time.Duration
+	}{
+		{"default", nil, 20 * time.Millisecond},
+		{"client options", []kgo.Opt{kgo.RetryBackoffFn(func(int) time.Duration { return 7 * time.Second })}, 7 * time.Second},
+	} {
+		r, err := outbox.NewTransactionalRelay(db, "backoff", append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, c.opts...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(r.TxnClientOpts()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn, _ := cl.OptValue(kgo.RetryBackoffFn).(func(int) time.Duration)
+		cl.Close()
+		if fn == nil {
+			t.Fatalf("%s: no RetryBackoffFn", c.name)
+		}
+		if d := fn(1); d > c.first || d < c.first*4/5 {
+			t.Errorf("%s: first retry after %v, want %v less at most a fifth", c.name, d, c.first)
+		}
+	}
+}

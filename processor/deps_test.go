@@ -9,7 +9,7 @@ import (
 
 // TestRuntimeLinksNoDriver: what `go list -deps` says a program importing
 // processor, processor/dlq, inbox and outbox links contains no package of the order system
-// (only processor, processor/dlq, inbox, outbox, sqldb, internal/txncheck, internal/kread,
+// (only processor, processor/dlq, inbox, outbox, sqldb, internal/txncheck, internal/txnretry, internal/kread,
 // internal/brokererr and internal/ctxtime of this module: not sqldb/drivers, nor any package
 // under ordersystem/), no SQL
 // driver (the user brings theirs: no pgx, lib/pq, modernc.org/sqlite,
@@ -35,7 +35,7 @@ func TestRuntimeLinksNoDriver(t *testing.T) {
 		t.Fatalf("go list -deps: %v\n%s", err, stderr)
 	}
 	allowed := map[string]bool{"processor": true, "inbox": true, "outbox": true, "sqldb": true,
-		"internal/txncheck": true, "internal/brokererr": true, "internal/ctxtime": true, // the relay's commit read-back, the start checks' error class (franz-go and the standard library only)
+		"internal/txncheck": true, "internal/brokererr": true, "internal/ctxtime": true, "internal/txnretry": true, // the relay's commit read-back, the start checks' error class (franz-go and the standard library only)
 		"processor/dlq": true, "internal/kread": true} // the DLQ tools and their read_committed range reads
 	forbidden := []string{
 		"github.com/jackc/",           // pgx
@@ -83,7 +83,7 @@ func TestRuntimeLinksNoDriver(t *testing.T) {
 	bad := func(pkg string) string {
 		if rel, ok := strings.CutPrefix(pkg, module); ok {
 			if !allowed[rel] {
-				return "only processor, processor/dlq, inbox, outbox, sqldb, internal/txncheck, internal/kread, internal/brokererr and internal/ctxtime of this module may be linked"
+				return "only processor, processor/dlq, inbox, outbox, sqldb, internal/txncheck, internal/txnretry, internal/kread, internal/brokererr and internal/ctxtime of this module may be linked"
 			}
 			return ""
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/internal/txnretry"
+
 	"github.com/ordercast/ordercast/internal/ctxtime"
 )
 
@@ -206,12 +208,17 @@ func txnOpts(opts []TxnOpt) []Opt {
 }
 
 // newSession builds the member's transactional session: memberOpts
-// (client.go), the user's ClientOpts, ConsumerOpts and ProducerOpts, the
+// (client.go), the transactional retry backoff, the user's ClientOpts, ConsumerOpts and ProducerOpts, the
 // start position, groupOpts (client.go), then the transactional options and
 // the rebalance hooks that keep Health's view of the assignment.
 func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	c := t.cfg
-	opts := append(c.memberOpts(), c.clientOpts...) // client.go
+	// Retries of this client back off from 20 ms (txnretry): a transaction's
+	// first produce after the previous one's end is often refused with
+	// CONCURRENT_TRANSACTIONS. Before the user's ClientOpts, which may
+	// change it.
+	opts := append(c.memberOpts(), kgo.RetryBackoffFn(txnretry.Backoff))
+	opts = append(opts, c.clientOpts...) // client.go
 	opts = append(append(opts, c.consumerOpts...), c.producerOpts...)
 	start := newStarter(&c, nil, t.groupStart)
 	opts = append(opts, start.opts()...)

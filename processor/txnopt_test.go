@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/internal/txnretry"
 )
 
 // asTxnOpts returns opts as TxnOpts, and false if one of them is an option
@@ -97,6 +99,44 @@ func TestTxnRefusesOrdering(t *testing.T) {
 			t.Errorf("%d options: %v, want no error", len(tc.opts), err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("error %v, want one containing %q", err, tc.want)
+		}
+	}
+}
+
+// TestTxnRetryBackoff: the exactly-once session's client retries after
+// txnretry's backoff (20 ms first, not franz-go's 250 ms), so that a
+// transaction's first produce refused with CONCURRENT_TRANSACTIONS while
+// the previous one's markers are written does not wait a quarter of a second
+// or more; a RetryBackoffFn in ClientOpts replaces it.
+func TestTxnRetryBackoff(t *testing.T) {
+	h := func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil }
+	for _, c := range []struct {
+		name  string
+		opts  []TxnOpt
+		first time.Duration // at most
+		fifth time.Duration // at most
+	}{
+		{"default", nil, txnretry.First, 16 * txnretry.First},
+		{"ClientOpts", []TxnOpt{ClientOpts(kgo.RetryBackoffFn(func(int) time.Duration { return 7 * time.Second }))}, 7 * time.Second, 7 * time.Second},
+	} {
+		tp, err := NewTransactional("txn-backoff", h, append([]TxnOpt{Brokers("127.0.0.1:1"), Group("g"), Topics("in")}, c.opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sess, err := tp.newSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn, _ := sess.Client().OptValue(kgo.RetryBackoffFn).(func(int) time.Duration)
+		sess.Close()
+		if fn == nil {
+			t.Fatalf("%s: no RetryBackoffFn", c.name)
+		}
+		if d := fn(1); d > c.first || d < c.first*4/5 {
+			t.Errorf("%s: first retry after %v, want %v less at most a fifth", c.name, d, c.first)
+		}
+		if d := fn(5); d > c.fifth || d < c.fifth*4/5 {
+			t.Errorf("%s: fifth retry after %v, want %v less at most a fifth", c.name, d, c.fifth)
 		}
 	}
 }
