@@ -263,14 +263,15 @@ func (r *Relay) awaitTakeover(ctx context.Context) bool {
 	}
 }
 
-// txnClientOpts are the options of the relay's transactional client: retries
-// back off from 20 ms (txnretry: a transaction's first produce after the
-// previous one's end is often refused with CONCURRENT_TRANSACTIONS) unless
-// the client options set RetryBackoffFn, then the client options, then the
+// txnClientOpts are the options of the relay's transactional client:
+// retries back off from 20 ms and metadata is refreshed up to every 100 ms
+// (txnretry: a transaction's first produce after the previous one's end is
+// often refused with CONCURRENT_TRANSACTIONS, and waits for both) unless the
+// client options say otherwise, then the client options, then the
 // transactional ID and timeout and acks=all.
 func (r *Relay) txnClientOpts() []kgo.Opt {
 	tc := r.txn
-	opts := append([]kgo.Opt{kgo.RetryBackoffFn(txnretry.Backoff)}, tc.clientOptsFor(ClientProducer)...)
+	opts := append(txnretry.Opts(), tc.clientOptsFor(ClientProducer)...)
 	return append(opts,
 		kgo.TransactionalID(tc.txnID+tc.idSuffix),
 		kgo.TransactionTimeout(tc.txnTimeout),

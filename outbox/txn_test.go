@@ -599,10 +599,12 @@ func TestTxnRelayClientOpts(t *testing.T) {
 }
 
 // TestTxnRelayRetryBackoff: the transactional relay's client retries after
-// txnretry's backoff (20 ms first, not franz-go's 250 ms), so that a
-// transaction's first produce refused with CONCURRENT_TRANSACTIONS while the
-// previous one's markers are written does not wait a quarter of a second or
-// more; a RetryBackoffFn in the relay's client options replaces it.
+// txnretry's backoff (20 ms first, not franz-go's 250 ms) and refreshes its
+// metadata up to every 100 ms (not 5 s), so that a transaction's first
+// produce refused with CONCURRENT_TRANSACTIONS while the previous one's
+// markers are written waits neither a quarter of a second or more nor for
+// the next metadata refresh; a RetryBackoffFn in the relay's client options
+// replaces the backoff.
 func TestTxnRelayRetryBackoff(t *testing.T) {
 	db := dbtest.SQLite(t, dbtest.Runtime)
 	for _, c := range []struct {
@@ -622,7 +624,11 @@ func TestTxnRelayRetryBackoff(t *testing.T) {
 			t.Fatal(err)
 		}
 		fn, _ := cl.OptValue(kgo.RetryBackoffFn).(func(int) time.Duration)
+		minAge, _ := cl.OptValue(kgo.MetadataMinAge).(time.Duration)
 		cl.Close()
+		if minAge != 100*time.Millisecond {
+			t.Errorf("%s: MetadataMinAge %v, want 100ms (a produce refused with CONCURRENT_TRANSACTIONS waits for the next metadata refresh)", c.name, minAge)
+		}
 		if fn == nil {
 			t.Fatalf("%s: no RetryBackoffFn", c.name)
 		}

@@ -208,16 +208,17 @@ func txnOpts(opts []TxnOpt) []Opt {
 }
 
 // newSession builds the member's transactional session: memberOpts
-// (client.go), the transactional retry backoff, the user's ClientOpts, ConsumerOpts and ProducerOpts, the
+// (client.go), the transactional retry options (txnretry), the user's ClientOpts, ConsumerOpts and ProducerOpts, the
 // start position, groupOpts (client.go), then the transactional options and
 // the rebalance hooks that keep Health's view of the assignment.
 func (t *TxnProcessor) newSession() (*kgo.GroupTransactSession, error) {
 	c := t.cfg
-	// Retries of this client back off from 20 ms (txnretry): a transaction's
-	// first produce after the previous one's end is often refused with
-	// CONCURRENT_TRANSACTIONS. Before the user's ClientOpts, which may
-	// change it.
-	opts := append(c.memberOpts(), kgo.RetryBackoffFn(txnretry.Backoff))
+	// Retries of this client back off from 20 ms, and its metadata is
+	// refreshed up to every 100 ms (txnretry): a transaction's first
+	// produce after the previous one's end is often refused with
+	// CONCURRENT_TRANSACTIONS, and waits for both. Before the user's
+	// ClientOpts, which may change them.
+	opts := append(c.memberOpts(), txnretry.Opts()...)
 	opts = append(opts, c.clientOpts...) // client.go
 	opts = append(append(opts, c.consumerOpts...), c.producerOpts...)
 	start := newStarter(&c, nil, t.groupStart)

@@ -104,10 +104,12 @@ func TestTxnRefusesOrdering(t *testing.T) {
 }
 
 // TestTxnRetryBackoff: the exactly-once session's client retries after
-// txnretry's backoff (20 ms first, not franz-go's 250 ms), so that a
-// transaction's first produce refused with CONCURRENT_TRANSACTIONS while
-// the previous one's markers are written does not wait a quarter of a second
-// or more; a RetryBackoffFn in ClientOpts replaces it.
+// txnretry's backoff (20 ms first, not franz-go's 250 ms) and refreshes its
+// metadata up to every 100 ms (not 5 s), so that a transaction's first
+// produce refused with CONCURRENT_TRANSACTIONS while the previous one's
+// markers are written does not wait a quarter of a second or more, nor for
+// the next metadata refresh; a RetryBackoffFn in ClientOpts replaces the
+// backoff.
 func TestTxnRetryBackoff(t *testing.T) {
 	h := func(context.Context, *kgo.Record) ([]*kgo.Record, error) { return nil, nil }
 	for _, c := range []struct {
@@ -128,7 +130,11 @@ func TestTxnRetryBackoff(t *testing.T) {
 			t.Fatal(err)
 		}
 		fn, _ := sess.Client().OptValue(kgo.RetryBackoffFn).(func(int) time.Duration)
+		minAge, _ := sess.Client().OptValue(kgo.MetadataMinAge).(time.Duration)
 		sess.Close()
+		if minAge != txnretry.MetadataMinAge {
+			t.Errorf("%s: MetadataMinAge %v, want %v (a produce refused with CONCURRENT_TRANSACTIONS waits for the next metadata refresh)", c.name, minAge, txnretry.MetadataMinAge)
+		}
 		if fn == nil {
 			t.Fatalf("%s: no RetryBackoffFn", c.name)
 		}

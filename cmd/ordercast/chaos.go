@@ -201,8 +201,8 @@ func checkChaosFlags(cfg *chaos.Config) error {
 		return fmt.Errorf("--instances %d: want 1 to 4 processes per service (the topics have 6 partitions, scaling goes to 4)", cfg.Instances)
 	case cfg.Checkouts < 1:
 		return fmt.Errorf("--checkouts %d: want >= 1", cfg.Checkouts)
-	case math.IsNaN(cfg.Rate):
-		return fmt.Errorf("--rate NaN: want a number of orders per second (0 or negative: none)")
+	case math.IsNaN(cfg.Rate) || math.IsInf(cfg.Rate, 0):
+		return fmt.Errorf("--rate %v: want a number of orders per second, such as 15 (0 or negative: none)", cfg.Rate)
 	}
 	if cfg.Rate == 0 {
 		cfg.Rate = -1 // chaos.Config: 0 is the default rate, negative none

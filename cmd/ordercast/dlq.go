@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -449,8 +450,8 @@ is already replayed (refused without --force).`,
 			if to != string(ops.TargetSource) && to != string(ops.TargetRetry) {
 				return fmt.Errorf("--to %q: want source (the original topic) or retry (the group's retry topic)", to)
 			}
-			if !(rate >= 0) {
-				return fmt.Errorf("--rate %v: want >= 0 records per second (0: unlimited)", rate)
+			if !(rate >= 0) || math.IsInf(rate, 0) {
+				return fmt.Errorf("--rate %v: want a number of records per second >= 0, such as 50 (0: unlimited)", rate)
 			}
 			if limit < 0 {
 				return fmt.Errorf("--limit %d: want >= 0 records (0: all selected)", limit)

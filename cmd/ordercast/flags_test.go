@@ -65,6 +65,7 @@ func TestReplayFlags(t *testing.T) {
 		{[]string{"replay", oneDay, "--max-attempts", "0"}, []string{"--max-attempts", ">= 1"}},
 		{[]string{"replay", oneDay, "--url", "localhost:8080"}, []string{"--url", "http://"}},
 		{[]string{"replay", oneDay, "--rate", "NaN"}, []string{"--rate", ">= 0"}},
+		{[]string{"replay", oneDay, "--rate", "Inf"}, []string{"--rate +Inf", ">= 0", "0: unlimited"}},
 		{[]string{"replay", oneDay, "--concurrency", "0"}, []string{"--concurrency", ">= 1"}},
 	})
 }
@@ -100,6 +101,7 @@ func TestDLQFlags(t *testing.T) {
 		{[]string{"dlq", "replay", "--group", "orders", "--to-offset", "-2", b}, []string{"--to-offset", ">= 0"}},
 		{[]string{"dlq", "replay", "--group", "orders", "--limit", "-3", b}, []string{"--limit", ">= 0"}},
 		{[]string{"dlq", "replay", "--group", "orders", "--rate", "NaN", b}, []string{"--rate", ">= 0"}},
+		{[]string{"dlq", "replay", "--group", "orders", "--rate", "+Inf", b}, []string{"--rate +Inf", ">= 0", "0: unlimited"}},
 		{[]string{"dlq", "show", "orders.dlq/0/1", "--partition", "2", b}, []string{"--partition", "orders.dlq/0/1"}},
 		{[]string{"dlq", "show", "orders.dlq/0/1", "--offset", "3", b}, []string{"--offset", "orders.dlq/0/1"}},
 		{[]string{"dlq", "purge", "--group", "orders", "--all", "--partition", "-1", b}, []string{"--partition", ">= 0"}},
@@ -373,6 +375,8 @@ func TestOtherFlags(t *testing.T) {
 		{[]string{"devstack", "--data-dir", t.TempDir(), "--broker-addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0", "--save-every", "-1s"}, []string{"--save-every", ">= 0"}},
 		{chaos("--instances", "0"), []string{"--instances", "1 to 4"}},
 		{chaos("--checkouts", "0"), []string{"--checkouts", ">= 1"}},
+		{chaos("--rate", "Inf"), []string{"--rate +Inf", "orders per second"}},
+		{chaos("--rate", "NaN"), []string{"--rate NaN", "orders per second"}},
 		{chaos("--duration", "0"), []string{"--duration", "positive"}},
 		{chaos("--fault-every", "-1s"), []string{"--fault-every", "positive"}},
 		{chaos("--session-timeout", "0"), []string{"--session-timeout", "positive"}},

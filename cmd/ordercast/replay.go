@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"os/signal"
@@ -48,8 +49,8 @@ be sent, and on SIGINT/SIGTERM (the summary says how far it got; running it agai
 			if u, err := url.Parse(baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				return fmt.Errorf("--url %q: want checkout's base URL, such as http://127.0.0.1:8080", baseURL)
 			}
-			if !(rate >= 0) {
-				return fmt.Errorf("--rate %v: want >= 0 orders per second (0: unlimited)", rate)
+			if !(rate >= 0) || math.IsInf(rate, 0) {
+				return fmt.Errorf("--rate %v: want a number of orders per second >= 0, such as 50 (0: unlimited)", rate)
 			}
 			if concurrency < 1 {
 				return fmt.Errorf("--concurrency %d: want >= 1", concurrency)
