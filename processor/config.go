@@ -489,9 +489,9 @@ func Concurrency(n int) TxnOpt { return bothOpt(func(c *cfg) { c.concurrency = n
 // records cost memory until their transaction commits (a record with
 // outputs and the fetch buffer it pins, and each record's bookkeeping; the
 // 64 MiB byte bound caps their keys and values): the peak heap of the no-op
-// pass was 133-136 MiB at 200,000 against 95-108 MiB at 100,000, and
-// 231 MiB in both with 2 % of the records failing once in OrderKey (polling
-// stops once an eighth of the bound waits for admission).
+// pass was 118-139 MiB at 200,000 against 95-108 MiB at 100,000 (73-94 MiB
+// for New), and 234-250 MiB with 2 % of the records failing once in
+// OrderKey (polling stops once an eighth of the bound waits for admission).
 const DefaultTxnMaxInFlight = 200_000
 
 // MaxInFlight bounds the records (count) and key+value bytes that this
