@@ -34,7 +34,7 @@ var ddlRE = regexp.MustCompile(`(?is)\b(?:CREATE|ALTER|DROP)\s+(?:TABLE(?:\s+IF\
 func TestRuntimeStandsAlone(t *testing.T) {
 	const module = "github.com/ordercast/ordercast/"
 	allowed := map[string]bool{"processor": true, "inbox": true, "outbox": true, "sqldb": true,
-		"internal/txncheck": true, "internal/brokererr": true, "internal/ctxtime": true} // the relay's commit read-back, the start checks' error class, the context-aware sleep (franz-go and the standard library only)
+		"internal/txncheck": true, "internal/brokererr": true, "internal/ctxtime": true, "internal/txnretry": true} // the relay's commit read-back, the start checks' error class, the context-aware sleep, the transactional clients' retry options (franz-go and the standard library only)
 	ownTables := map[string][]string{"inbox": {"inbox", "{{table}}"}, "outbox": {"outbox", "{{table}}"}}
 	root := ".." // this package's directory is <module>/processor
 	seen := map[string]bool{}
