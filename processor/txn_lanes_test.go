@@ -445,7 +445,7 @@ func TestFIFO(t *testing.T) {
 // member is full, so the records polled wait for admission. A transaction
 // is then cut as soon as half of the admitted records are done, and its
 // commit moves the commit point and admits the next ones: all but the last
-// of those rounds are read well before the 6 s CommitInterval, where a
+// of those rounds are read well before the 15 s CommitInterval, where a
 // member that waited for the interval would stall for it at every round.
 // The first record fails once and backs off, holding the commit point
 // meanwhile.
@@ -468,7 +468,7 @@ func TestTxnMapBudgetCutsEarly(t *testing.T) {
 	}
 	out := watchCommitted(t, addrs, "out")
 	produce(t, addrs, recs...)
-	const interval = 6 * time.Second
+	const interval = 15 * time.Second
 	const maxInFlight = 1000
 	tx, err := NewTransactional("txn-map-budget", h, Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderKey),
 		CommitInterval(interval), CommitMetadataMaxBytes(64), MaxInFlight(maxInFlight, 64<<20),
