@@ -544,7 +544,8 @@ func HandlerTimeout(d time.Duration) TxnOpt { return bothOpt(func(c *cfg) { c.ha
 func MaxAttempts(n int) TxnOpt { return bothOpt(func(c *cfg) { c.maxAttempts = n }) }
 
 // Backoff sets the in-place retry delay: exponential from min, doubling per
-// attempt, capped at max, with full jitter in [d/2, d]. Defaults 100ms and 5s.
+// attempt, capped at max, each delay d drawn at random in [d/2, d] ("equal
+// jitter"). Defaults 100ms and 5s.
 // A record waiting out its backoff does not hold a Concurrency slot, and only
 // delays the records behind it in its partition (OrderPartition) or key
 // (OrderKey).

@@ -75,7 +75,9 @@ func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
 
 // Permanent wraps err so that the runtime treats it as permanent. Permanent(nil)
-// returns nil.
+// returns nil. The result's Error() is "permanent: " + err.Error(), and that
+// is the text the DLQ record's HeaderErrorMessage carries; errors.Is and
+// errors.As see err through it.
 func Permanent(err error) error {
 	if err == nil {
 		return nil

@@ -33,6 +33,13 @@ import (
 // Backoff each time), then dead-lettered the same way. Calls for different
 // lanes run concurrently (see TxnProcessor); ctx is cancelled on shutdown,
 // on an abort or rebalance that drops the record, and after HandlerTimeout.
+//
+// Outputs go to their Topic (the client's DefaultProduceTopic when empty)
+// and to the partition the client's partitioner picks: franz-go's default
+// hashes the key as the Java producer does (murmur2), so the outputs of one
+// key go to one partition in the order its lane produced them; a record's
+// Partition field is ignored unless ClientOpts sets
+// kgo.RecordPartitioner(kgo.ManualPartitioner()).
 type TxnHandler func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error)
 
 // TxnProcessor is the exactly-once mode: transactional
