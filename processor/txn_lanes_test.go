@@ -420,6 +420,9 @@ func TestFIFO(t *testing.T) {
 			if q.len() == 0 {
 				break
 			}
+			if got := q.first(); got != want {
+				t.Fatalf("round %d: first %d, want %d", round, got, want)
+			}
 			if got := q.pop(); got != want {
 				t.Fatalf("round %d: popped %d, want %d", round, got, want)
 			}

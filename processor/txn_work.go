@@ -101,30 +101,13 @@ type txnLane struct {
 	part *txnPart
 	gen  uint64
 	key  *string // OrderKey: the lane's key (nil for the null key's lane); nil in OrderPartition
-	// queue[head:] are the lane's records waiting or running
-	// (queue[head]), in offset order; the array is reused from its start
-	// once they are all done.
-	queue   []*txnRec
-	head    int
+	// queue are the lane's records waiting or running (the first), in
+	// offset order.
+	queue   fifo[*txnRec]
 	running bool
 }
 
-// first returns the lane's record to run next; the lane has one.
-func (l *txnLane) first() *txnRec { return l.queue[l.head] }
-
-// len is the number of the lane's records waiting or running.
-func (l *txnLane) len() int { return len(l.queue) - l.head }
-
-// pop removes the lane's first record.
-func (l *txnLane) pop() {
-	l.queue[l.head] = nil
-	l.head++
-	if l.head == len(l.queue) {
-		l.queue, l.head = l.queue[:0], 0
-	}
-}
-
-// lane returns the lane of r in ps, created if it has none (w.t's
+// laneFor returns the lane of r in ps, created if it has none (w.t's
 // ordering). w.mu held.
 func (ps *txnPart) laneFor(r *kgo.Record, ordering Ordering) *txnLane {
 	switch {
@@ -467,7 +450,7 @@ func (w *txnWork) admitLocked(ps *txnPart, r *kgo.Record, rec *txnRec) {
 	w.recs++
 	w.bytes += rec.size
 	l := ps.laneFor(r, c.ordering)
-	l.queue = append(l.queue, rec)
+	l.queue.push(rec)
 	if !l.running {
 		l.running = true
 		w.readyLocked(l)
@@ -501,7 +484,7 @@ func (w *txnWork) worker() {
 			l = nil
 			continue // dropped
 		}
-		rec, ctx := l.first(), w.ctx
+		rec, ctx := l.queue.first(), w.ctx
 		w.mu.Unlock()
 		outs, err := w.t.attempt(ctx, rec, l.part.m, w.clock.Now())
 		w.mu.Lock()
@@ -526,7 +509,7 @@ func (w *txnWork) worker() {
 			}
 			rec.dead = err
 		}
-		l.pop()
+		l.queue.pop()
 		rec.outs = outs
 		if len(outs) == 0 && rec.dead == nil && w.t.refusedN.Load() == 0 {
 			// Nothing to produce, no refusal to forget at its commit:
@@ -537,7 +520,7 @@ func (w *txnWork) worker() {
 		l.part.completed = append(l.part.completed, rec)
 		w.done++
 		switch {
-		case l.len() == 0:
+		case l.queue.len() == 0:
 			l.part.idleLane(l)
 			l = nil
 		case w.ready.len() > 0:
@@ -754,6 +737,9 @@ type fifo[T any] struct {
 }
 
 func (q *fifo[T]) len() int { return len(q.buf) - q.head }
+
+// first returns the first element without taking it; q is not empty.
+func (q *fifo[T]) first() T { return q.buf[q.head] }
 
 func (q *fifo[T]) push(x T) {
 	if len(q.buf) == cap(q.buf) && q.head > 0 && q.head >= len(q.buf)/2 {
