@@ -19,3 +19,6 @@ func SetStableTimeout(d time.Duration) (restore func()) {
 	stableTimeout = d
 	return func() { stableTimeout = old }
 }
+
+// TxnClientOpts is txnClientOpts, for the tests.
+func (d *DLQ) TxnClientOpts() []kgo.Opt { return d.txnClientOpts() }

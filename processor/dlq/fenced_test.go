@@ -55,3 +55,42 @@ func TestFencedReplaySaysWhy(t *testing.T) {
 		t.Errorf("fenced replay error %v does not wrap the Kafka error", err)
 	}
 }
+
+// TestTxnClientRetries: a replay's or purge's transactional client retries
+// after 20 ms (not franz-go's 250 ms) and refreshes its metadata up to every
+// 100 ms (not 5 s), as the runtime's other transactional clients, so that a
+// transaction refused with CONCURRENT_TRANSACTIONS while the previous one's
+// markers are written waits tens of milliseconds (scenario S22); the
+// caller's RetryBackoffFn replaces the backoff.
+func TestTxnClientRetries(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		opts  []kgo.Opt
+		first time.Duration
+	}{
+		{"default", nil, 20 * time.Millisecond},
+		{"caller's options", []kgo.Opt{kgo.RetryBackoffFn(func(int) time.Duration { return 7 * time.Second })}, 7 * time.Second},
+	} {
+		d, err := dlq.New("g", append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, c.opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(d.TxnClientOpts()...)
+		d.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn, _ := cl.OptValue(kgo.RetryBackoffFn).(func(int) time.Duration)
+		minAge, _ := cl.OptValue(kgo.MetadataMinAge).(time.Duration)
+		cl.Close()
+		if fn == nil {
+			t.Fatalf("%s: no RetryBackoffFn", c.name)
+		}
+		if d := fn(1); d > c.first || d < c.first*4/5 {
+			t.Errorf("%s: first retry after %v, want %v less at most a fifth", c.name, d, c.first)
+		}
+		if minAge != 100*time.Millisecond {
+			t.Errorf("%s: MetadataMinAge %v, want 100ms", c.name, minAge)
+		}
+	}
+}

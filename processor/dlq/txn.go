@@ -8,14 +8,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ordercast/ordercast/internal/txncheck"
+	"github.com/ordercast/ordercast/internal/txnretry"
 )
+
+// txnClientOpts are the options of the group's transactional client:
+// retries and metadata refreshes as the runtime's other transactional
+// clients (txnretry: a replay's next transaction is refused with
+// CONCURRENT_TRANSACTIONS while the previous one's markers are written),
+// before the caller's options, which may replace them; then the
+// transactional id, acks=all and no linger.
+func (d *DLQ) txnClientOpts() []kgo.Opt {
+	return append(append(txnretry.Opts(), d.opts...),
+		kgo.TransactionalID("ordercast-dlq-"+d.group),
+		kgo.TransactionTimeout(replayTxnTimeout),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+	)
+}
 
 // fencedTxnClient returns the group's transactional client after its
 // producer id is initialised: from then on, an older client with the same
@@ -25,12 +40,7 @@ func (d *DLQ) fencedTxnClient(ctx context.Context) (*kgo.Client, error) {
 	if err := ensureStateTopic(ctx, d.cl); err != nil {
 		return nil, err
 	}
-	txn, err := kgo.NewClient(append(slices.Clone(d.opts),
-		kgo.TransactionalID("ordercast-dlq-"+d.group),
-		kgo.TransactionTimeout(replayTxnTimeout),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(0),
-	)...)
+	txn, err := kgo.NewClient(d.txnClientOpts()...)
 	if err != nil {
 		return nil, err
 	}
