@@ -9,7 +9,8 @@ import (
 // HandlerTimeout) without a system clock read per record: a ticker refreshes
 // it every millisecond while records are held, and it sleeps while the
 // processor is idle. A reading is at most about a millisecond old, which only
-// moves a deadline of seconds by as much.
+// moves a deadline of seconds by as much. The clock never goes back: a tick
+// delivered late cannot undo a fresher poke.
 type coarseClock struct {
 	now  atomic.Pointer[time.Time]
 	wake chan struct{} // cap 1: the processor holds records again
@@ -21,7 +22,19 @@ func newCoarseClock() *coarseClock {
 	return c
 }
 
-func (c *coarseClock) set(t time.Time) { c.now.Store(&t) }
+// set moves the clock to t unless it already reads t or later. Safe for
+// concurrent use (the ticker and poke race).
+func (c *coarseClock) set(t time.Time) {
+	for {
+		old := c.now.Load()
+		if old != nil && !t.After(*old) {
+			return
+		}
+		if c.now.CompareAndSwap(old, &t) {
+			return
+		}
+	}
+}
 
 // Now returns the clock's reading.
 func (c *coarseClock) Now() time.Time { return *c.now.Load() }
@@ -45,8 +58,8 @@ func (c *coarseClock) run(done <-chan struct{}, idle func() bool) {
 		select {
 		case <-done:
 			return
-		case now := <-t.C:
-			c.set(now)
+		case <-t.C:
+			c.set(time.Now())
 			if !idle() {
 				continue
 			}
