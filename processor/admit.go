@@ -20,7 +20,7 @@ import (
 // OrderPartition, only one partition would be handled at a time).
 func (p *Processor) enqueue(fetches kgo.Fetches) {
 	wall := time.Now()
-	p.clock.poke(wall)
+	p.clock.poke(wall, fetches.NumRecords())
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.fetchedAt = wall.UnixNano()

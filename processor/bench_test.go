@@ -141,6 +141,11 @@ func rawPerPartition(b *testing.B, addrs []string, topic string, n int, handler 
 							return
 						case recs := <-ch:
 							for _, r := range recs {
+								select {
+								case <-stop: // the pass is over: not the rest of a fetch of hundreds of records
+									return
+								default:
+								}
 								first.CompareAndSwap(0, time.Now().UnixNano())
 								handler(r)
 								cl.MarkCommitRecords(r)
@@ -166,12 +171,25 @@ func rawPerPartition(b *testing.B, addrs []string, topic string, n int, handler 
 // handler call to done.
 func processorPass(b *testing.B, addrs []string, topic string, h Handler, done func() bool, opts ...Opt) time.Duration {
 	b.Helper()
-	var first atomic.Int64
+	// done is checked after each record handled, and the pass waits on a
+	// channel closed then, as rawPerPartition does: polling it in a loop
+	// would wake this process thousands of times a second and charge that
+	// CPU to the processor's side (a slow handler's pass lasts seconds).
+	var first, last atomic.Int64
+	finished := make(chan struct{})
+	var once sync.Once
 	wrapped := func(ctx context.Context, r *kgo.Record) error {
 		if first.Load() == 0 {
 			first.CompareAndSwap(0, time.Now().UnixNano())
 		}
-		return h(ctx, r)
+		err := h(ctx, r)
+		if done() {
+			once.Do(func() {
+				last.Store(time.Now().UnixNano())
+				close(finished)
+			})
+		}
+		return err
 	}
 	// No DLQ: the benchmark handlers do not fail, and the benchmark topics
 	// have no DLQ topic beside them.
@@ -182,14 +200,12 @@ func processorPass(b *testing.B, addrs []string, topic string, h Handler, done f
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- p.Run(ctx) }()
-	for !done() {
-		select {
-		case err := <-errc:
-			b.Fatalf("Run returned early: %v", err)
-		case <-time.After(200 * time.Microsecond):
-		}
+	select {
+	case err := <-errc:
+		b.Fatalf("Run returned early: %v", err)
+	case <-finished:
 	}
-	d := time.Since(time.Unix(0, first.Load()))
+	d := time.Duration(last.Load() - first.Load())
 	cancel()
 	if err := <-errc; err != nil {
 		b.Fatal(err)
@@ -295,37 +311,69 @@ func benchThroughput(b *testing.B, records, size int) {
 // processor's defaults against the raw loop a team would write for it, a
 // poll loop with a goroutine per partition (rawPerPartition), both handling
 // 1,200 records per pass (at most 300 rec/s: about 4 s), interleaved raw,
-// processor, processor, raw. Reports the rates and their ratio, median
-// over the rounds.
+// processor, processor, raw, with a GC before each pass. Reports the rates,
+// their ratio, and each side's CPU time of this process per record (µs) in
+// the steady state: from the 200th record handled in a pass to the last,
+// so that neither side's start (client, group join, the first fetches of
+// the backlog) is counted; median over the rounds.
 func BenchmarkSlowHandlerVsRawLoop(b *testing.B) {
-	const records, handled, size = 30_000, 1200, 1024
+	const records, handled, size, warm = 30_000, 1200, 1024, 200
 	addrs, topic := benchBroker(b, "t4", 6, benchSeed{records: records, size: size, keys: 10_000})
-	var raws, procs, ratios []float64
+	var raws, procs, ratios, rawCPU, procCPU, cpuRatios []float64
 	b.ResetTimer()
 	for i := range b.N {
-		var raw, proc time.Duration
+		var raw, proc, rawC, procC time.Duration
 		for _, side := range []string{"raw", "proc", "proc", "raw"} {
+			runtime.GC()
+			// steady counts a handled record and takes the process's CPU
+			// time at the warm-th and the last one.
+			var n, c0, c1 atomic.Int64
+			steady := func() {
+				time.Sleep(20 * time.Millisecond)
+				switch n.Add(1) {
+				case warm:
+					c0.Store(int64(processCPU()))
+				case handled:
+					c1.Store(int64(processCPU()))
+				}
+			}
 			if side == "raw" {
-				raw += rawPerPartition(b, addrs, topic, handled, func(*kgo.Record) { time.Sleep(20 * time.Millisecond) })
+				raw += rawPerPartition(b, addrs, topic, handled, func(*kgo.Record) { steady() })
+				rawC += time.Duration(c1.Load() - c0.Load())
 				continue
 			}
-			var n atomic.Int64
 			proc += processorPass(b, addrs, topic, func(context.Context, *kgo.Record) error {
-				time.Sleep(20 * time.Millisecond)
-				n.Add(1)
+				steady()
 				return nil
 			}, func() bool { return n.Load() >= handled })
+			procC += time.Duration(c1.Load() - c0.Load())
 		}
 		rr, pr := 2*handled/raw.Seconds(), 2*handled/proc.Seconds()
+		rc, pc := float64(rawC.Microseconds())/(2*(handled-warm)), float64(procC.Microseconds())/(2*(handled-warm))
 		raws, procs, ratios = append(raws, rr), append(procs, pr), append(ratios, pr/rr)
-		b.Logf("round %d: raw goroutine per partition %.0f rec/s, processor partition order %.0f rec/s, ratio %.2f", i+1, rr, pr, pr/rr)
+		rawCPU, procCPU, cpuRatios = append(rawCPU, rc), append(procCPU, pc), append(cpuRatios, pc/rc)
+		b.Logf("round %d: raw goroutine per partition %.0f rec/s (%.1f µs CPU/rec), processor partition order %.0f rec/s (%.1f µs CPU/rec), ratio %.2f, CPU %.2f×",
+			i+1, rr, rc, pr, pc, pr/rr, pc/rc)
 	}
-	b.Logf("medians (min-max) over %d rounds: raw %s rec/s, processor %s rec/s, ratio %s",
-		b.N, minMax(raws, "%.0f"), minMax(procs, "%.0f"), minMax(ratios, "%.2f"))
+	b.Logf("medians (min-max) over %d rounds: raw %s rec/s, %s µs CPU/rec; processor %s rec/s, %s µs CPU/rec; ratio %s, CPU %s×",
+		b.N, minMax(raws, "%.0f"), minMax(rawCPU, "%.1f"), minMax(procs, "%.0f"), minMax(procCPU, "%.1f"), minMax(ratios, "%.2f"), minMax(cpuRatios, "%.2f"))
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(median(raws), "raw-rec/s")
 	b.ReportMetric(median(procs), "proc-rec/s")
 	b.ReportMetric(median(ratios), "ratio")
+	b.ReportMetric(median(rawCPU), "raw-cpu-µs/rec")
+	b.ReportMetric(median(procCPU), "proc-cpu-µs/rec")
+	b.ReportMetric(median(cpuRatios), "cpu-ratio")
+}
+
+// processCPU returns the CPU time (user and system) this process used so
+// far, 0 if getrusage fails; safe on any goroutine.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // cpuTime returns the CPU time (user and system) this process used so far.

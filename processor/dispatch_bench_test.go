@@ -46,6 +46,9 @@ func benchDispatch(b *testing.B, o Ordering, conc int) {
 	var wg sync.WaitGroup
 	p.startWorkersLocked(&wg)
 	p.mu.Unlock()
+	clockDone := make(chan struct{}) // the attempts' clock, as Run starts it
+	defer close(clockDone)
+	go p.clock.run(clockDone, p.idle.Load)
 	keyB := make([][]byte, keys)
 	for i := range keyB {
 		keyB[i] = []byte(fmt.Sprintf("k%d", i))

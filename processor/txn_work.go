@@ -335,7 +335,7 @@ func (w *txnWork) initParts(ks []tp, held map[tp]commitPoint) {
 // admit takes a poll's records into their partitions' lanes. Records of a
 // partition the member does not hold, or that has no state, are dropped.
 func (w *txnWork) admit(fetches kgo.Fetches) {
-	w.clock.poke(time.Now())
+	w.clock.poke(time.Now(), fetches.NumRecords())
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	fetches.EachTopic(func(ft kgo.FetchTopic) {
