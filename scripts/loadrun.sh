@@ -14,6 +14,8 @@
 # start_cpu_s, apart) to the end of the drain; then the summary line (status, accepted/s, checkout and end-to-end latency, CPU seconds of `up` and of PostgreSQL,
 # CPU ms per order, Kafka's and the measured load client's CPU seconds, load average) on stdout and in NAME/summary.json, and /metrics in NAME/run.metrics.
 # measured_cpu_s: the same CPU counted from the end of the warm-up (the measured minute and the drain only).
+# cpu_ms_order is (up_cpu_s + pg_cpu_s) per order of the whole run, warm-up included, Kafka apart; the system's
+# CPU per order of docs/benchmarks.md is the sum of measured_cpu_s (up, PostgreSQL and Kafka) over the measured orders.
 # Ports: ORDERCAST_KAFKA_PORT (19992), ORDERCAST_PG_PORT (15482), LOADRUN_HTTP (18992; the registry on +1, up's admin
 # listener on +3, the checkout process's on +4: /metrics goes to NAME/run.metrics, and up's to NAME/up.metrics with
 # LOADRUN_CHECKOUT=process).
