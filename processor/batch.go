@@ -105,18 +105,15 @@ func (p *Processor) runBatchLocked(l *lane) {
 		lanes = append(lanes, batchLane{l, n, l.part})
 	}
 	take(l)
-	if len(items) < maxN && len(p.ready) > 0 {
-		kept := p.ready[:0]
-		for _, o := range p.ready {
+	if len(items) < maxN && p.ready.len() > 0 {
+		p.ready.filter(func(o *lane) bool {
 			if len(items) < maxN && !o.running && !o.waiting && o.part.state == partActive &&
 				len(o.queue) > 0 && p.batchable(o, o.queue[0]) {
 				take(o)
-				continue
+				return false
 			}
-			kept = append(kept, o)
-		}
-		clear(p.ready[len(kept):])
-		p.ready = kept
+			return true
+		})
 	}
 	recs := make([]*kgo.Record, len(items))
 	for i, it := range items {

@@ -121,7 +121,7 @@ func deleteLane(ps *partState, l *lane) {
 
 // pushReady queues an active lane for a worker. p.mu must be held.
 func (p *Processor) pushReady(l *lane) {
-	p.ready = append(p.ready, l)
+	p.ready.push(l)
 	p.wakeWorkerLocked()
 }
 

@@ -170,7 +170,7 @@ type Processor struct {
 	// wakeWorkerLocked).
 	idleWorkers, wakes, maxWakes int
 	parts                        map[tp]*partState
-	ready                        []*lane
+	ready                        fifo[*lane]
 	// laneSeed hashes keys to lanes (laneKey); freeLanes are emptied
 	// lanes kept for reuse (freeLaneLocked).
 	laneSeed  maphash.Seed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -407,7 +408,8 @@ func TestTxnAbortDropsCarriedOver(t *testing.T) {
 }
 
 // TestFIFO: the lanes' queue keeps first-in first-out order through pushes
-// and pops that wrap its array, reset empties it.
+// and pops that wrap its array, filter keeps the kept in order, reset
+// empties it.
 func TestFIFO(t *testing.T) {
 	var q fifo[int]
 	next, want := 0, 0
@@ -435,6 +437,23 @@ func TestFIFO(t *testing.T) {
 	if cap(q.buf) > 4*(next-want)+16 {
 		t.Fatalf("array of %d for %d queued: the taken front is not reused", cap(q.buf), next-want)
 	}
+	// filter keeps the queued elements it keeps, in order, from a queue
+	// whose front was taken.
+	var kept []int
+	q.filter(func(x int) bool { return x%3 != 0 })
+	for q.len() > 0 {
+		kept = append(kept, q.pop())
+	}
+	var wantKept []int
+	for x := want; x < next; x++ {
+		if x%3 != 0 {
+			wantKept = append(wantKept, x)
+		}
+	}
+	if !slices.Equal(kept, wantKept) {
+		t.Fatalf("after filter: %v, want %v", kept, wantKept)
+	}
+	q.push(1)
 	q.reset()
 	if q.len() != 0 {
 		t.Fatalf("len %d after reset", q.len())

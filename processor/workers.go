@@ -28,7 +28,7 @@ import (
 // goroutines would cost a scan of 1,000 stacks in every GC cycle. A worker
 // lives until Run stops. p.mu held.
 func (p *Processor) wakeWorkerLocked() {
-	if len(p.ready) == 0 || p.wakes >= max(1, p.maxWakes) || p.stopping {
+	if p.ready.len() == 0 || p.wakes >= max(1, p.maxWakes) || p.stopping {
 		return
 	}
 	switch {
@@ -64,7 +64,7 @@ func (p *Processor) worker() {
 	var l *lane
 	for {
 		if l == nil {
-			for len(p.ready) == 0 && !p.stopping {
+			for p.ready.len() == 0 && !p.stopping {
 				p.idleWorkers++
 				p.workCond.Wait()
 				p.idleWorkers--
@@ -75,9 +75,7 @@ func (p *Processor) worker() {
 			if p.stopping {
 				return
 			}
-			l = p.ready[0]
-			p.ready[0] = nil
-			p.ready = p.ready[1:]
+			l = p.ready.pop()
 			p.wakeWorkerLocked() // lanes left: the next worker
 		}
 		ps := l.part
@@ -174,10 +172,10 @@ func (p *Processor) worker() {
 		}
 		if !more {
 			l = nil
-		} else if len(p.ready) > 0 {
+		} else if p.ready.len() > 0 {
 			// Take turns with the waiting lanes. No other worker needs
 			// waking: this one takes the next lane itself.
-			p.ready = append(p.ready, l)
+			p.ready.push(l)
 			l = nil
 		}
 	}

@@ -10,3 +10,12 @@ func Queued(r Records) int {
 	defer d.mu.Unlock()
 	return len(d.queued)
 }
+
+// Querying returns how many lookups of DBRecords' r are in its running
+// query.
+func Querying(r Records) int {
+	d := r.(*dbRecords)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.querying
+}

@@ -52,7 +52,10 @@ func (f RecordsFunc) Payment(ctx context.Context, orderID string) (Payment, bool
 // maxLookupBatch orders (WHERE order_id IN (...)). A lookup alone is not
 // delayed; under load a burst of records (a fetch handled by Concurrency
 // workers) costs one round trip instead of one each. A query's error is
-// returned to every lookup it served. Safe for concurrent use.
+// returned to every lookup it served. Payment returns at its context's end
+// with that context's error, whether its lookup waits or its query runs;
+// the query itself, bounded by lookupTimeout, still serves the others.
+// Safe for concurrent use.
 func DBRecords(db *store.DB) Records { return &dbRecords{db: db} }
 
 // maxLookupBatch bounds the orders of one query (DBRecords).
@@ -66,8 +69,9 @@ const lookupTimeout = 30 * time.Second
 type dbRecords struct {
 	db      *store.DB
 	mu      sync.Mutex
-	queued  []*lookup // waiting for the next query
-	running bool      // a query runs (its goroutine takes queued next)
+	queued   []*lookup // waiting for the next query
+	running  bool      // a query runs (its goroutine takes queued next)
+	querying int       // lookups in the running query
 	queries atomic.Int64
 }
 
@@ -88,7 +92,9 @@ func (r *dbRecords) Payment(ctx context.Context, orderID string) (Payment, bool,
 	r.running = true
 	r.mu.Unlock()
 	if lead {
-		r.run(context.WithoutCancel(ctx))
+		// On a goroutine of its own, so that this caller too returns at
+		// its context's end while the query it started serves the others.
+		go r.run(context.WithoutCancel(ctx))
 	}
 	select {
 	case <-l.done:
@@ -98,24 +104,25 @@ func (r *dbRecords) Payment(ctx context.Context, orderID string) (Payment, bool,
 	}
 }
 
-// run queries for the queued lookups (up to maxLookupBatch); if more
-// queued meanwhile, a goroutine of its own runs the next query, so that the
-// caller returns with its result. One run at a time (running).
+// run queries for the queued lookups (up to maxLookupBatch), then, if more
+// queued meanwhile, the next ones, until none is left. One run at a time
+// (running); it runs on a goroutine of its own, started by the lookup that
+// found none running.
 func (r *dbRecords) run(ctx context.Context) {
-	r.mu.Lock()
-	batch := r.queued[:min(len(r.queued), maxLookupBatch):min(len(r.queued), maxLookupBatch)]
-	r.queued = r.queued[len(batch):]
-	r.mu.Unlock()
-	r.query(ctx, batch)
-	r.mu.Lock()
-	more := len(r.queued) > 0
-	if !more {
-		r.queued = nil
-		r.running = false
-	}
-	r.mu.Unlock()
-	if more {
-		go r.run(ctx)
+	for {
+		r.mu.Lock()
+		n := min(len(r.queued), maxLookupBatch)
+		r.querying = n
+		if n == 0 {
+			r.queued = nil
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		batch := r.queued[:n:n]
+		r.queued = r.queued[n:]
+		r.mu.Unlock()
+		r.query(ctx, batch)
 	}
 }
 

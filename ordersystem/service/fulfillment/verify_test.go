@@ -182,10 +182,13 @@ func TestDBRecordsShareQueries(t *testing.T) {
 			results <- result{id, p, ok, err}
 		}()
 	}
+	// Every lookup is in the first query (waiting for the connection) or
+	// queued behind it.
 	deadline := time.Now().Add(30 * time.Second)
-	for fulfillment.Queued(recs) < paid+unknown-1 {
+	for fulfillment.Querying(recs)+fulfillment.Queued(recs) < paid+unknown {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d lookups queued behind the first, want %d", fulfillment.Queued(recs), paid+unknown-1)
+			t.Fatalf("%d lookups in the first query and %d queued behind it, want %d in all",
+				fulfillment.Querying(recs), fulfillment.Queued(recs), paid+unknown)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -203,8 +206,94 @@ func TestDBRecordsShareQueries(t *testing.T) {
 			t.Errorf("%s: %+v (ok %v), want its own record (amount %d)", r.id, r.p, r.ok, 1000+i)
 		}
 	}
-	// The first lookup's query, then 319 in queries of up to 256.
+	// The first query (up to 256 lookups), then the rest in queries of up to
+	// 256.
 	if q := fulfillment.Queries(recs); q > 3 {
 		t.Errorf("%d queries for %d lookups made at once, want at most 3", q, paid+unknown)
+	}
+}
+
+// TestDBRecordsCallerCancelled: a lookup whose context ends returns at once
+// with that context's error, both the one whose query runs (stuck on the
+// database) and one queued behind it; the query still serves the others,
+// and lookups after it are served as before.
+func TestDBRecordsCallerCancelled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "ordercast.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.DB.SetMaxOpenConns(1) // one connection: held below, the first query waits for it
+	if err := store.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2010, 12, 1, 8, 26, 0, 0, time.UTC)
+	for i := range 3 {
+		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO payments (order_id, customer_id, status, method, amount_milli, reason, processed_at) VALUES (?, ?, ?, ?, ?, '', ?)`),
+			fmt.Sprintf("ord_%03d", i), "17850", order.PaymentPaid, order.MethodWallet, int64(1000+i), at.UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := db.DB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := fulfillment.DBRecords(db)
+	type result struct {
+		ok  bool
+		err error
+	}
+	lookup := func(ctx context.Context, id string) chan result {
+		c := make(chan result, 1)
+		go func() {
+			_, ok, err := recs.Payment(ctx, id)
+			c <- result{ok, err}
+		}()
+		return c
+	}
+	leadCtx, cancelLead := context.WithCancel(ctx)
+	lead := lookup(leadCtx, "ord_000") // its query waits for the held connection
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d lookups in the query, %d queued", what, fulfillment.Querying(recs), fulfillment.Queued(recs))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor("the first lookup in its query", func() bool { return fulfillment.Querying(recs) == 1 })
+	queuedCtx, cancelQueued := context.WithCancel(ctx)
+	queued := lookup(queuedCtx, "ord_001")
+	other := lookup(ctx, "ord_002")
+	waitFor("two lookups queued", func() bool { return fulfillment.Queued(recs) == 2 })
+	for name, c := range map[string]struct {
+		cancel context.CancelFunc
+		res    chan result
+	}{"the lookup whose query runs": {cancelLead, lead}, "a queued lookup": {cancelQueued, queued}} {
+		c.cancel()
+		select {
+		case r := <-c.res:
+			if !errors.Is(r.err, context.Canceled) {
+				t.Errorf("%s, cancelled: ok %v, error %v; want context.Canceled", name, r.ok, r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not return at its context's end (the database still held)", name)
+		}
+	}
+	conn.Close() // the query goes on and serves the others
+	select {
+	case r := <-other:
+		if r.err != nil || !r.ok {
+			t.Errorf("the lookup queued beside the cancelled ones: ok %v, error %v; want its record", r.ok, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lookup queued beside the cancelled ones was not served")
+	}
+	if _, ok, err := recs.Payment(ctx, "ord_001"); err != nil || !ok {
+		t.Errorf("a lookup after the cancelled ones: ok %v, error %v; want its record", ok, err)
 	}
 }
