@@ -67,12 +67,12 @@ const maxLookupBatch = 256
 const lookupTimeout = 30 * time.Second
 
 type dbRecords struct {
-	db      *store.DB
-	mu      sync.Mutex
+	db       *store.DB
+	mu       sync.Mutex
 	queued   []*lookup // waiting for the next query
 	running  bool      // a query runs (its goroutine takes queued next)
 	querying int       // lookups in the running query
-	queries atomic.Int64
+	queries  atomic.Int64
 }
 
 // lookup is one Payment call's request and, once done is closed, its result.
