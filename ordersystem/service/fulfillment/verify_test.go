@@ -2,6 +2,7 @@ package fulfillment_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -137,25 +138,21 @@ func TestUnreadableRecordIsTransient(t *testing.T) {
 	}
 }
 
-// TestDBRecordsShareQueries: lookups made while a query runs share the next
-// one (DBRecords). With the pool's one connection held, the first lookup's
-// query waits, and 319 more lookups queue behind it; once the connection is
-// free, they are answered by a few queries of up to 256 orders, not one
-// each, and each gets its own order's record, or none for an order without
-// one.
-func TestDBRecordsShareQueries(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+// heldPayments returns a SQLite database with the payments of orders
+// ord_000 to ord_<paid-1> (customer 17850, PAID by wallet, amount 1000 +
+// the order's number) whose pool's one connection is held by conn: a query
+// waits until conn is closed.
+func heldPayments(ctx context.Context, t *testing.T, paid int) (*store.DB, *sql.Conn) {
+	t.Helper()
 	db, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "ordercast.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	db.DB.SetMaxOpenConns(1) // one connection: held below, the first query waits for it
+	t.Cleanup(func() { db.Close() })
+	db.DB.SetMaxOpenConns(1)
 	if err := store.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	const paid, unknown = 300, 20
 	at := time.Date(2010, 12, 1, 8, 26, 0, 0, time.UTC)
 	for i := range paid {
 		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO payments (order_id, customer_id, status, method, amount_milli, reason, processed_at) VALUES (?, ?, ?, ?, ?, '', ?)`),
@@ -167,6 +164,20 @@ func TestDBRecordsShareQueries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return db, conn
+}
+
+// TestDBRecordsShareQueries: lookups made while a query runs share the next
+// one (DBRecords). With the pool's one connection held, the first lookup's
+// query waits, and 319 more lookups queue behind it; once the connection is
+// free, they are answered by a few queries of up to 256 orders, not one
+// each, and each gets its own order's record, or none for an order without
+// one.
+func TestDBRecordsShareQueries(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const paid, unknown = 300, 20
+	db, conn := heldPayments(ctx, t, paid)
 	recs := fulfillment.DBRecords(db)
 	type result struct {
 		id  string
@@ -220,26 +231,7 @@ func TestDBRecordsShareQueries(t *testing.T) {
 func TestDBRecordsCallerCancelled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	db, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "ordercast.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	db.DB.SetMaxOpenConns(1) // one connection: held below, the first query waits for it
-	if err := store.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	at := time.Date(2010, 12, 1, 8, 26, 0, 0, time.UTC)
-	for i := range 3 {
-		if _, err := db.ExecContext(ctx, db.Rebind(`INSERT INTO payments (order_id, customer_id, status, method, amount_milli, reason, processed_at) VALUES (?, ?, ?, ?, ?, '', ?)`),
-			fmt.Sprintf("ord_%03d", i), "17850", order.PaymentPaid, order.MethodWallet, int64(1000+i), at.UnixMilli()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conn, err := db.DB.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, conn := heldPayments(ctx, t, 3)
 	recs := fulfillment.DBRecords(db)
 	type result struct {
 		ok  bool
