@@ -111,6 +111,22 @@ func (db *DB) closeStmts() {
 // statement's error with head and its row count; an error for cols < 1 or a
 // ragged args. Nothing is written for no rows.
 func (db *DB) InsertRows(ctx context.Context, tx *sql.Tx, head, tail string, cols int, args []any) error {
+	return db.insertRows(ctx, tx, head, tail, cols, args, nil)
+}
+
+// InsertRowsReturning is InsertRows for a tail with a RETURNING clause
+// (` ON CONFLICT (k) DO NOTHING RETURNING k`: SQLite 3.35+, PostgreSQL):
+// scan is called once for each row returned, with rows positioned on it
+// (rows.Scan), in the order the database returns them; an error of scan
+// stops the insert and is returned as it is.
+func (db *DB) InsertRowsReturning(ctx context.Context, tx *sql.Tx, head, tail string, cols int, args []any, scan func(rows *sql.Rows) error) error {
+	if scan == nil {
+		return fmt.Errorf("sqldb: insert rows: %s: a nil scan", head)
+	}
+	return db.insertRows(ctx, tx, head, tail, cols, args, scan)
+}
+
+func (db *DB) insertRows(ctx context.Context, tx *sql.Tx, head, tail string, cols int, args []any, scan func(rows *sql.Rows) error) error {
 	if cols < 1 || len(args)%cols != 0 {
 		return fmt.Errorf("sqldb: insert rows: %d values for rows of %d columns", len(args), cols)
 	}
@@ -127,12 +143,34 @@ func (db *DB) InsertRows(ctx context.Context, tx *sql.Tx, head, tail string, col
 		if err != nil {
 			return fmt.Errorf("sqldb: insert rows: %s (%d rows): prepare: %w", head, n, err)
 		}
-		if _, err := st.ExecContext(ctx, args[:n*cols]...); err != nil {
+		if scan == nil {
+			if _, err := st.ExecContext(ctx, args[:n*cols]...); err != nil {
+				return fmt.Errorf("sqldb: insert rows: %s (%d rows): %w", head, n, err)
+			}
+		} else if err := queryEach(ctx, st, args[:n*cols], scan); err != nil {
 			return fmt.Errorf("sqldb: insert rows: %s (%d rows): %w", head, n, err)
 		}
 		args, rows = args[n*cols:], rows-n
 	}
 	return nil
+}
+
+// queryEach runs st with args and calls scan on each row it returns.
+func queryEach(ctx context.Context, st *sql.Stmt, args []any, scan func(rows *sql.Rows) error) error {
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	return rows.Err()
 }
 
 // insertText is the INSERT of n rows of cols columns.

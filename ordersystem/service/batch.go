@@ -15,52 +15,91 @@ import (
 )
 
 // Event is one record of a batch, decoded and ready to apply: the event's
-// stable id, the record it came in, and its effect.
+// stable id, the record it came in, and its effect: Apply, through the
+// inbox, or ApplyOnce, without it.
+//
+// ApplyOnce is for an effect that deduplicates itself: one row inserted
+// with INSERT ... ON CONFLICT DO NOTHING on a natural key that names the
+// effect (an order's status milestone (order_id, kind), the notification of
+// an (order, kind)), so that it is applied at most once whatever the event
+// id, and a redelivery finds its row. No inbox row is claimed for such an
+// event: one row and one unique-index check per event instead of two.
+// ApplyOnce reports whether its row was new (false: a duplicate, counted as
+// the inbox's are). Such an event is not compared by digest: an event id
+// re-sent with other content applies the other content's effect if that
+// effect is new, and is a duplicate if it is not. Exactly one of Apply and
+// ApplyOnce is set.
 type Event struct {
-	ID     string
-	Record *kgo.Record
-	Apply  func(ctx context.Context, tx *sql.Tx) error
+	ID        string
+	Record    *kgo.Record
+	Apply     func(ctx context.Context, tx *sql.Tx) error
+	ApplyOnce func(ctx context.Context, tx *sql.Tx) (applied bool, err error)
 }
 
-// ProcessBatch applies events in one database transaction (db.InTx), each
-// through the inbox with its own row: first the inbox rows of all of them
-// (inbox.ClaimTx, multi-row INSERTs, with the digest of each record's
-// value), then the effects of the claimed ones: applyAll(ctx, tx, claimed)
-// when applyAll is not nil (claimed[i] reports whether events[i] is to be
-// applied: a service writes the effects of several events in a few
-// multi-row statements), else each claimed event's Apply, in slice order. A
-// duplicate (an event the group already applied, or one earlier in the
-// batch) is not applied, and is counted in m and logged at debug level as
-// Process does. It returns how many were applied, and commits only if every
-// effect returned nil: any error (an effect's, a *inbox.ConflictError, a
-// database error) rolls the whole batch back and is returned, so nothing of
-// the batch is kept and the runtime handles its records again one at a time
-// (processor.WithBatchHandler), where the failing one alone is retried or
-// dead-lettered. A retryable database error re-runs the whole transaction
-// (InTx), so the effects must do database work only. Safe for concurrent
-// use.
+// ProcessBatch applies events in one database transaction (db.InTx): first
+// the inbox rows of those applied through the inbox (Event.Apply; inbox.ClaimTx,
+// multi-row INSERTs, with the digest of each record's value), then the
+// effects of the claimed ones and of the self-deduplicating ones
+// (Event.ApplyOnce): applyAll(ctx, tx, claimed) when applyAll is not nil
+// (claimed[i] reports whether events[i] is to be applied: a service writes
+// the effects of several events in a few multi-row statements; it is true
+// for every self-deduplicating event, and applyAll sets it to false for each
+// of those whose row was there already), else each claimed event's Apply or
+// ApplyOnce, in slice order. A duplicate (an event the group already
+// applied, or one earlier in the batch) is not applied, and is counted in m
+// and logged at debug level as Process does. It returns how many were
+// applied, and commits only if every effect returned nil: any error (an
+// effect's, a *inbox.ConflictError, a database error) rolls the whole batch
+// back and is returned, so nothing of the batch is kept and the runtime
+// handles its records again one at a time (processor.WithBatchHandler),
+// where the failing one alone is retried or dead-lettered. A retryable
+// database error re-runs the whole transaction (InTx), so the effects must
+// do database work only. Safe for concurrent use.
 func ProcessBatch(ctx context.Context, db *store.DB, m *Metrics, log *slog.Logger, group string, events []Event,
 	applyAll func(ctx context.Context, tx *sql.Tx, claimed []bool) error) (applied int, err error) {
-	claims := make([]inbox.Claim, len(events))
+	var claims []inbox.Claim
+	var viaInbox []int // events[viaInbox[k]] is claims[k]'s
 	for i, ev := range events {
+		if ev.ApplyOnce != nil {
+			continue
+		}
 		meta := Meta(ev.Record)
 		meta.Digest = inbox.Digest(ev.Record.Value)
-		claims[i] = inbox.Claim{EventID: ev.ID, Meta: meta}
+		claims = append(claims, inbox.Claim{EventID: ev.ID, Meta: meta})
+		viaInbox = append(viaInbox, i)
 	}
 	var claimed []bool
 	err = db.InTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		if claimed, err = inbox.ClaimTx(ctx, tx, db, group, claims); err != nil {
-			return err
+		claimed = make([]bool, len(events))
+		for i, ev := range events {
+			claimed[i] = ev.ApplyOnce != nil
+		}
+		if len(claims) > 0 {
+			got, err := inbox.ClaimTx(ctx, tx, db, group, claims)
+			if err != nil {
+				return err
+			}
+			for k, i := range viaInbox {
+				claimed[i] = got[k]
+			}
 		}
 		if applyAll != nil {
 			return applyAll(ctx, tx, claimed)
 		}
 		for i, ev := range events {
-			if claimed[i] {
-				if err := ev.Apply(ctx, tx); err != nil {
+			if !claimed[i] {
+				continue
+			}
+			if ev.ApplyOnce != nil {
+				ok, err := ev.ApplyOnce(ctx, tx)
+				if err != nil {
 					return err
 				}
+				claimed[i] = ok
+				continue
+			}
+			if err := ev.Apply(ctx, tx); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -73,16 +112,21 @@ func ProcessBatch(ctx context.Context, db *store.DB, m *Metrics, log *slog.Logge
 			applied++
 			continue
 		}
-		if m != nil {
-			m.duplicates.WithLabelValues(group).Inc()
-		}
-		if log != nil {
-			r := events[i].Record
-			log.DebugContext(ctx, "inbox: duplicate event skipped", "group", group, "event_id", events[i].ID,
-				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
-		}
+		duplicate(ctx, m, log, group, events[i].ID, events[i].Record)
 	}
 	return applied, nil
+}
+
+// duplicate counts in m (if not nil) and logs on log at debug level (if not
+// nil) the event eventID of r, which group had applied already.
+func duplicate(ctx context.Context, m *Metrics, log *slog.Logger, group, eventID string, r *kgo.Record) {
+	if m != nil {
+		m.duplicates.WithLabelValues(group).Inc()
+	}
+	if log != nil {
+		log.DebugContext(ctx, "duplicate event skipped", "group", group, "event_id", eventID,
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+	}
 }
 
 // paramsPerInsert bounds the parameters of one InsertRows statement, below
@@ -125,13 +169,17 @@ func InsertRows(ctx context.Context, tx *sql.Tx, db *store.DB, head, tail string
 
 // Handle is the one-record handler of a service whose records decode to an
 // Event: it decodes r with decode and applies the event through the inbox
-// (Process). A decode error is returned as is (a processor.Permanent error
+// (Process), or, if it deduplicates itself, without (ProcessOnce). A decode error is returned as is (a processor.Permanent error
 // for a contract violation, so the runtime dead-letters the record); so is
 // Process's. Safe for concurrent use if decode is.
 func Handle(ctx context.Context, db *store.DB, m *Metrics, log *slog.Logger, group string, r *kgo.Record,
 	decode func(ctx context.Context, r *kgo.Record) (Event, error)) error {
 	ev, err := decode(ctx, r)
 	if err != nil {
+		return err
+	}
+	if ev.ApplyOnce != nil {
+		_, err = ProcessOnce(ctx, db, m, log, group, ev.ID, r, ev.ApplyOnce)
 		return err
 	}
 	_, err = Process(ctx, db, m, log, group, ev.ID, r, ev.Apply)

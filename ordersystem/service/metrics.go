@@ -12,7 +12,7 @@ import (
 	"github.com/ordercast/ordercast/ordersystem/store"
 )
 
-// Metrics counts what the consumer services' inboxes absorbed. A nil
+// Metrics counts the redeliveries the consumer services absorbed. A nil
 // *Metrics counts nothing. Safe for concurrent use.
 type Metrics struct {
 	duplicates *prometheus.CounterVec
@@ -24,14 +24,16 @@ type Metrics struct {
 //
 //	ordercast_inbox_duplicates_total{group}  events delivered again after
 //	                                         their effect was applied and
-//	                                         skipped by the inbox
+//	                                         skipped by the inbox or by the
+//	                                         effect's natural key
+//	                                         (Event.ApplyOnce)
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg == nil {
 		reg = prometheus.DefaultRegisterer
 	}
 	m := &Metrics{duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ordercast_inbox_duplicates_total",
-		Help: "Events a consumer group received again after their effect was applied; the inbox skipped them (each is a redelivery: a crash, a rebalance or a re-publication).",
+		Help: "Events a consumer group received again after their effect was applied, skipped by the inbox or by the effect's natural key (each is a redelivery: a crash, a rebalance or a re-publication).",
 	}, []string{"group"})}
 	reg.MustRegister(m.duplicates)
 	return m
@@ -47,13 +49,25 @@ func Process(ctx context.Context, db *store.DB, m *Metrics, log *slog.Logger, gr
 	meta.Digest = inbox.Digest(r.Value)
 	applied, err = inbox.Process(ctx, db, group, eventID, meta, fn)
 	if err == nil && !applied {
-		if m != nil {
-			m.duplicates.WithLabelValues(group).Inc()
-		}
-		if log != nil {
-			log.DebugContext(ctx, "inbox: duplicate event skipped", "group", group, "event_id", eventID,
-				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
-		}
+		duplicate(ctx, m, log, group, eventID, r)
+	}
+	return applied, err
+}
+
+// ProcessOnce applies the self-deduplicating effect fn of the event eventID
+// of record r (Event.ApplyOnce) in one database transaction (db.InTx),
+// without an inbox row, counting it in m (if not nil) and logging it at
+// debug level on log (if not nil) when fn reports its row was there already.
+// It returns fn's report and its error, or the transaction's. Safe for
+// concurrent use if fn is.
+func ProcessOnce(ctx context.Context, db *store.DB, m *Metrics, log *slog.Logger, group, eventID string, r *kgo.Record, fn func(ctx context.Context, tx *sql.Tx) (bool, error)) (applied bool, err error) {
+	err = db.InTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		applied, err = fn(ctx, tx)
+		return err
+	})
+	if err == nil && !applied {
+		duplicate(ctx, m, log, group, eventID, r)
 	}
 	return applied, err
 }

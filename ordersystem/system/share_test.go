@@ -24,8 +24,8 @@ import (
 // share group (NotificationsShare) and more members than partitions keeps
 // every invariant (every accepted order received and paid-or-refused
 // notified exactly once); every orderCreated record then published a second
-// time (a redelivery the share group hands out again) is skipped by the
-// inbox, so no notification is sent twice. The share group is the one the
+// time (a redelivery the share group hands out again) is skipped as a
+// duplicate (its notification id), so no notification is sent twice. The share group is the one the
 // brokers list, with its members, its backlog is exported as
 // ordercast_group_lag_total and /readyz's view lists each queue member.
 func TestNotificationsShareMode(t *testing.T) {
@@ -123,7 +123,7 @@ func TestNotificationsShareMode(t *testing.T) {
 	}
 
 	// Every orderCreated record again: the share group delivers each copy,
-	// the inbox skips it, no notification is added.
+	// its notification is there, no notification is added.
 	created, err := audit.ReadTopic(ctx, cl, order.TopicOrderCreated)
 	if err != nil || len(created) != orders {
 		t.Fatalf("orderCreated: %d records (%v), want %d", len(created), err, orders)
@@ -134,7 +134,7 @@ func TestNotificationsShareMode(t *testing.T) {
 		again = append(again, &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers})
 	}
 	testkafka.Produce(t, brokers, again...)
-	poll(t, ctx, "every copy skipped by the notifications inbox", func() (bool, string) {
+	poll(t, ctx, "every copy skipped as a duplicate", func() (bool, string) {
 		d := promtest.Sum(t, mreg, "ordercast_inbox_duplicates_total", "group", order.GroupNotifications) - dups0
 		return d >= orders, ""
 	})

@@ -1,8 +1,9 @@
 // Package notifications is the notifications service: consumer group
 // "notifications". It tells the customer that an order was received and
 // whether its payment went through, recording one notification per (order,
-// kind) in the notifications table (the sink), deduplicated both by the inbox
-// and by a stable notification id.
+// kind) in the notifications table (the sink), deduplicated by a stable
+// notification id (NotificationID): a redelivered event finds its row, so
+// the group needs no inbox row (service.Event.ApplyOnce).
 package notifications
 
 import (
@@ -58,25 +59,44 @@ func (s *Service) Handle(ctx context.Context, r *kgo.Record) error {
 }
 
 // HandleBatch is the processor.BatchHandler of the notifications group: the
-// notifications and inbox rows of the records in one transaction
-// (service.ProcessBatch), the notifications in multi-row INSERTs. Any record
+// notifications of the records in one transaction (service.ProcessBatch),
+// in multi-row INSERTs. Any record
 // that fails fails the batch, and the runtime then handles its records one
 // at a time with Handle.
 func (s *Service) HandleBatch(ctx context.Context, recs []*kgo.Record) error {
 	return service.HandleBatch(ctx, s.DB, s.Metrics, s.Logger, order.GroupNotifications, recs, s.decode, s.insertAll)
 }
 
-// insertAll writes the notifications of the claimed records (rows[i] is
-// recs[i]'s notifications row) in multi-row INSERTs.
+// insertAll writes the notifications of the records (rows[i] is recs[i]'s
+// notifications row, claimed[i] true for each: notifications deduplicate
+// themselves) in multi-row INSERTs, and clears claimed[i] for each whose
+// notification was there already (or came earlier in the batch).
 func (s *Service) insertAll(ctx context.Context, tx *sql.Tx, rows [][]any, claimed []bool) error {
-	var ins [][]any
+	args := make([]any, 0, notificationCols*len(rows))
 	for i, ok := range claimed {
 		if ok {
-			ins = append(ins, rows[i])
+			args = append(args, rows[i]...)
 		}
 	}
-	if err := service.InsertRows(ctx, tx, s.DB, insertHead, insertTail, ins); err != nil {
+	fresh := make(map[string]bool, len(rows))
+	err := s.DB.InsertRowsReturning(ctx, tx, insertHead, insertTail+` RETURNING notification_id`, notificationCols, args,
+		func(r *sql.Rows) error {
+			var id string
+			if err := r.Scan(&id); err != nil {
+				return err
+			}
+			fresh[id] = true
+			return nil
+		})
+	if err != nil {
 		return fmt.Errorf("notifications: %w", err)
+	}
+	for i, ok := range claimed {
+		if ok {
+			id := rows[i][0].(string)
+			claimed[i] = fresh[id]
+			delete(fresh, id) // a later copy in this batch is a duplicate
+		}
 	}
 	return nil
 }
@@ -84,8 +104,9 @@ func (s *Service) insertAll(ctx context.Context, tx *sql.Tx, rows [][]any, claim
 // The notifications row: notification_id, order_id, kind, customer_id,
 // body, created_at.
 const (
-	insertHead = `INSERT INTO notifications (notification_id, order_id, kind, customer_id, body, created_at) VALUES`
-	insertTail = ` ON CONFLICT (notification_id) DO NOTHING`
+	insertHead       = `INSERT INTO notifications (notification_id, order_id, kind, customer_id, body, created_at) VALUES`
+	insertTail       = ` ON CONFLICT (notification_id) DO NOTHING`
+	notificationCols = 6
 )
 
 // event decodes r into the notification to record.
@@ -127,10 +148,15 @@ func (s *Service) notify(r *kgo.Record, eventID, orderID, customerID, kind, body
 		cust = customerID
 	}
 	row := []any{NotificationID(orderID, kind), orderID, kind, cust, body, time.Now().UnixMilli()}
-	return service.Event{ID: eventID, Record: r, Apply: func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.DB.Rebind(insertHead+` (?, ?, ?, ?, ?, ?)`+insertTail), row...); err != nil {
-			return fmt.Errorf("notifications: insert %s for %s: %w", kind, orderID, err)
+	return service.Event{ID: eventID, Record: r, ApplyOnce: func(ctx context.Context, tx *sql.Tx) (bool, error) {
+		res, err := tx.ExecContext(ctx, s.DB.Rebind(insertHead+` (?, ?, ?, ?, ?, ?)`+insertTail), row...)
+		if err != nil {
+			return false, fmt.Errorf("notifications: insert %s for %s: %w", kind, orderID, err)
 		}
-		return nil
+		n, err := res.RowsAffected()
+		if err != nil {
+			return false, fmt.Errorf("notifications: insert %s for %s: %w", kind, orderID, err)
+		}
+		return n == 1, nil
 	}}, row
 }

@@ -7,11 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ordercast/ordercast/internal/testkit/promtest"
 
 	"github.com/ordercast/ordercast/ordersystem/order"
 	"github.com/ordercast/ordercast/ordersystem/schema"
 	"github.com/ordercast/ordercast/ordersystem/schema/schematest"
+	"github.com/ordercast/ordercast/ordersystem/service"
 	"github.com/ordercast/ordercast/ordersystem/service/notifications"
 	"github.com/ordercast/ordercast/ordersystem/service/servicetest"
 	"github.com/ordercast/ordercast/ordersystem/store"
@@ -79,19 +83,34 @@ func TestHandleBatchEquivalentToHandle(t *testing.T) {
 			paid(t, serde, "o3", "c1", order.PaymentRefused, 5),
 		}
 		// Another event (its own id) of an order already notified, in the
-		// batch twice: the inbox claims it, the notification exists.
+		// batch twice: the notification exists, both are duplicates.
 		again := createdAs(t, serde, "evt_c_o1_again", "o1", "c1", 6)
 		second = append(second, again, again)
-		batch := &notifications.Service{DB: batchDB, Serde: serde}
+		batchReg, oneReg := prometheus.NewRegistry(), prometheus.NewRegistry()
+		batch := &notifications.Service{DB: batchDB, Serde: serde, Metrics: service.NewMetrics(batchReg)}
 		for _, recs := range [][]*kgo.Record{first, second} {
 			if err := batch.HandleBatch(ctx, recs); err != nil {
 				t.Fatal(err)
 			}
 		}
-		one := &notifications.Service{DB: oneDB, Serde: serde}
+		one := &notifications.Service{DB: oneDB, Serde: serde, Metrics: service.NewMetrics(oneReg)}
 		for _, r := range slices.Concat(first, second) {
 			if err := one.Handle(ctx, r); err != nil {
 				t.Fatal(err)
+			}
+		}
+		// The redeliveries: o1's received again (first[0]), o3's created
+		// twice in the batch, and the other event of o1's received twice.
+		for name, reg := range map[string]*prometheus.Registry{"HandleBatch": batchReg, "Handle": oneReg} {
+			if d := promtest.Sum(t, reg, "ordercast_inbox_duplicates_total", "group", order.GroupNotifications); d != 4 {
+				t.Errorf("%s counted %v duplicates, want 4", name, d)
+			}
+		}
+		// Notifications deduplicate themselves: no inbox rows.
+		for _, db := range []*store.DB{batchDB, oneDB} {
+			var n int
+			if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM inbox`).Scan(&n); err != nil || n != 0 {
+				t.Fatalf("%d inbox rows (%v), want none", n, err)
 			}
 		}
 		got, want := rows(t, ctx, batchDB), rows(t, ctx, oneDB)

@@ -6,11 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ordercast/ordercast/internal/testkit/promtest"
 	"github.com/ordercast/ordercast/ordersystem/order"
 	"github.com/ordercast/ordercast/ordersystem/schema"
 	"github.com/ordercast/ordercast/ordersystem/schema/schematest"
+	"github.com/ordercast/ordercast/ordersystem/service"
 	"github.com/ordercast/ordercast/ordersystem/service/orders"
 	"github.com/ordercast/ordercast/ordersystem/service/servicetest"
 	"github.com/ordercast/ordercast/ordersystem/store"
@@ -71,6 +74,63 @@ func TestHandleBatch(t *testing.T) {
 		}
 		if n := count(`SELECT COUNT(*) FROM inbox WHERE event_id = ?`, "evt_3"); n != 0 {
 			t.Fatal("the failed batch kept an inbox row")
+		}
+	})
+}
+
+// An order's later statuses deduplicate themselves by (order_id, kind): a
+// redelivered paymentProcessed or shipmentRequested, in the same batch, in a
+// later one or handled alone, and another event of a milestone the order
+// has (its own event id), is skipped and counted as a duplicate, the status
+// written once, with no inbox row; orderCreated keeps its inbox row.
+func TestStatusesDeduplicateThemselves(t *testing.T) {
+	servicetest.Each(t, func(t *testing.T, ctx context.Context, db *store.DB, serde *schema.Serde) {
+		reg := prometheus.NewRegistry()
+		svc := &orders.Service{DB: db, Serde: serde, Metrics: service.NewMetrics(reg)}
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		created := order.OrderCreated{EventID: "evt_c1", Order: order.Order{OrderID: "ord_1", CustomerID: "17850", CreatedAt: now,
+			Lines: []order.Line{{StockCode: "S", Quantity: 1, UnitPrice: 1000, LineTotal: 1000}}, Total: 1000}}
+		paid := func(eventID string, off int64) *kgo.Record {
+			ev := order.PaymentProcessed{EventID: eventID, OrderID: "ord_1", Status: order.PaymentPaid,
+				Method: order.MethodCard, Amount: 1000, Country: "United Kingdom", ProcessedAt: now}
+			return schematest.Record(t, serde, order.TopicPaymentProcessed, ev.OrderID, off, &ev)
+		}
+		shipped := order.ShipmentRequested{EventID: "evt_s1", OrderID: "ord_1", ShipmentID: "shp_1", RequestedAt: now}
+		shipRec := schematest.Record(t, serde, order.TopicShipmentRequested, "ord_1", 0, &shipped)
+		// Duplicates: 1 in the first batch (evt_p1 twice), all 3 of the
+		// second, and the 2 handled alone after them.
+		batches := [][]*kgo.Record{
+			{schematest.Record(t, serde, order.TopicOrderCreated, "ord_1", 0, &created), paid("evt_p1", 0), paid("evt_p1", 0), shipRec},
+			{paid("evt_p1", 0), paid("evt_p1_other", 1), shipRec},
+		}
+		for _, b := range batches {
+			if err := svc.HandleBatch(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, r := range []*kgo.Record{paid("evt_p1", 0), shipRec} {
+			if err := svc.Handle(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := promtest.Sum(t, reg, "ordercast_inbox_duplicates_total", "group", order.GroupOrders); d != 6 {
+			t.Errorf("%v duplicates counted, want 6", d)
+		}
+		count := func(q string) int {
+			var n int
+			if err := db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if n := count(`SELECT COUNT(*) FROM order_status WHERE order_id = 'ord_1'`); n != 3 {
+			t.Errorf("%d statuses, want 3 (created, paid, shipment_requested)", n)
+		}
+		if n := count(`SELECT COUNT(*) FROM inbox WHERE consumer_group = 'orders' AND topic = 'orderCreated'`); n != 1 {
+			t.Errorf("%d inbox rows of orderCreated, want 1", n)
+		}
+		if n := count(`SELECT COUNT(*) FROM inbox WHERE topic <> 'orderCreated'`); n != 0 {
+			t.Errorf("%d inbox rows of statuses, want none", n)
 		}
 	})
 }

@@ -1,7 +1,10 @@
 // Package orders is the orders service: consumer group "orders". It stores
 // each order exactly once (the inbox row and the order rows in one database
 // transaction), and records the order's later stages (paid or refused,
-// shipment requested) as the other services report them on their topics.
+// shipment requested) as the other services report them on their topics,
+// once each: an order_status row per (order_id, kind), whose key
+// deduplicates a redelivered event without an inbox row
+// (service.Event.ApplyOnce).
 //
 // orders.channel holds the event's channel (orderCreated v2), NULL when the
 // event has none: a v1 event, or an instance whose Serde is pinned to v1
@@ -110,8 +113,28 @@ func (s *Service) storeAll(ctx context.Context, tx *sql.Tx, effs []effect, claim
 	if err := s.DB.InsertRows(ctx, tx, insertLines, "", lineCols, lineArgs); err != nil {
 		return fmt.Errorf("orders: %w", err)
 	}
-	if err := s.DB.InsertRows(ctx, tx, insertStatuses, ` ON CONFLICT (order_id, kind) DO NOTHING`, statusCols, statusArgs); err != nil {
+	// The status events deduplicate themselves by (order_id, kind)
+	// (service.Event.ApplyOnce): one whose row the INSERT did not return
+	// was there already (or came earlier in this batch).
+	fresh := map[[2]string]bool{}
+	err := s.DB.InsertRowsReturning(ctx, tx, insertStatuses, ` ON CONFLICT (order_id, kind) DO NOTHING RETURNING order_id, kind`, statusCols, statusArgs,
+		func(rows *sql.Rows) error {
+			var k [2]string
+			if err := rows.Scan(&k[0], &k[1]); err != nil {
+				return err
+			}
+			fresh[k] = true
+			return nil
+		})
+	if err != nil {
 		return fmt.Errorf("orders: %w", err)
+	}
+	for i, e := range effs {
+		if claimed[i] && e.created == nil {
+			k := [2]string{e.status[0].(string), e.status[1].(string)}
+			claimed[i] = fresh[k]
+			delete(fresh, k) // a later event of the same milestone is a duplicate
+		}
 	}
 	return nil
 }
@@ -186,7 +209,8 @@ func (s *Service) store(ctx context.Context, tx *sql.Tx, ev *order.OrderCreated)
 			return service.OrderConflict(fmt.Errorf("orders: insert lines %d-%d of %s: %w", from+1, from+len(chunk), ev.OrderID, err), order.GroupOrders, ev.OrderID, ev.EventID)
 		}
 	}
-	return insertStatus(ctx, s.DB, tx, ev.OrderID, StatusCreated, ev.Reference, now)
+	_, err := insertStatus(ctx, s.DB, tx, ev.OrderID, StatusCreated, ev.Reference, now)
+	return err
 }
 
 // linesPerInsert is the most order lines one INSERT writes: 7 parameters
@@ -202,17 +226,25 @@ func nullIfEmpty(v string) any {
 	return v
 }
 
+// status is the event of a later milestone of an order: its order_status
+// row, which deduplicates itself by (order_id, kind) (no inbox row).
 func (s *Service) status(r *kgo.Record, eventID, orderID, kind, detail string, at time.Time) service.Event {
-	return service.Event{ID: eventID, Record: r, Apply: func(ctx context.Context, tx *sql.Tx) error {
+	return service.Event{ID: eventID, Record: r, ApplyOnce: func(ctx context.Context, tx *sql.Tx) (bool, error) {
 		return insertStatus(ctx, s.DB, tx, orderID, kind, detail, at.UnixMilli())
 	}}
 }
 
-func insertStatus(ctx context.Context, db *store.DB, tx *sql.Tx, orderID, kind, detail string, at int64) error {
-	_, err := tx.ExecContext(ctx, db.Rebind(`INSERT INTO order_status (order_id, kind, detail, at) VALUES (?, ?, ?, ?)
+// insertStatus inserts the status kind of orderID unless the order has it
+// already; it reports whether the row is new.
+func insertStatus(ctx context.Context, db *store.DB, tx *sql.Tx, orderID, kind, detail string, at int64) (bool, error) {
+	res, err := tx.ExecContext(ctx, db.Rebind(`INSERT INTO order_status (order_id, kind, detail, at) VALUES (?, ?, ?, ?)
 		ON CONFLICT (order_id, kind) DO NOTHING`), orderID, kind, detail, at)
 	if err != nil {
-		return fmt.Errorf("orders: status %s of %s: %w", kind, orderID, err)
+		return false, fmt.Errorf("orders: status %s of %s: %w", kind, orderID, err)
 	}
-	return nil
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("orders: status %s of %s: %w", kind, orderID, err)
+	}
+	return n == 1, nil
 }
