@@ -3,6 +3,7 @@ package sqldb_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -72,6 +73,61 @@ func TestInsertRowsFixedShapes(t *testing.T) {
 	}
 	if err := db.InTx(ctx, func(tx *sql.Tx) error { return db.InsertRows(ctx, tx, head, "", 3, []any{1, 2}) }); err == nil {
 		t.Error("2 values for rows of 3 columns were accepted")
+	}
+}
+
+// InsertRowsReturning hands scan each row the INSERT returns, over every
+// statement of a batch larger than one statement takes: with ON CONFLICT DO
+// NOTHING RETURNING, exactly the new rows' keys (a key earlier in the batch
+// or already stored returns nothing); an error of scan is returned as it is
+// and rolls the transaction back.
+func TestInsertRowsReturning(t *testing.T) {
+	db, _ := openSQLiteFile(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE r (k INTEGER PRIMARY KEY, v TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	const head, tail = `INSERT INTO r (k, v) VALUES`, ` ON CONFLICT (k) DO NOTHING RETURNING k`
+	if _, err := db.ExecContext(ctx, `INSERT INTO r (k, v) VALUES (5, 'old'), (299, 'old')`); err != nil {
+		t.Fatal(err)
+	}
+	var args []any
+	for k := range 300 { // 256 + 32 + 8 + 4: four statements
+		args = append(args, k, "new")
+	}
+	args = append(args, 7, "again") // a key earlier in the batch
+	got := map[int]int{}
+	err := db.InTx(ctx, func(tx *sql.Tx) error {
+		return db.InsertRowsReturning(ctx, tx, head, tail, 2, args, func(rows *sql.Rows) error {
+			var k int
+			if err := rows.Scan(&k); err != nil {
+				return err
+			}
+			got[k]++
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 298 || got[5] != 0 || got[299] != 0 || got[7] != 1 || got[0] != 1 || got[298] != 1 {
+		t.Fatalf("returned %d keys (5: %d, 299: %d, 7: %d, 0: %d, 298: %d); want the 298 new ones, each once",
+			len(got), got[5], got[299], got[7], got[0], got[298])
+	}
+	stop := errors.New("stop")
+	err = db.InTx(ctx, func(tx *sql.Tx) error {
+		return db.InsertRowsReturning(ctx, tx, head, tail, 2, []any{1000, "x", 1001, "y"}, func(*sql.Rows) error { return stop })
+	})
+	if !errors.Is(err, stop) {
+		t.Fatalf("a failing scan: %v, want its error", err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM r WHERE k >= 1000`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows of the failed transaction: %d (%v); want 0", n, err)
+	}
+	if err := db.InTx(ctx, func(tx *sql.Tx) error { return db.InsertRowsReturning(ctx, tx, head, tail, 2, args, nil) }); err == nil {
+		t.Error("a nil scan was accepted")
 	}
 }
 
