@@ -357,6 +357,9 @@ func writeRecord(out io.Writer, r *ops.DLQRecord) error {
 	if r.OriginalTopic != "" {
 		row("original", ops.Coord{Topic: r.OriginalTopic, Partition: r.OriginalPartition, Offset: r.OriginalOffset}.String())
 	}
+	if !r.OriginalTimestamp.IsZero() {
+		row("original time", r.OriginalTimestamp.Format(time.RFC3339Nano))
+	}
 	row("group", dash(r.ConsumerGroup))
 	row("error class", dash(r.ErrorClass))
 	row("error", dash(r.ErrorMessage))

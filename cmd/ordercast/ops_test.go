@@ -95,6 +95,7 @@ func TestOperatorCommands(t *testing.T) {
 			{Key: processor.HeaderErrorClass, Value: []byte(class)},
 			{Key: processor.HeaderErrorMessage, Value: []byte("schema: orderCreated: " + class)},
 			{Key: processor.HeaderAttempts, Value: []byte("1")},
+			{Key: processor.HeaderOriginalTimestamp, Value: []byte("1700000000123")},
 		}
 	}
 	if err := cl.ProduceSync(context.Background(),
@@ -118,7 +119,7 @@ func TestOperatorCommands(t *testing.T) {
 		t.Errorf("dlq list --class invalid: %+v", l)
 	}
 	out = mustRun(t, "dlq", "show", "orders.dlq/0/1", "--registry", "", brokers)
-	for _, want := range []string{"ordercast-error-class: invalid", "payload (json", `"eventId": "e"`} {
+	for _, want := range []string{"ordercast-error-class: invalid", "payload (json", `"eventId": "e"`, "original time", "2023-11-14T22:13:20.123Z"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dlq show lacks %q:\n%s", want, out)
 		}

@@ -26,6 +26,7 @@ func hostile() *kgo.Record {
 		Value: []byte(`{"note":"<script>alert('payload')</script>"}`),
 		Headers: []kgo.RecordHeader{
 			h(processor.HeaderOriginalTopic, "orderCreated"), h(processor.HeaderOriginalPartition, "0"), h(processor.HeaderOriginalOffset, "7"),
+			h(processor.HeaderOriginalTimestamp, "1700000000123"),
 			h(processor.HeaderErrorClass, "invalid"), h(processor.HeaderErrorMessage, `<script>alert('message')</script>`),
 			h("x-note", `"><script>alert('header')</script>`),
 		}}
@@ -100,7 +101,8 @@ func TestRecordContentsAreEscaped(t *testing.T) {
 		}
 	}
 	_, _, body := get(t, srv.Client(), srv.URL+"/console/dlq/orders/0/0")
-	for _, want := range []string{"&lt;script&gt;alert(&#39;payload&#39;)&lt;/script&gt;", "&lt;script&gt;alert(&#39;header&#39;)&lt;/script&gt;", "&lt;img src=x onerror=alert(1)&gt;"} {
+	for _, want := range []string{"&lt;script&gt;alert(&#39;payload&#39;)&lt;/script&gt;", "&lt;script&gt;alert(&#39;header&#39;)&lt;/script&gt;", "&lt;img src=x onerror=alert(1)&gt;",
+		"produced 2023-11-14"} { // the original record's time (1700000000123 ms)
 		if !strings.Contains(body, want) {
 			t.Errorf("record page lacks %s", want)
 		}

@@ -110,7 +110,9 @@ func TestReplayRoundTrip(t *testing.T) {
 			seen.add(r)
 			return nil
 		}))
-	produce(t, addrs, rec("events", 0, "k1", "ok1"), rec("events", 0, "k2", "bad", "trace", "abc"), rec("events", 0, "k3", "ok2"))
+	bad := rec("events", 0, "k2", "bad", "trace", "abc")
+	bad.Timestamp = time.UnixMilli(1700000000123)
+	produce(t, addrs, rec("events", 0, "k1", "ok1"), bad, rec("events", 0, "k3", "ok2"))
 	waitFor(t, 10*time.Second, "ok2 handled", func() bool { return seen.get("ok2") == 1 })
 
 	d, err := dlq.New("g", kgo.SeedBrokers(addrs...))
@@ -125,7 +127,8 @@ func TestReplayRoundTrip(t *testing.T) {
 	})
 	dead := l.Records[0]
 	if dead.ErrorClass != "permanent" || dead.OriginalTopic != "events" || dead.OriginalPartition != 0 || dead.OriginalOffset != 1 ||
-		dead.Key != "k2" || dead.ConsumerGroup != "g" || l.ByClass["permanent"] != 1 || l.ByOriginalTopic["events"] != 1 {
+		dead.Key != "k2" || dead.ConsumerGroup != "g" || l.ByClass["permanent"] != 1 || l.ByOriginalTopic["events"] != 1 ||
+		!dead.OriginalTimestamp.Equal(bad.Timestamp) {
 		t.Fatalf("DLQ record %+v, listing %+v", dead, l)
 	}
 

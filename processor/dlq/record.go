@@ -71,9 +71,13 @@ type Record struct {
 	// From the runtime's headers (processor.Header*); zero when absent:
 	// where the record was first consumed, by which group, why it failed
 	// (class and message), after how many attempts and when.
-	OriginalTopic     string    `json:"originalTopic"`
-	OriginalPartition int32     `json:"originalPartition"`
-	OriginalOffset    int64     `json:"originalOffset"`
+	OriginalTopic     string `json:"originalTopic"`
+	OriginalPartition int32  `json:"originalPartition"`
+	OriginalOffset    int64  `json:"originalOffset"`
+	// OriginalTimestamp is the original record's own timestamp (when it
+	// was produced, or appended with LogAppendTime), whole milliseconds,
+	// UTC: how old the event was when it failed.
+	OriginalTimestamp time.Time `json:"originalTimestamp,omitzero"`
 	ConsumerGroup     string    `json:"consumerGroup,omitempty"`
 	ErrorClass        string    `json:"errorClass"`
 	ErrorMessage      string    `json:"errorMessage,omitempty"`
@@ -133,6 +137,8 @@ func parseRecord(r *kgo.Record) Record {
 			d.OriginalPartition = int32(n)
 		case processor.HeaderOriginalOffset:
 			d.OriginalOffset, _ = strconv.ParseInt(v, 10, 64)
+		case processor.HeaderOriginalTimestamp:
+			d.OriginalTimestamp = ms(v)
 		case processor.HeaderConsumerGroup:
 			d.ConsumerGroup = v
 		case processor.HeaderErrorClass:
