@@ -71,12 +71,12 @@ type Record struct {
 	// From the runtime's headers (processor.Header*); zero when absent:
 	// where the record was first consumed, by which group, why it failed
 	// (class and message), after how many attempts and when.
-	OriginalTopic     string `json:"originalTopic"`
-	OriginalPartition int32  `json:"originalPartition"`
-	OriginalOffset    int64  `json:"originalOffset"`
 	// OriginalTimestamp is the original record's own timestamp (when it
 	// was produced, or appended with LogAppendTime), whole milliseconds,
 	// UTC: how old the event was when it failed.
+	OriginalTopic     string    `json:"originalTopic"`
+	OriginalPartition int32     `json:"originalPartition"`
+	OriginalOffset    int64     `json:"originalOffset"`
 	OriginalTimestamp time.Time `json:"originalTimestamp,omitzero"`
 	ConsumerGroup     string    `json:"consumerGroup,omitempty"`
 	ErrorClass        string    `json:"errorClass"`
