@@ -118,7 +118,7 @@ func (db *DB) InsertRows(ctx context.Context, tx *sql.Tx, head, tail string, col
 // (` ON CONFLICT (k) DO NOTHING RETURNING k`: SQLite 3.35+, PostgreSQL):
 // scan is called once for each row returned, with rows positioned on it
 // (rows.Scan), in the order the database returns them; an error of scan
-// stops the insert and is returned as it is.
+// stops the insert and is returned wrapped (errors.Is finds it).
 func (db *DB) InsertRowsReturning(ctx context.Context, tx *sql.Tx, head, tail string, cols int, args []any, scan func(rows *sql.Rows) error) error {
 	if scan == nil {
 		return fmt.Errorf("sqldb: insert rows: %s: a nil scan", head)

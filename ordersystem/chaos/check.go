@@ -80,9 +80,11 @@ func examples(xs []string) string {
 // counts (it is in the log and committed; read_committed readers see it once
 // that transaction ends).
 //
-// The effect of a record for a group with an inbox is its inbox row, or the
-// record forwarded to one of the group's retry topics or its DLQ (its effect
-// is then owed by that topic, checked the same way). For fulfillment, the
+// The effect of a record for a group with an inbox is its inbox row, or,
+// for an event whose effect deduplicates itself (an order's later status, a
+// notification), that row (effectKey); or the record forwarded to one of the
+// group's retry topics or its DLQ (its effect is then owed by that topic,
+// checked the same way). For fulfillment, the
 // effect of a PAID paymentProcessed is a committed shipmentRequested for the
 // order, or the record in fulfillment's DLQ. The offsets are read first and
 // the effects after, so an effect applied meanwhile only helps.
@@ -188,8 +190,8 @@ func (c *checker) offsets(ctx context.Context) (inv Invariant, lag map[string]in
 					if ev.status == order.PaymentPaid && !effects[ev.orderID] {
 						bad = append(bad, fmt.Sprintf("%s: %s/%d@%d (order %s, PAID) committed at %d without a shipmentRequested", g, topic, r.Partition, r.Offset, ev.orderID, at))
 					}
-				case !effects[effectKey(g, topic, ev)]:
-					bad = append(bad, fmt.Sprintf("%s: %s/%d@%d (event %s) committed at %d without its effect (%s)", g, topic, r.Partition, r.Offset, ev.eventID, at, effectKey(g, topic, ev)))
+				case !effects[effectKey(g, ev)]:
+					bad = append(bad, fmt.Sprintf("%s: %s/%d@%d (event %s) committed at %d without its effect (%s)", g, topic, r.Partition, r.Offset, ev.eventID, at, effectKey(g, ev)))
 				}
 			}
 		}
@@ -206,11 +208,14 @@ func (c *checker) offsets(ctx context.Context) (inv Invariant, lag map[string]in
 	return inv, lag, nil
 }
 
-// effectKey is the key by which the check finds the effect of event ev of
-// topic in group g: its event id (the inbox row) for an effect applied
-// through the inbox, the natural key of one that deduplicates itself (an
-// order's later status: "<order_id>/<kind>"; a notification: its id).
-func effectKey(g, topic string, ev eventInfo) string {
+// effectKey is the key by which the check finds the effect of event ev in
+// group g: its event id (the inbox row) for an effect applied through the
+// inbox, the natural key of one that deduplicates itself (an order's later
+// status: "<order_id>/<kind>"; a notification: its id). The event's topic
+// is its original one (ev.topic: a record read from a retry topic is the
+// event of the topic it was first consumed from).
+func effectKey(g string, ev eventInfo) string {
+	topic := ev.topic
 	switch {
 	case g == order.GroupOrders && topic == order.TopicPaymentProcessed:
 		if ev.status == order.PaymentRefused {

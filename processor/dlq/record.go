@@ -71,9 +71,10 @@ type Record struct {
 	// From the runtime's headers (processor.Header*); zero when absent:
 	// where the record was first consumed, by which group, why it failed
 	// (class and message), after how many attempts and when.
-	// OriginalTimestamp is the original record's own timestamp (when it
-	// was produced, or appended with LogAppendTime), whole milliseconds,
-	// UTC: how old the event was when it failed.
+	// OriginalTimestamp is the failed record's own timestamp (when it was
+	// produced, or appended with LogAppendTime), whole milliseconds, UTC:
+	// how old the event was when it failed. For a replay that failed again
+	// (ReplayedFrom) it is the replayed copy's.
 	OriginalTopic     string    `json:"originalTopic"`
 	OriginalPartition int32     `json:"originalPartition"`
 	OriginalOffset    int64     `json:"originalOffset"`
