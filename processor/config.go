@@ -215,6 +215,11 @@ type hooks struct {
 	// be passed by the commit point: handled (forwardedTo "") or written to
 	// a retry topic or the DLQ.
 	completed func(rec, view *kgo.Record, forwardedTo string)
+	// forwarded runs after a failed record's write to a retry topic or
+	// the DLQ (with its blocked-keys writes), before the outcome is
+	// settled, without locks held (a test may block in it to widen a
+	// race).
+	forwarded func(view *kgo.Record, target string, err error)
 	// beforeCommit runs before a commit is handed to franz-go, without
 	// locks held (a test may block in it to widen a race).
 	beforeCommit func(offsets map[string]map[int32]kgo.EpochOffset)

@@ -205,6 +205,31 @@ func (p *Processor) holdLaneLocked(l *lane) {
 	p.kb.held[l] = struct{}{}
 }
 
+// holdForwardedLocked holds lane l behind its key once its head was
+// forwarded to a retry topic or the DLQ and completed, and reports whether
+// it did. The forward ran without p.mu, so the table may have moved on
+// meanwhile: the record's copy in the retry topic may have succeeded and
+// released the key already (the release found no lane to let run), or the
+// record the key now waits for (a replayed copy of the dead-lettered one)
+// may have been admitted while l was running, so queued behind the records
+// the hold is for (admitLocked puts it first only in a held lane). Holding l
+// then would hold it for good: instead l runs on, with that record moved to
+// its front. p.mu held.
+func (p *Processor) holdForwardedLocked(l *lane) bool {
+	if len(l.queue) == 0 || p.kb.entries[string(l.queue[0].rec.Key)] == nil {
+		return false // released already
+	}
+	for i, it := range l.queue {
+		if p.blockerLocked(it) != nil {
+			copy(l.queue[1:i+1], l.queue[:i])
+			l.queue[0] = it
+			return false
+		}
+	}
+	p.holdLaneLocked(l)
+	return true
+}
+
 // unholdLaneLocked lets lane l run again. p.mu held.
 func (p *Processor) unholdLaneLocked(l *lane) {
 	l.keyHeld = false

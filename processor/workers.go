@@ -150,6 +150,9 @@ func (p *Processor) worker() {
 			}
 		} else {
 			to, ferr := p.forwardKeyed(ps.ctx, it, plan)
+			if h := p.cfg.hooks.forwarded; h != nil {
+				h(it.view, it.fail.target, ferr)
+			}
 			p.deadLettered(it, to, ferr)
 			err = ferr
 		}
@@ -263,9 +266,8 @@ func (p *Processor) settle(l *lane, it *item, err error) (more bool) {
 		}
 		hold := it.stage == stageForward && it.fail.holdKey
 		more = p.complete(l, it)
-		if hold && more {
-			p.holdLaneLocked(l) // the key's later records wait for the one forwarded (keyblock.go)
-			return false
+		if hold && more && p.holdForwardedLocked(l) {
+			return false // the key's later records wait for the one forwarded (keyblock.go)
 		}
 		return more
 	}
