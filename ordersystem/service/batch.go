@@ -129,6 +129,19 @@ func duplicate(ctx context.Context, m *Metrics, log *slog.Logger, group, eventID
 	}
 }
 
+// InsertOnce runs query, an INSERT of one row ending in ON CONFLICT DO
+// NOTHING, through tx, and reports whether the row was inserted (false: its
+// key was there already). It is the one-record form of an ApplyOnce effect.
+// The statement's error is returned as it is.
+func InsertOnce(ctx context.Context, tx *sql.Tx, query string, args ...any) (inserted bool, err error) {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 // paramsPerInsert bounds the parameters of one InsertRows statement, below
 // SQLite's 32,766 and PostgreSQL's 65,535.
 const paramsPerInsert = 30000

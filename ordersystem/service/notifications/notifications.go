@@ -149,14 +149,10 @@ func (s *Service) notify(r *kgo.Record, eventID, orderID, customerID, kind, body
 	}
 	row := []any{NotificationID(orderID, kind), orderID, kind, cust, body, time.Now().UnixMilli()}
 	return service.Event{ID: eventID, Record: r, ApplyOnce: func(ctx context.Context, tx *sql.Tx) (bool, error) {
-		res, err := tx.ExecContext(ctx, s.DB.Rebind(insertHead+` (?, ?, ?, ?, ?, ?)`+insertTail), row...)
+		ok, err := service.InsertOnce(ctx, tx, s.DB.Rebind(insertHead+` (?, ?, ?, ?, ?, ?)`+insertTail), row...)
 		if err != nil {
 			return false, fmt.Errorf("notifications: insert %s for %s: %w", kind, orderID, err)
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return false, fmt.Errorf("notifications: insert %s for %s: %w", kind, orderID, err)
-		}
-		return n == 1, nil
+		return ok, nil
 	}}, row
 }

@@ -237,14 +237,10 @@ func (s *Service) status(r *kgo.Record, eventID, orderID, kind, detail string, a
 // insertStatus inserts the status kind of orderID unless the order has it
 // already; it reports whether the row is new.
 func insertStatus(ctx context.Context, db *store.DB, tx *sql.Tx, orderID, kind, detail string, at int64) (bool, error) {
-	res, err := tx.ExecContext(ctx, db.Rebind(`INSERT INTO order_status (order_id, kind, detail, at) VALUES (?, ?, ?, ?)
+	ok, err := service.InsertOnce(ctx, tx, db.Rebind(`INSERT INTO order_status (order_id, kind, detail, at) VALUES (?, ?, ?, ?)
 		ON CONFLICT (order_id, kind) DO NOTHING`), orderID, kind, detail, at)
 	if err != nil {
 		return false, fmt.Errorf("orders: status %s of %s: %w", kind, orderID, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("orders: status %s of %s: %w", kind, orderID, err)
-	}
-	return n == 1, nil
+	return ok, nil
 }
