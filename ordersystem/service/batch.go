@@ -37,15 +37,14 @@ type Event struct {
 }
 
 // ProcessBatch applies events in one database transaction (db.InTx): first
-// the inbox rows of those applied through the inbox (Event.Apply; inbox.ClaimTx,
-// multi-row INSERTs, with the digest of each record's value), then the
-// effects of the claimed ones and of the self-deduplicating ones
-// (Event.ApplyOnce): applyAll(ctx, tx, claimed) when applyAll is not nil
-// (claimed[i] reports whether events[i] is to be applied: a service writes
-// the effects of several events in a few multi-row statements; it is true
-// for every self-deduplicating event, and applyAll sets it to false for each
-// of those whose row was there already), else each claimed event's Apply or
-// ApplyOnce, in slice order. A duplicate (an event the group already
+// the inbox rows of those applied through the inbox (Event.Apply;
+// inbox.ClaimTx, multi-row INSERTs, with the digest of each record's
+// value), then the effects of the claimed ones and of the
+// self-deduplicating ones (Event.ApplyOnce), all written by
+// applyAll(ctx, tx, claimed) in a few multi-row statements: claimed[i]
+// reports whether events[i] is to be applied; it is true for every
+// self-deduplicating event, and applyAll sets it to false for each of those
+// whose row was there already (InsertReturning, Inserted.Take). A duplicate (an event the group already
 // applied, or one earlier in the batch) is not applied, and is counted in m
 // and logged at debug level as Process does. It returns how many were
 // applied, and commits only if every effect returned nil: any error (an
@@ -83,26 +82,7 @@ func ProcessBatch(ctx context.Context, db *store.DB, m *Metrics, log *slog.Logge
 				claimed[i] = got[k]
 			}
 		}
-		if applyAll != nil {
-			return applyAll(ctx, tx, claimed)
-		}
-		for i, ev := range events {
-			if !claimed[i] {
-				continue
-			}
-			if ev.ApplyOnce != nil {
-				ok, err := ev.ApplyOnce(ctx, tx)
-				if err != nil {
-					return err
-				}
-				claimed[i] = ok
-				continue
-			}
-			if err := ev.Apply(ctx, tx); err != nil {
-				return err
-			}
-		}
-		return nil
+		return applyAll(ctx, tx, claimed)
 	})
 	if err != nil {
 		return 0, err
@@ -140,6 +120,47 @@ func InsertOnce(ctx context.Context, tx *sql.Tx, query string, args ...any) (ins
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+// Inserted is the set of natural keys an INSERT ... ON CONFLICT DO NOTHING
+// RETURNING wrote (InsertReturning): what a batch of self-deduplicating
+// events (Event.ApplyOnce) applied.
+type Inserted map[string]bool
+
+// keySep joins the columns of a natural key in Inserted (it occurs in no
+// id, kind or text the services key on).
+const keySep = "\x1f"
+
+// Take reports whether the row of the natural key parts was inserted, and
+// forgets it, so that a later event of the same key in the batch counts as
+// a duplicate.
+func (in Inserted) Take(parts ...string) bool {
+	k := strings.Join(parts, keySep)
+	ok := in[k]
+	delete(in, k)
+	return ok
+}
+
+// InsertReturning writes args as rows of cols values through tx in
+// multi-row statements (sqldb.DB.InsertRowsReturning), tail being
+// ` ON CONFLICT (...) DO NOTHING RETURNING k1, ..., kN` with keyCols text
+// key columns, and returns the keys of the rows inserted (Inserted.Take).
+// The first failing statement's error is returned.
+func InsertReturning(ctx context.Context, tx *sql.Tx, db *store.DB, head, tail string, cols int, args []any, keyCols int) (Inserted, error) {
+	in := Inserted{}
+	parts := make([]string, keyCols)
+	ptrs := make([]any, keyCols)
+	for i := range parts {
+		ptrs[i] = &parts[i]
+	}
+	err := db.InsertRowsReturning(ctx, tx, head, tail, cols, args, func(rows *sql.Rows) error {
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
+		}
+		in[strings.Join(parts, keySep)] = true
+		return nil
+	})
+	return in, err
 }
 
 // paramsPerInsert bounds the parameters of one InsertRows statement, below
@@ -182,8 +203,9 @@ func InsertRows(ctx context.Context, tx *sql.Tx, db *store.DB, head, tail string
 
 // Handle is the one-record handler of a service whose records decode to an
 // Event: it decodes r with decode and applies the event through the inbox
-// (Process), or, if it deduplicates itself, without (ProcessOnce). A decode error is returned as is (a processor.Permanent error
-// for a contract violation, so the runtime dead-letters the record); so is
+// (Process), or, if it deduplicates itself, without (ProcessOnce). A
+// decode error is returned as is (a processor.Permanent error for a
+// contract violation, so the runtime dead-letters the record); so is
 // Process's. Safe for concurrent use if decode is.
 func Handle(ctx context.Context, db *store.DB, m *Metrics, log *slog.Logger, group string, r *kgo.Record,
 	decode func(ctx context.Context, r *kgo.Record) (Event, error)) error {

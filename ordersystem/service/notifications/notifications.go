@@ -78,24 +78,13 @@ func (s *Service) insertAll(ctx context.Context, tx *sql.Tx, rows [][]any, claim
 			args = append(args, rows[i]...)
 		}
 	}
-	fresh := make(map[string]bool, len(rows))
-	err := s.DB.InsertRowsReturning(ctx, tx, insertHead, insertTail+` RETURNING notification_id`, notificationCols, args,
-		func(r *sql.Rows) error {
-			var id string
-			if err := r.Scan(&id); err != nil {
-				return err
-			}
-			fresh[id] = true
-			return nil
-		})
+	fresh, err := service.InsertReturning(ctx, tx, s.DB, insertHead, insertTail+` RETURNING notification_id`, notificationCols, args, 1)
 	if err != nil {
 		return fmt.Errorf("notifications: %w", err)
 	}
 	for i, ok := range claimed {
 		if ok {
-			id := rows[i][0].(string)
-			claimed[i] = fresh[id]
-			delete(fresh, id) // a later copy in this batch is a duplicate
+			claimed[i] = fresh.Take(rows[i][0].(string))
 		}
 	}
 	return nil

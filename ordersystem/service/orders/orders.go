@@ -116,24 +116,14 @@ func (s *Service) storeAll(ctx context.Context, tx *sql.Tx, effs []effect, claim
 	// The status events deduplicate themselves by (order_id, kind)
 	// (service.Event.ApplyOnce): one whose row the INSERT did not return
 	// was there already (or came earlier in this batch).
-	fresh := map[[2]string]bool{}
-	err := s.DB.InsertRowsReturning(ctx, tx, insertStatuses, ` ON CONFLICT (order_id, kind) DO NOTHING RETURNING order_id, kind`, statusCols, statusArgs,
-		func(rows *sql.Rows) error {
-			var k [2]string
-			if err := rows.Scan(&k[0], &k[1]); err != nil {
-				return err
-			}
-			fresh[k] = true
-			return nil
-		})
+	fresh, err := service.InsertReturning(ctx, tx, s.DB, insertStatuses, ` ON CONFLICT (order_id, kind) DO NOTHING RETURNING order_id, kind`,
+		statusCols, statusArgs, 2)
 	if err != nil {
 		return fmt.Errorf("orders: %w", err)
 	}
 	for i, e := range effs {
 		if claimed[i] && e.created == nil {
-			k := [2]string{e.status[0].(string), e.status[1].(string)}
-			claimed[i] = fresh[k]
-			delete(fresh, k) // a later event of the same milestone is a duplicate
+			claimed[i] = fresh.Take(e.status[0].(string), e.status[1].(string))
 		}
 	}
 	return nil
