@@ -78,9 +78,10 @@ type Opt interface{ apply(*cfg) }
 // TxnOpt is an option NewTransactional takes, as New does: the group, the
 // topics, timeouts, attempts and backoff, the DLQ topic and CreateTopics,
 // the start offset, the client options, logging and metrics, the ordering
-// mode, Concurrency and the completed-offsets map's budget. The options of
+// mode, Concurrency, the completed-offsets map's budget, and batching
+// (WithTxnBatchHandler, MaxBatch). The options of
 // New or NewQueue alone (WithHandler, HandleTopic, WithBatchHandler,
-// MaxBatch, RetryTopics, RetryTopicPrefix, DeadLetter, BlockKeys,
+// RetryTopics, RetryTopicPrefix, DeadLetter, BlockKeys,
 // MaxBlockedKeys, BlockedKeysTopic, CommitRefreshInterval, Producer,
 // Delivery, MaxDeliveries, ShareSessions, ShareAcquireMultiple,
 // ShareLagInterval) are an Opt only, so passing one to NewTransactional does
@@ -182,10 +183,11 @@ type cfg struct {
 	producer       *kgo.Client
 	errorMsgMax    int
 	hooks          hooks
-	batch          *batchCfg // WithBatchHandler, MaxBatch (batch.go)
-	txn            bool      // NewTransactional (for its error hints)
-	queue          bool      // NewQueue (queue.go)
-	maxDeliveries  int       // MaxDeliveries (NewQueue only); 0: the broker's limit
+	batch          *batchCfg       // WithBatchHandler, MaxBatch (batch.go)
+	txnBatch       TxnBatchHandler // WithTxnBatchHandler (txn_batch.go)
+	txn            bool            // NewTransactional (for its error hints)
+	queue          bool            // NewQueue (queue.go)
+	maxDeliveries  int             // MaxDeliveries (NewQueue only); 0: the broker's limit
 	// ShareSessions (NewQueue only; queue.go); unset: DefaultShareSessions.
 	shareSessions    int
 	shareSessionsSet bool
@@ -200,7 +202,7 @@ type cfg struct {
 	// Set by the options whose empty value would otherwise fall back to
 	// a default silently (DeadLetterTopic(""), RetryTopicPrefix(""),
 	// Logger(nil), WithBatchHandler(nil)): validate refuses those.
-	dlqTopicSet, retryPrefixSet, loggerNil, batchNil bool
+	dlqTopicSet, retryPrefixSet, loggerNil, batchNil, txnBatchNil bool
 }
 
 // hooks are test seams that record a history of what the runtime did; they
@@ -303,6 +305,9 @@ func (c *cfg) validate() error {
 	}
 	if c.batchNil {
 		errs = append(errs, errors.New("WithBatchHandler: nil, want a BatchHandler (leave the option out to handle records one at a time)"))
+	}
+	if !c.txn && (c.txnBatch != nil || c.txnBatchNil) {
+		errs = append(errs, errors.New("WithTxnBatchHandler: for NewTransactional only; New and NewQueue take a BatchHandler (WithBatchHandler)"))
 	}
 	if c.dlqTopicSet && strings.TrimSpace(c.dlqTopic) == "" {
 		errs = append(errs, fmt.Errorf("DeadLetterTopic: empty, want a topic name (leave the option out for %q)", DLQTopic(c.group)))
@@ -946,13 +951,13 @@ func WithBatchHandler(h BatchHandler) Opt {
 	})
 }
 
-// MaxBatch sets the most records one BatchHandler call receives. Default
-// DefaultMaxBatch (100); it has no effect without WithBatchHandler. Must be
-// >= 1 (1 makes every batch one record): New refuses a smaller value
-// whether or not WithBatchHandler is given. NewTransactional refuses
-// MaxBatch (it does not batch).
-func MaxBatch(n int) Opt {
-	return opt(func(c *cfg) {
+// MaxBatch sets the most records one BatchHandler (New) or TxnBatchHandler
+// (NewTransactional) call receives. Default DefaultMaxBatch (100); it has
+// no effect without WithBatchHandler or WithTxnBatchHandler. Must be >= 1
+// (1 makes every batch one record): New and NewTransactional refuse a
+// smaller value whether or not a batch handler is given.
+func MaxBatch(n int) TxnOpt {
+	return bothOpt(func(c *cfg) {
 		if c.batch == nil {
 			c.batch = &batchCfg{}
 		}

@@ -13,6 +13,9 @@ func (q *fifo[T]) len() int { return len(q.buf) - q.head }
 // first returns the first element without taking it; q is not empty.
 func (q *fifo[T]) first() T { return q.buf[q.head] }
 
+// at returns the i-th queued element (0 is first) without taking it.
+func (q *fifo[T]) at(i int) T { return q.buf[q.head+i] }
+
 func (q *fifo[T]) push(x T) {
 	if len(q.buf) == cap(q.buf) && q.head > 0 && q.head >= len(q.buf)/2 {
 		// The taken front is at least half the array: moved down, the

@@ -179,7 +179,7 @@ func NewTransactional(transactionalID string, h TxnHandler, opts ...TxnOpt) (*Tx
 		errs = append(errs, errors.New("NewTransactional: a TxnHandler is required"))
 	}
 	// Every invalid value, in one error.
-	if err := errors.Join(append(errs, c.validate(), c.validateTxn())...); err != nil {
+	if err := errors.Join(append(errs, c.validate(), c.validateTxn(), c.adoptTxnBatch())...); err != nil {
 		return nil, fmt.Errorf("processor: invalid config: %w", err)
 	}
 	if c.clientID == "" {

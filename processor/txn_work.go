@@ -162,6 +162,7 @@ type txnRec struct {
 	dead  error         // the reason it was dead-lettered, if it was
 	it    *item         // its failed attempts (the DLQ record's headers)
 	actx  attemptCtx    // the first attempt's context (HandlerTimeout)
+	solo  bool          // its batch failed: it runs alone (txn_batch.go)
 }
 
 // keep reports whether the transaction that commits r's offset needs more of
@@ -485,6 +486,11 @@ func (w *txnWork) worker() {
 			continue // dropped
 		}
 		rec, ctx := l.queue.first(), w.ctx
+		if w.batchableLocked(rec) {
+			w.runBatchLocked(l)
+			l = nil
+			continue
+		}
 		w.mu.Unlock()
 		outs, err := w.t.attempt(ctx, rec, l.part.m, w.clock.Now())
 		w.mu.Lock()
@@ -495,30 +501,13 @@ func (w *txnWork) worker() {
 		if err != nil {
 			var wait time.Duration
 			if outs, wait = w.t.failed(rec, err); outs == nil {
-				// Aside until its backoff ends: the lane holds no worker.
-				aside := l
-				time.AfterFunc(wait, func() {
-					w.mu.Lock()
-					defer w.mu.Unlock()
-					if aside.gen == w.gen && !w.stopped {
-						w.readyLocked(aside)
-					}
-				})
+				w.asideLocked(l, wait)
 				l = nil
 				continue
 			}
 			rec.dead = err
 		}
-		l.queue.pop()
-		rec.outs = outs
-		if len(outs) == 0 && rec.dead == nil && w.t.refusedN.Load() == 0 {
-			// Nothing to produce, no refusal to forget at its commit:
-			// the record (and the fetch buffer it pins) is not needed
-			// any more, though its offset waits for the transaction.
-			rec.rec, rec.it = nil, nil
-		}
-		l.part.completed = append(l.part.completed, rec)
-		w.done++
+		w.completeLocked(l, outs)
 		switch {
 		case l.queue.len() == 0:
 			l.part.idleLane(l)
@@ -638,6 +627,35 @@ func (w *txnWork) forget(gone map[string][]int32) {
 			delete(w.origin, tp{topic, p})
 		}
 	}
+}
+
+// completeLocked completes the first record of l with outs (its outputs,
+// or its DLQ record when rec.dead is set): it waits for the next
+// transaction. w.mu held.
+func (w *txnWork) completeLocked(l *txnLane, outs []*kgo.Record) {
+	rec := l.queue.pop()
+	rec.outs = outs
+	if len(outs) == 0 && rec.dead == nil && w.t.refusedN.Load() == 0 {
+		// Nothing to produce, no refusal to forget at its commit: the
+		// record (and the fetch buffer it pins) is not needed any more,
+		// though its offset waits for the transaction.
+		rec.rec, rec.it = nil, nil
+	}
+	l.part.completed = append(l.part.completed, rec)
+	w.done++
+}
+
+// asideLocked sets l aside until wait has passed (a failed attempt's
+// backoff): it holds no worker meanwhile, then it is ready again unless
+// its generation was dropped. w.mu held.
+func (w *txnWork) asideLocked(l *txnLane, wait time.Duration) {
+	time.AfterFunc(wait, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if l.gen == w.gen && !w.stopped {
+			w.readyLocked(l)
+		}
+	})
 }
 
 // attempt runs the handler once for rec (HandlerTimeout from now, tracing,

@@ -54,7 +54,6 @@ func TestTxnOptSplit(t *testing.T) {
 		"Producer":              Producer(nil),
 		"HandleTopic":           HandleTopic("a", nop),
 		"WithBatchHandler":      WithBatchHandler(func(context.Context, []*kgo.Record) error { return nil }),
-		"MaxBatch":              MaxBatch(10),
 	}
 	for name, o := range newOnly {
 		if _, ok := o.(TxnOpt); ok {
@@ -70,6 +69,7 @@ func TestTxnOptSplit(t *testing.T) {
 		"ClientOpts": ClientOpts(), "ConsumerOpts": ConsumerOpts(), "ProducerOpts": ProducerOpts(), "DeadLetterTopic": DeadLetterTopic("d"),
 		"OnDeadLetter": OnDeadLetter(nil), "HeaderPrefix": HeaderPrefix("x-"), "StartOffset": StartOffset(Latest), "CreateTopics": CreateTopics(true),
 		"WithOrdering": WithOrdering(OrderKey), "Concurrency": Concurrency(4), "CommitMetadataMaxBytes": CommitMetadataMaxBytes(1 << 10),
+		"MaxBatch": MaxBatch(10), "WithTxnBatchHandler": WithTxnBatchHandler(func(context.Context, []*kgo.Record) ([][]*kgo.Record, error) { return nil, nil }),
 	}
 	for name, o := range shared {
 		if _, ok := o.(TxnOpt); !ok {

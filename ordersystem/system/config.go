@@ -151,8 +151,10 @@ type ConsumerConfig struct {
 	BlockKeys string
 	// MaxBatch is the most records the orders, payments and notifications
 	// groups apply in one database transaction (processor.WithBatchHandler,
-	// processor.MaxBatch): 0 is processor.DefaultMaxBatch (100), a negative
-	// value turns batching off (one transaction per record).
+	// processor.MaxBatch), and fulfillment transforms together with one
+	// read of their payment records (processor.WithTxnBatchHandler): 0 is
+	// processor.DefaultMaxBatch (100), a negative value turns batching off
+	// (one transaction, or one payment lookup, per record).
 	MaxBatch int
 	// FetchMinBytes and FetchMaxWait are every consumer group member's
 	// fetch.min.bytes and fetch.max.wait.ms (kgo.FetchMinBytes,

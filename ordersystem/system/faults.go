@@ -162,6 +162,25 @@ func (f *faults) txnHandler(txnID string, h processor.TxnHandler) processor.TxnH
 	}
 }
 
+// txnBatchHandler is txnHandler for fulfillment's batch transform: the
+// term-in-txn point fires after a batch that produced outputs.
+func (f *faults) txnBatchHandler(txnID string, h processor.TxnBatchHandler) processor.TxnBatchHandler {
+	if !f.armed(FaultTermInTxn) {
+		return h
+	}
+	var once sync.Once
+	return func(ctx context.Context, recs []*kgo.Record) ([][]*kgo.Record, error) {
+		outs, err := h(ctx, recs)
+		for i, o := range outs {
+			if len(o) > 0 && f.hit(FaultTermInTxn, fmt.Sprintf("transactional_id=%s batch=%d topic=%s partition=%d offset=%d", txnID, len(recs), recs[i].Topic, recs[i].Partition, recs[i].Offset)) {
+				once.Do(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGTERM) })
+				break
+			}
+		}
+		return outs, err
+	}
+}
+
 // transient wraps the payments group's handler (and batch handler) with
 // the payments-transient point: a picked record fails with a transient
 // error on its first maxAttempts (one hop) or 2*maxAttempts (two hops)

@@ -430,8 +430,16 @@ func (s *System) startFulfillment(ctx context.Context) error {
 		} else if err != nil {
 			cfg.Logger.Warn("could not fence the previous incarnation's transactions; they end at their timeout", "transactional_id", txnID, "error", err)
 		}
-		t, err := processor.NewTransactional(txnID, s.flt.txnHandler(txnID, f.Transform),
-			append(s.memberOpts(ServiceFulfillment, consumes[ServiceFulfillment]), processor.ClientOpts(s.flt.txnHooks(txnID)...), txnTimeout(cfg.Consumers.TransactionTimeout))...)
+		opts := append(s.memberOpts(ServiceFulfillment, consumes[ServiceFulfillment]), processor.ClientOpts(s.flt.txnHooks(txnID)...), txnTimeout(cfg.Consumers.TransactionTimeout))
+		if max := cfg.Consumers.MaxBatch; max >= 0 {
+			// Records ready together are transformed together: their
+			// payment records read in one query.
+			opts = append(opts, processor.WithTxnBatchHandler(s.flt.txnBatchHandler(txnID, f.TransformBatch)))
+			if max > 0 {
+				opts = append(opts, processor.MaxBatch(max))
+			}
+		}
+		t, err := processor.NewTransactional(txnID, s.flt.txnHandler(txnID, f.Transform), opts...)
 		if err != nil {
 			return err
 		}

@@ -81,7 +81,10 @@ func New(opts ...Opt) *Tracer {
 	}
 }
 
-var _ processor.Tracer = (*Tracer)(nil)
+var (
+	_ processor.Tracer              = (*Tracer)(nil)
+	_ processor.RecordOutputsTracer = (*Tracer)(nil)
+)
 
 // Headers is a propagation.TextMapCarrier over a record's headers: Set
 // replaces a header of the same key.
@@ -224,6 +227,23 @@ func (t *Tracer) Outputs(hctx context.Context, outs []*kgo.Record) {
 	for _, r := range outs {
 		if r != nil {
 			t.Inject(hctx, r)
+		}
+	}
+}
+
+// RecordOutputs implements processor.RecordOutputsTracer: the outputs of a
+// record transformed in a batch (processor.TxnBatchHandler) carry the
+// record's own trace context (its send span, from its headers), so that
+// they join the record's trace, as a record transformed alone does; a
+// record without a trace context gives its outputs the batch's (bctx).
+func (t *Tracer) RecordOutputs(bctx context.Context, rec *kgo.Record, outs []*kgo.Record) {
+	ctx := bctx
+	if rc := t.Extract(context.Background(), rec); trace.SpanContextFromContext(rc).IsValid() {
+		ctx = rc
+	}
+	for _, r := range outs {
+		if r != nil {
+			t.Inject(ctx, r)
 		}
 	}
 }

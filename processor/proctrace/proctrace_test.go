@@ -3,9 +3,11 @@ package proctrace_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,5 +303,60 @@ func TestTxnProcessorSpans(t *testing.T) {
 		str(commit, semconv.MessagingConsumerGroupName) != "g" || commit.Status().Code != codes.Unset || commit.SpanContext().TraceID() == trace0 {
 		t.Errorf("commit span: kind %v, status %v, attributes %v; want a client settle span of group g, in a trace of its own",
 			commit.SpanKind(), commit.Status(), commit.Attributes())
+	}
+}
+
+// TestTxnBatchOutputsKeepTheirTrace: outputs of records transformed together
+// by a TxnBatchHandler each join their own input's trace (RecordOutputs),
+// not the batch's: one trace per input, batched or not.
+func TestTxnBatchOutputsKeepTheirTrace(t *testing.T) {
+	testkafka.Parallel(t)
+	tp := newRecorder()
+	tr := proctrace.New(proctrace.TracerProvider(tp))
+	brokers := testkafka.Cluster(t, map[string]int32{"in": 1, "out": 1, "g.dlq": 1})
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), tr.ClientHooks(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	const n = 4
+	traceOf := map[string]trace.TraceID{}
+	for i := range n {
+		ctx, root := tp.Tracer("test").Start(context.Background(), "checkout")
+		k := fmt.Sprintf("k%d", i)
+		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "in", Key: []byte(k), Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		root.End()
+		traceOf[k] = root.SpanContext().TraceID()
+	}
+	var largest atomic.Int64
+	bh := func(ctx context.Context, recs []*kgo.Record) ([][]*kgo.Record, error) {
+		largest.Store(max(largest.Load(), int64(len(recs))))
+		outs := make([][]*kgo.Record, len(recs))
+		for i, r := range recs {
+			outs[i] = []*kgo.Record{{Topic: "out", Key: r.Key, Value: r.Value}}
+		}
+		return outs, nil
+	}
+	h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: "out", Key: r.Key, Value: r.Value}}, nil
+	}
+	p, err := processor.NewTransactional("txn-batch-trace", h, processor.Brokers(brokers...), processor.Group("g"), processor.Topics("in"),
+		processor.WithTxnBatchHandler(bh), processor.CommitInterval(20*time.Millisecond), processor.Tracing(tr), processor.ClientOpts(tr.ClientHooks("g")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := testkafka.Run(t, p)
+	out := testkafka.ReadN(t, brokers, "out", n, 30*time.Second, true)
+	stop()
+	if largest.Load() < 2 {
+		t.Fatalf("largest batch %d records: the records were not transformed together", largest.Load())
+	}
+	for _, r := range out {
+		tpHeader := (proctrace.Headers{R: r}).Get("traceparent")
+		if want := traceOf[string(r.Key)]; !strings.Contains(tpHeader, want.String()) {
+			t.Errorf("output of %s: traceparent %q, want its input's trace %v", r.Key, tpHeader, want)
+		}
 	}
 }

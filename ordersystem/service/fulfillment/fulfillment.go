@@ -69,12 +69,64 @@ func (s *Service) Transform(ctx context.Context, r *kgo.Record) ([]*kgo.Record, 
 		return nil, nil
 	}
 	if err := s.confirm(ctx, &ev); err != nil {
-		if s.Logger != nil && processor.IsPermanent(err) {
-			s.Logger.WarnContext(ctx, "fulfillment: PAID event not confirmed by the payment record; not shipped, sent to the DLQ",
-				"order_id", ev.OrderID, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
-		}
+		s.logUnconfirmed(ctx, r, &ev, err)
 		return nil, err
 	}
+	return s.shipment(&ev)
+}
+
+// TransformBatch is the processor.TxnBatchHandler of the fulfillment group:
+// Transform for each record of recs, with the payment records of all their
+// PAID events read in one query (BatchRecords.Payments) instead of one
+// lookup per event. outs[i] is recs[i]'s shipmentRequested record (none for
+// a REFUSED payment). A record that cannot be decoded or whose payment is
+// not confirmed is reported in a processor.FailRecords error (the runtime
+// dead-letters it, the others are done); when the payment records cannot be
+// read the whole batch fails, and the runtime transforms each record alone
+// with Transform, which retries the read (lookupWait). Payments without
+// BatchRecords are read one order at a time. Safe for concurrent use.
+func (s *Service) TransformBatch(ctx context.Context, recs []*kgo.Record) ([][]*kgo.Record, error) {
+	evs := make([]*order.PaymentProcessed, len(recs))
+	failed := map[int]error{}
+	ids := make([]string, 0, len(recs))
+	for i, r := range recs {
+		ev := new(order.PaymentProcessed)
+		if err := service.Decode(ctx, s.Serde, r, ev); err != nil {
+			failed[i] = err
+			continue
+		}
+		evs[i] = ev
+		if ev.Status == order.PaymentPaid {
+			ids = append(ids, ev.OrderID)
+		}
+	}
+	found, err := s.payments(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	outs := make([][]*kgo.Record, len(recs))
+	for i, ev := range evs {
+		if ev == nil || ev.Status != order.PaymentPaid {
+			continue
+		}
+		p, ok := found[ev.OrderID]
+		if err := verify(ev, p, ok); err != nil {
+			s.logUnconfirmed(ctx, recs[i], ev, err)
+			failed[i] = err
+			continue
+		}
+		if outs[i], err = s.shipment(ev); err != nil {
+			failed[i] = err
+		}
+	}
+	if len(failed) > 0 {
+		return outs, processor.FailRecords(failed)
+	}
+	return outs, nil
+}
+
+// shipment is the shipmentRequested record of ev's confirmed payment.
+func (s *Service) shipment(ev *order.PaymentProcessed) ([]*kgo.Record, error) {
 	sh := order.ShipmentRequested{
 		EventID:    "evt_shp_" + ev.OrderID,
 		ShipmentID: ShipmentID(ev.OrderID),
@@ -93,4 +145,13 @@ func (s *Service) Transform(ctx context.Context, r *kgo.Record) ([]*kgo.Record, 
 		return nil, processor.Permanent(err)
 	}
 	return []*kgo.Record{{Topic: order.TopicShipmentRequested, Key: []byte(sh.Key()), Value: v}}, nil
+}
+
+// logUnconfirmed logs a PAID event the payment record does not confirm (a
+// permanent err: it goes to the DLQ).
+func (s *Service) logUnconfirmed(ctx context.Context, r *kgo.Record, ev *order.PaymentProcessed, err error) {
+	if s.Logger != nil && processor.IsPermanent(err) {
+		s.Logger.WarnContext(ctx, "fulfillment: PAID event not confirmed by the payment record; not shipped, sent to the DLQ",
+			"order_id", ev.OrderID, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
+	}
 }

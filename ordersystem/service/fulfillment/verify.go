@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +36,15 @@ type Records interface {
 	Payment(ctx context.Context, orderID string) (p Payment, ok bool, err error)
 }
 
+// BatchRecords is a Records that also reads the records of several orders
+// in one call (DBRecords does). Payments returns the records found, by
+// order id (an order without one is absent), or an error when they could
+// not be read. It must be safe for concurrent use.
+type BatchRecords interface {
+	Records
+	Payments(ctx context.Context, orderIDs []string) (map[string]Payment, error)
+}
+
 // RecordsFunc makes a function a Records.
 type RecordsFunc func(ctx context.Context, orderID string) (Payment, bool, error)
 
@@ -56,7 +67,10 @@ func (f RecordsFunc) Payment(ctx context.Context, orderID string) (Payment, bool
 // with that context's error, whether its lookup waits or its query runs;
 // the query itself, bounded by lookupTimeout, still serves the others.
 // Safe for concurrent use.
+// The Records it returns is a BatchRecords.
 func DBRecords(db *store.DB) Records { return &dbRecords{db: db} }
+
+var _ BatchRecords = (*dbRecords)(nil)
 
 // maxLookupBatch bounds the orders of one query (DBRecords).
 const maxLookupBatch = 256
@@ -128,41 +142,13 @@ func (r *dbRecords) run(ctx context.Context) {
 
 // query reads the payment rows of batch's orders and completes each lookup.
 func (r *dbRecords) query(ctx context.Context, batch []*lookup) {
-	r.queries.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
-	found := make(map[string]Payment, len(batch))
-	err := func() error {
-		ids := make([]any, 0, len(batch))
-		seen := make(map[string]bool, len(batch))
-		for _, l := range batch {
-			if !seen[l.orderID] {
-				seen[l.orderID] = true
-				ids = append(ids, l.orderID)
-			}
-		}
-		q := r.db.Rebind(`SELECT order_id, customer_id, status, method, amount_milli, processed_at FROM payments WHERE order_id IN (?` +
-			strings.Repeat(", ?", len(ids)-1) + `)`)
-		rows, err := r.db.QueryContext(ctx, q, ids...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				id      string
-				p       Payment
-				cust    sql.NullString
-				amt, at int64
-			)
-			if err := rows.Scan(&id, &cust, &p.Status, &p.Method, &amt, &at); err != nil {
-				return err
-			}
-			p.CustomerID, p.Amount, p.ProcessedAt = cust.String, order.Money(amt), time.UnixMilli(at).UTC()
-			found[id] = p
-		}
-		return rows.Err()
-	}()
+	ids := make([]string, len(batch))
+	for i, l := range batch {
+		ids[i] = l.orderID
+	}
+	found, err := r.read(ctx, ids)
 	for _, l := range batch {
 		if err != nil {
 			l.err = fmt.Errorf("fulfillment: read the payment of %s: %w", l.orderID, err)
@@ -171,6 +157,54 @@ func (r *dbRecords) query(ctx context.Context, batch []*lookup) {
 		}
 		close(l.done)
 	}
+}
+
+// Payments reads the payment rows of orderIDs (duplicates allowed) in
+// queries of up to maxLookupBatch orders each, not through the shared
+// lookups of Payment: its caller already holds a batch.
+func (r *dbRecords) Payments(ctx context.Context, orderIDs []string) (map[string]Payment, error) {
+	found := make(map[string]Payment, len(orderIDs))
+	for chunk := range slices.Chunk(orderIDs, maxLookupBatch) {
+		m, err := r.read(ctx, chunk)
+		if err != nil {
+			return nil, fmt.Errorf("fulfillment: read the payments of %d orders: %w", len(orderIDs), err)
+		}
+		maps.Copy(found, m)
+	}
+	return found, nil
+}
+
+// read runs one SELECT of the payment rows of ids (duplicates allowed, at
+// least one).
+func (r *dbRecords) read(ctx context.Context, ids []string) (map[string]Payment, error) {
+	r.queries.Add(1)
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	q := r.db.Rebind(`SELECT order_id, customer_id, status, method, amount_milli, processed_at FROM payments WHERE order_id IN (?` +
+		strings.Repeat(", ?", len(ids)-1) + `)`)
+	rows, err := r.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := make(map[string]Payment, len(ids))
+	for rows.Next() {
+		var (
+			id      string
+			p       Payment
+			cust    sql.NullString
+			amt, at int64
+		)
+		if err := rows.Scan(&id, &cust, &p.Status, &p.Method, &amt, &at); err != nil {
+			return nil, err
+		}
+		p.CustomerID, p.Amount, p.ProcessedAt = cust.String, order.Money(amt), time.UnixMilli(at).UTC()
+		found[id] = p
+	}
+	return found, rows.Err()
 }
 
 // ErrUnconfirmed is wrapped by every UnconfirmedError.
@@ -230,9 +264,48 @@ func (s *Service) confirm(ctx context.Context, ev *order.PaymentProcessed) error
 		case <-time.After(wait):
 		}
 	}
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
+	}
+	return verify(ev, p, ok)
+}
+
+// payments reads the payment records of ids for a batch: in one call with
+// BatchRecords, else one Payment call each; an error when any cannot be
+// read (no retry: the batch's records are then transformed alone, with
+// confirm's).
+func (s *Service) payments(ctx context.Context, ids []string) (map[string]Payment, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if s.Payments == nil {
+		// Transform, alone, says why each is not confirmed.
+		return nil, errors.New("fulfillment: no payment records to check the batch against (fulfillment.Service.Payments is nil)")
+	}
+	if b, ok := s.Payments.(BatchRecords); ok {
+		return b.Payments(ctx, ids)
+	}
+	found := make(map[string]Payment, len(ids))
+	for _, id := range ids {
+		p, ok, err := s.Payments.Payment(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			found[id] = p
+		}
+	}
+	return found, nil
+}
+
+// verify returns nil when p, the payment record of ev's order (ok false:
+// none), says PAID for ev's customer, method, amount and time; a permanent
+// *UnconfirmedError otherwise.
+func verify(ev *order.PaymentProcessed, p Payment, ok bool) error {
+	unconfirmed := func(format string, args ...any) error {
+		return processor.Permanent(&UnconfirmedError{OrderID: ev.OrderID, Reason: fmt.Sprintf(format, args...)})
+	}
+	switch {
 	case !ok:
 		return unconfirmed("no payment record (payments never decided this order)")
 	case p.Status != order.PaymentPaid:

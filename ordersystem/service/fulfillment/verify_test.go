@@ -36,7 +36,8 @@ func recordsOf(m map[string]fulfillment.Payment) fulfillment.Records {
 // ships nothing and is a permanent error naming the order and the reason
 // (so the processor sends it to the DLQ): an order payments refused, an
 // order it never decided, and a PAID copy with another amount or customer.
-// The PAID event payments did write ships.
+// The PAID event payments did write ships. TransformBatch decides each
+// record of a batch as Transform does, with one query for the batch.
 func TestForgedPaidShipsNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -77,7 +78,7 @@ func TestForgedPaidShipsNothing(t *testing.T) {
 		}
 		return &kgo.Record{Topic: order.TopicPaymentProcessed, Value: v}
 	}
-	for _, c := range []struct {
+	forged := []struct {
 		name string
 		rec  *kgo.Record
 		why  string
@@ -87,7 +88,8 @@ func TestForgedPaidShipsNothing(t *testing.T) {
 		{"other amount", paid("ord_paid", "17850", order.MethodWallet, 1), "recorded amount"},
 		{"other customer", paid("ord_paid", "12346", order.MethodWallet, 15300), "recorded for customer"},
 		{"guest as a customer", paid("ord_guest", "17850", order.MethodCard, 2500), "recorded for customer"},
-	} {
+	}
+	for _, c := range forged {
 		outs, err := svc.Transform(ctx, c.rec)
 		if len(outs) != 0 {
 			t.Errorf("%s: %d shipmentRequested records; want none", c.name, len(outs))
@@ -103,9 +105,68 @@ func TestForgedPaidShipsNothing(t *testing.T) {
 		}
 	}
 
-	// Without records nothing ships.
+	// The same events in one batch (TransformBatch): one query for all of
+	// them; the forged ones reported failed with the same reasons, the
+	// confirmed ones shipped with Transform's bytes, a REFUSED one and an
+	// undecodable one as Transform would have them.
+	refused := func() *kgo.Record {
+		ev := order.PaymentProcessed{EventID: "evt_r", OrderID: "ord_refused", CustomerID: "17850", Status: order.PaymentRefused,
+			Method: order.MethodWallet, Amount: 999000, Country: "United Kingdom", ProcessedAt: at, Reason: "insufficient credits"}
+		v, err := serde.Encode(order.TopicPaymentProcessed, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &kgo.Record{Topic: order.TopicPaymentProcessed, Value: v}
+	}()
+	batch := []*kgo.Record{paid("ord_paid", "17850", order.MethodWallet, 15300), refused}
+	whys := map[int]string{}
+	for _, c := range forged {
+		whys[len(batch)] = c.why
+		batch = append(batch, c.rec)
+	}
+	batch = append(batch, paid("ord_guest", "", order.MethodCard, 2500), &kgo.Record{Topic: order.TopicPaymentProcessed, Value: []byte("not avro")})
+	garbage := len(batch) - 1
+	before := fulfillment.Queries(svc.Payments)
+	outs, err := svc.TransformBatch(ctx, batch)
+	if q := fulfillment.Queries(svc.Payments) - before; q != 1 {
+		t.Errorf("TransformBatch of %d events ran %d queries, want 1", len(batch), q)
+	}
+	var be *processor.BatchError
+	if !errors.As(err, &be) || len(outs) != len(batch) {
+		t.Fatalf("TransformBatch: %d outputs, %v; want one entry per record and a BatchError", len(outs), err)
+	}
+	for i, rec := range batch {
+		one, oneErr := svc.Transform(ctx, rec)
+		ferr := be.Failed(i)
+		switch {
+		case i == garbage:
+			if ferr == nil || oneErr == nil || processor.IsPermanent(ferr) != processor.IsPermanent(oneErr) {
+				t.Errorf("undecodable record: batch %v, alone %v; want the same kind of error", ferr, oneErr)
+			}
+		case whys[i] != "":
+			var ue *fulfillment.UnconfirmedError
+			if !errors.As(ferr, &ue) || !processor.IsPermanent(ferr) || !strings.Contains(ferr.Error(), whys[i]) || len(outs[i]) != 0 {
+				t.Errorf("record %d in the batch: %v, %d outputs; want a permanent UnconfirmedError saying %q", i, ferr, len(outs[i]), whys[i])
+			}
+		default:
+			if ferr != nil || oneErr != nil || len(outs[i]) != len(one) {
+				t.Fatalf("record %d: batch %d outputs, %v; alone %d, %v; want the same", i, len(outs[i]), ferr, len(one), oneErr)
+			}
+			for j := range one {
+				if string(outs[i][j].Value) != string(one[j].Value) || string(outs[i][j].Key) != string(one[j].Key) {
+					t.Errorf("record %d: the batch's shipment differs from Transform's", i)
+				}
+			}
+		}
+	}
+
+	// Without records nothing ships; a batch then fails as a whole, so
+	// that each record is transformed alone (and dead-lettered with why).
 	if outs, err := (&fulfillment.Service{Serde: serde}).Transform(ctx, paid("ord_paid", "17850", order.MethodWallet, 15300)); len(outs) != 0 || !processor.IsPermanent(err) {
 		t.Errorf("Service without Payments: %d records, %v; want none and a permanent error", len(outs), err)
+	}
+	if outs, err := (&fulfillment.Service{Serde: serde}).TransformBatch(ctx, batch[:1]); outs != nil || err == nil || errors.As(err, &be) {
+		t.Errorf("Service without Payments, a batch: %d records, %v; want none and an error of the whole batch", len(outs), err)
 	}
 }
 
