@@ -25,6 +25,8 @@ import (
 	"github.com/ordercast/ordercast/ordersystem/order"
 	"github.com/ordercast/ordercast/ordersystem/service/checkout"
 	"github.com/ordercast/ordercast/ordersystem/service/checkout/authn"
+	"github.com/ordercast/ordercast/ordersystem/store"
+	"github.com/ordercast/ordercast/ordersystem/store/storetest"
 )
 
 const (
@@ -382,9 +384,14 @@ func TestAuthRateLimitSourceKey(t *testing.T) {
 // learns A's order id; a guest taking it first does not block A); guests
 // share one scope, whose 422 does not name the order; a customer's key
 // stored before keys were scoped is still replayed, for that customer only.
+// On SQLite and PostgreSQL (whose claims read and insert in one statement).
 func TestIdempotencyKeyScopedByCaller(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) { testIdempotencyKeyScopedByCaller(t, db) })
+}
+
+func testIdempotencyKeyScopedByCaller(t *testing.T, db *store.DB) {
 	idp := newIdP(t)
-	e := newEnv(t, withAuth(idp.verifier(), false))
+	e := newEnvOn(t, db, withAuth(idp.verifier(), false))
 	tokA, tokB := idp.token("17850"), idp.token("12583")
 	key := func(k string) []string { return []string{"Idempotency-Key", k} }
 	post := func(body, tok, k string) response {
@@ -432,6 +439,9 @@ func TestIdempotencyKeyScopedByCaller(t *testing.T) {
 	}
 	if got := post(customerOrder, tokA, "legacy").accepted(t); got.OrderID != old.OrderID {
 		t.Fatalf("17850's retry of an unscoped row: order %s, want %s", got.OrderID, old.OrderID)
+	}
+	if n := e.rowCount(checkout.ScopedKey("17850", "legacy")); n != 0 {
+		t.Fatalf("17850's retry of an unscoped row also stored %d row(s) under its scoped key, want none", n)
 	}
 	if r := post(guestOrder, tokB, "legacy"); r.status != http.StatusAccepted || r.accepted(t).OrderID == old.OrderID {
 		t.Fatalf("12583 with 17850's unscoped key: %d %s, want 202 of a new order", r.status, r.body)

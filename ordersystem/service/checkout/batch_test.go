@@ -232,9 +232,9 @@ func testBatchLostInCommitIsWrittenAgain(t *testing.T, db *store.DB) {
 }
 
 // Two checkout instances: another instance inserts (and publishes) one of
-// a batch's keys between the batch's SELECT and its INSERT. The batch's
-// INSERT skips that key (ON CONFLICT DO NOTHING), re-reads its row and
-// replays the other instance's order; the batch's other keys are new
+// a batch's keys just before the batch's statement (on PostgreSQL one
+// statement reads the keys and inserts the new ones). The batch replays the
+// other instance's order for that key; the batch's other keys are new
 // orders. PostgreSQL only: on SQLite a batch holds the write lock from its
 // SELECT to its COMMIT (BEGIN IMMEDIATE), so no other writer can insert in
 // between (and the instances of one process share its write queue).
@@ -259,5 +259,49 @@ func TestClaimBatchKeyInsertedByAnotherInstance(t *testing.T) {
 	}
 	if c := e.topicCount(); c != 3 {
 		t.Errorf("%d records on the topic, want 3", c)
+	}
+}
+
+// Another writer's transaction inserts one of a batch's keys and has not
+// committed when the batch's statement reads the keys: the batch's insert of
+// that key waits on the key's unique index entry, and once the other
+// transaction commits it skips the key (ON CONFLICT DO NOTHING); the batch
+// reads the key's row again and follows it (here a different request's row:
+// 422), and its other keys are new orders. PostgreSQL only (SQLite has one
+// writer).
+func TestClaimBatchKeyCommittedDuringTheBatch(t *testing.T) {
+	db := storetest.Postgres(t)
+	e := newEnvOn(t, db)
+	ctx := testCtx(t)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO checkout_requests (idempotency_key, request_hash, order_id, event_id, status, created_at)
+		VALUES ('x2', 'another request', 'ord_theirs', 'evt_theirs', 'pending', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []response, 1)
+	go func() { done <- e.batchOf(t, [][2]string{{keyedBody, "x1"}, {keyedBody, "x2"}, {keyedBody, "x3"}}) }()
+	eventually(t, "the batch's statement waiting for the other transaction's key", func() bool {
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO checkout_requests%'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	answers := <-done
+	if answers[1].status != http.StatusUnprocessableEntity {
+		t.Errorf("x2: status %d %s, want 422 (the other transaction's row, another request)", answers[1].status, answers[1].body)
+	}
+	for _, i := range []int{0, 2} {
+		if got := answers[i].accepted(t); got.OrderID == "" || answers[i].header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("answer %d: %+v, want a new order", i, got)
+		}
+	}
+	if c := e.topicCount(); c != 2 {
+		t.Errorf("%d records on the topic, want 2", c)
 	}
 }

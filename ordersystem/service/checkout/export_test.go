@@ -52,3 +52,9 @@ func (s *Service) SetBeforeInsert(f func()) { s.beforeInsert = f }
 
 // SourceKey is the rate limit bucket of a client address.
 var SourceKey = sourceKey
+
+// ScopedKey is the checkout_requests key of customer's Idempotency-Key
+// clientKey.
+func ScopedKey(customer, clientKey string) string {
+	return scopedKey(principal{customer: customer}, clientKey)
+}

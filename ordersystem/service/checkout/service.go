@@ -45,8 +45,9 @@ type Service struct {
 	// afterWrite, when set (tests only), runs after each successful write
 	// of a batch (batch.go: write); an error it returns is that write's.
 	afterWrite func() error
-	// beforeInsert, when set (tests only), runs in a claim batch between
-	// its SELECT and its INSERT.
+	// beforeInsert, when set (tests only), runs in a claim batch before
+	// its INSERT: on SQLite after its SELECT, on PostgreSQL before the
+	// statement that reads and inserts (readAndInsert).
 	beforeInsert func()
 }
 
