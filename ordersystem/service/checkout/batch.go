@@ -16,8 +16,10 @@ import (
 // and so are their published marks (markPublished): a request hands its
 // work to a batcher and waits; a runner takes every job waiting, up to
 // Config.MaxBatch, and writes them with one statement per step for the
-// whole batch (one SELECT of every key, one multi-row INSERT, one UPDATE),
-// so that N orders cost the round trips and the WAL flush of one. A runner
+// whole batch (one SELECT of every key, one multi-row INSERT, one UPDATE;
+// on PostgreSQL the SELECT and the INSERT are one statement,
+// readAndInsert), so that N orders cost the round trips and the WAL flush
+// of one. A runner
 // starts when work arrives and fewer than the batcher's parallel runners
 // are busy, so a request that finds a runner free is written at once, alone
 // (no lingering: a batch is what queued while the previous one was being

@@ -105,8 +105,9 @@
 // and a runner writes every one waiting, up to Config.MaxBatch, with one
 // statement per step for the whole batch (one SELECT of every key, one
 // multi-row INSERT ... ON CONFLICT DO NOTHING in key order, one UPDATE of
-// every mark), so that a batch of N requests costs the round trips and the
-// commit (the WAL flush) of one. A request that finds a runner free is
+// every mark; on PostgreSQL the SELECT and the INSERT are one statement),
+// so that a batch of N requests costs the round trips and the commit (the
+// WAL flush) of one. A request that finds a runner free is
 // written at once, alone; batches form only while runners are busy. One
 // request's refusal (422, 400) fails only that request; an SQL error fails
 // the batch, whose requests are then written each alone, so that it fails
