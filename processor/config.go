@@ -307,7 +307,7 @@ func (c *cfg) validate() error {
 		errs = append(errs, errors.New("WithBatchHandler: nil, want a BatchHandler (leave the option out to handle records one at a time)"))
 	}
 	if !c.txn && (c.txnBatch != nil || c.txnBatchNil) {
-		errs = append(errs, errors.New("WithTxnBatchHandler: for NewTransactional only; New and NewQueue take a BatchHandler (WithBatchHandler)"))
+		errs = append(errs, errors.New("WithTxnBatchHandler: for NewTransactional only; New takes a BatchHandler (WithBatchHandler)"))
 	}
 	if c.dlqTopicSet && strings.TrimSpace(c.dlqTopic) == "" {
 		errs = append(errs, fmt.Errorf("DeadLetterTopic: empty, want a topic name (leave the option out for %q)", DLQTopic(c.group)))

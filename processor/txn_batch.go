@@ -20,9 +20,9 @@ import (
 // (the rows of every record's key) instead of one per record.
 //
 // The outputs of each record are produced in the Kafka transaction that
-// commits the record's offset, exactly as a TxnHandler's: the records of a
-// batch complete together, so their outputs and offsets go into one
-// transaction. The same rules hold as for TxnHandler: no side effects
+// commits the record's offset, exactly as a TxnHandler's: the records a
+// batch completes complete together, so their outputs and offsets go into
+// one transaction. The same rules hold as for TxnHandler: no side effects
 // outside Kafka (a batch whose result is discarded, by an abort, a
 // rebalance or a failure, runs again), outputs go to their Topic (or the
 // client's DefaultProduceTopic) and to the partitioner's partition.
@@ -32,10 +32,10 @@ import (
 // moment, up to MaxBatch, per lane (a partition in OrderPartition, a key
 // of one in OrderKey) consecutive records in offset order; the calling
 // worker does not linger for more. Records that failed before (they back
-// off in their lane), records whose outputs aborted a transaction, and the
-// records of a batch that failed as a whole are never put in a batch: they
-// run one at a time through the TxnHandler, with its attempts, backoff and
-// DLQ.
+// off in their lane), records whose outputs were refused by the brokers
+// (until they commit), and the records of a batch that failed as a whole
+// are never put in a batch: they run one at a time through the TxnHandler,
+// with its attempts, backoff and DLQ.
 //
 // Outcome, record by record:
 //   - nil: every record completes with outs[i];
@@ -109,12 +109,11 @@ func (c *cfg) txnBatchMax() int {
 }
 
 // batchableLocked reports whether rec, queued in a lane, may go into a
-// batch: it never failed, its batch never failed, and no record's outputs
-// are refused at the moment (a refused record must run alone, so that
-// t.unproducible dead-letters it; while any refusal is outstanding, which
-// is rare and ends at the next commit, every record runs alone). w.mu held.
+// batch: it never failed, its batch never failed, and its outputs were
+// never refused (such a record runs alone, so that t.unproducible
+// dead-letters it after MaxAttempts aborts). w.mu held.
 func (w *txnWork) batchableLocked(rec *txnRec) bool {
-	return w.t.cfg.txnBatch != nil && rec.it == nil && !rec.solo && w.t.refusedN.Load() == 0
+	return w.t.cfg.txnBatch != nil && rec.it == nil && !rec.solo && !w.t.refusedRec(rec.rec)
 }
 
 // txnShare is one lane's share of a batch: its first n queued records.
@@ -128,9 +127,11 @@ type txnShare struct {
 // batchable records and those of the other ready lanes, up to MaxBatch,
 // are given to the TxnBatchHandler without w.mu, and the outcome settled:
 // completed records wait for the next transaction, lanes with records left
-// are ready again (or aside for a failed record's backoff). w.mu held on
-// entry and on return.
-func (w *txnWork) runBatchLocked(l *txnLane) {
+// are ready again (or aside for a failed record's backoff). It reports
+// false, having done nothing, when l's first record is no longer batchable
+// (an output promise may record a refusal of it meanwhile, without w.mu):
+// the caller then runs it alone. w.mu held on entry and on return.
+func (w *txnWork) runBatchLocked(l *txnLane) bool {
 	t := w.t
 	maxN := t.cfg.txnBatchMax()
 	var shares []txnShare
@@ -144,6 +145,9 @@ func (w *txnWork) runBatchLocked(l *txnLane) {
 		shares = append(shares, txnShare{l, n})
 	}
 	take(l)
+	if len(recs) == 0 {
+		return false
+	}
 	if len(recs) < maxN && w.ready.len() > 0 {
 		w.ready.filter(func(o *txnLane) bool {
 			if len(recs) < maxN && o.gen == w.gen && o.queue.len() > 0 && w.batchableLocked(o.queue.first()) {
@@ -164,7 +168,7 @@ func (w *txnWork) runBatchLocked(l *txnLane) {
 	d := time.Since(start)
 	w.mu.Lock()
 	if gen != w.gen || ctx.Err() != nil {
-		return // dropped, or shutting down: the result is discarded (as a record's)
+		return true // dropped, or shutting down: the result is discarded (as a record's)
 	}
 	partial := partialOutcome(err, len(recs))
 	t.cfg.metrics.batchDone(t.cfg.group, len(recs), d, err != nil && partial == nil)
@@ -205,6 +209,7 @@ func (w *txnWork) runBatchLocked(l *txnLane) {
 		w.poke()
 		t.cancelPoll()
 	}
+	return true
 }
 
 // settlePartialLocked settles one lane's share of a batch that reported a
@@ -250,7 +255,9 @@ func outsAt(outs [][]*kgo.Record, i int) []*kgo.Record {
 // for the whole batch, tracing, a panic turned into an error, and its
 // result checked: outs of another length than recs, or an output that
 // cannot be produced, is an error of the whole batch. Outputs are given to
-// the tracer only when they are kept (the batch succeeded, or in part).
+// the tracer when the batch succeeded, in whole or in part (those of a
+// partial outcome's failed and not-handled records too: they are dropped
+// after).
 func (t *TxnProcessor) callTxnBatch(ctx context.Context, recs []*kgo.Record) (outs [][]*kgo.Record, err error) {
 	if t.cfg.handlerTimeout > 0 {
 		var cancel context.CancelFunc

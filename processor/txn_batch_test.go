@@ -324,4 +324,8 @@ func TestTxnBatchOptions(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "WithTxnBatchHandler: for NewTransactional only") {
 		t.Errorf("New with WithTxnBatchHandler: %v, want it refused", err)
 	}
+	_, err = NewQueue(Brokers("127.0.0.1:1"), Group("g"), Topics("in"), WithHandler(nop), bh)
+	if err == nil || !strings.Contains(err.Error(), "WithTxnBatchHandler") {
+		t.Errorf("NewQueue with WithTxnBatchHandler: %v, want it refused", err)
+	}
 }

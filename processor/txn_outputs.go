@@ -141,6 +141,18 @@ func (t *TxnProcessor) forgetRefusals(x *txnCut) {
 	t.refusedN.Store(int32(len(t.refused)))
 }
 
+// refusedRec reports whether an output of r was refused (counted in
+// refused, until r commits or its count is evicted).
+func (t *TxnProcessor) refusedRec(r *kgo.Record) bool {
+	if t.refusedN.Load() == 0 {
+		return false // the common case, without the lock
+	}
+	t.refusedMu.Lock()
+	defer t.refusedMu.Unlock()
+	_, ok := t.refused[tpo{r.Topic, r.Partition, r.Offset}]
+	return ok
+}
+
 // unproducible returns the permanent error of r once its outputs aborted
 // MaxAttempts transactions.
 func (t *TxnProcessor) unproducible(r *kgo.Record) error {

@@ -486,8 +486,7 @@ func (w *txnWork) worker() {
 			continue // dropped
 		}
 		rec, ctx := l.queue.first(), w.ctx
-		if w.batchableLocked(rec) {
-			w.runBatchLocked(l)
+		if w.batchableLocked(rec) && w.runBatchLocked(l) {
 			l = nil
 			continue
 		}

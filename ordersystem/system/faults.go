@@ -171,6 +171,9 @@ func (f *faults) txnBatchHandler(txnID string, h processor.TxnBatchHandler) proc
 	var once sync.Once
 	return func(ctx context.Context, recs []*kgo.Record) ([][]*kgo.Record, error) {
 		outs, err := h(ctx, recs)
+		if err != nil {
+			return outs, err // no output of it is produced: the single-record wrapper's rule
+		}
 		for i, o := range outs {
 			if len(o) > 0 && f.hit(FaultTermInTxn, fmt.Sprintf("transactional_id=%s batch=%d topic=%s partition=%d offset=%d", txnID, len(recs), recs[i].Topic, recs[i].Partition, recs[i].Offset)) {
 				once.Do(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGTERM) })

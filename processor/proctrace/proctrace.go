@@ -232,13 +232,16 @@ func (t *Tracer) Outputs(hctx context.Context, outs []*kgo.Record) {
 }
 
 // RecordOutputs implements processor.RecordOutputsTracer: the outputs of a
-// record transformed in a batch (processor.TxnBatchHandler) carry the
-// record's own trace context (its send span, from its headers), so that
-// they join the record's trace, as a record transformed alone does; a
-// record without a trace context gives its outputs the batch's (bctx).
+// record transformed in a batch (processor.TxnBatchHandler) join the
+// record's own trace: when the batch's span (bctx) is in that trace (a
+// batch of one record is that record's process span, as when it is
+// transformed alone) they are its children, otherwise children of the
+// record's send span (its headers' context). A record without a trace
+// context gives its outputs the batch's.
 func (t *Tracer) RecordOutputs(bctx context.Context, rec *kgo.Record, outs []*kgo.Record) {
 	ctx := bctx
-	if rc := t.Extract(context.Background(), rec); trace.SpanContextFromContext(rc).IsValid() {
+	if rc := t.Extract(context.Background(), rec); trace.SpanContextFromContext(rc).IsValid() &&
+		trace.SpanContextFromContext(rc).TraceID() != trace.SpanContextFromContext(bctx).TraceID() {
 		ctx = rc
 	}
 	for _, r := range outs {

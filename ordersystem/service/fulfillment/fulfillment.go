@@ -81,7 +81,8 @@ func (s *Service) Transform(ctx context.Context, r *kgo.Record) ([]*kgo.Record, 
 // lookup per event. outs[i] is recs[i]'s shipmentRequested record (none for
 // a REFUSED payment). A record that cannot be decoded or whose payment is
 // not confirmed is reported in a processor.FailRecords error (the runtime
-// dead-letters it, the others are done); when the payment records cannot be
+// dead-letters it; the batch's records before it in its lane are done, those
+// after it run again); when the payment records cannot be
 // read the whole batch fails, and the runtime transforms each record alone
 // with Transform, which retries the read (lookupWait). Payments without
 // BatchRecords are read one order at a time. Safe for concurrent use.

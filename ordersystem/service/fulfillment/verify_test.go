@@ -197,6 +197,50 @@ func TestUnreadableRecordIsTransient(t *testing.T) {
 	if calls < 2 {
 		t.Errorf("the record was read %d times before giving up; want retries", calls)
 	}
+	// In a batch, a read that fails fails the whole batch (not a
+	// BatchError: its records are then transformed alone, with the
+	// retries above), without retrying it itself.
+	calls = 0
+	outs2, err := svc.TransformBatch(ctx, []*kgo.Record{{Topic: order.TopicPaymentProcessed, Value: v}})
+	var be *processor.BatchError
+	if outs2 != nil || !errors.Is(err, down) || errors.As(err, &be) || calls != 1 {
+		t.Errorf("unreadable record in a batch: %d outputs, %v, %d reads; want none, the read error of the whole batch, one read", len(outs2), err, calls)
+	}
+}
+
+// TestTransformBatchWithoutBatchRecords: with a Records that is not a
+// BatchRecords, TransformBatch reads each order's record with Payment and
+// ships what Transform ships.
+func TestTransformBatchWithoutBatchRecords(t *testing.T) {
+	ctx := context.Background()
+	serde := schematest.Serde(t, nil)
+	at := time.Date(2010, 12, 1, 8, 26, 0, 0, time.UTC)
+	var recs []*kgo.Record
+	paid := map[string]fulfillment.Payment{}
+	for i := range 3 {
+		ev := order.PaymentProcessed{EventID: fmt.Sprintf("evt_%d", i), OrderID: fmt.Sprintf("ord_%d", i), CustomerID: "17850",
+			Status: order.PaymentPaid, Method: order.MethodWallet, Amount: 1000, Country: "France", ProcessedAt: at}
+		if i != 1 {
+			paid[ev.OrderID] = recordOf(ev) // ord_1 has no record: forged
+		}
+		v, err := serde.Encode(order.TopicPaymentProcessed, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Topic: order.TopicPaymentProcessed, Value: v})
+	}
+	svc := &fulfillment.Service{Serde: serde, Payments: recordsOf(paid)}
+	outs, err := svc.TransformBatch(ctx, recs)
+	var be *processor.BatchError
+	if !errors.As(err, &be) || be.Failed(1) == nil || be.Failed(0) != nil || be.Failed(2) != nil {
+		t.Fatalf("TransformBatch: %v; want a BatchError failing record 1 alone", err)
+	}
+	for _, i := range []int{0, 2} {
+		one, err := svc.Transform(ctx, recs[i])
+		if err != nil || len(outs[i]) != 1 || string(outs[i][0].Value) != string(one[0].Value) {
+			t.Errorf("record %d: %d outputs in the batch, alone %v; want Transform's shipment", i, len(outs[i]), err)
+		}
+	}
 }
 
 // heldPayments returns a SQLite database with the payments of orders

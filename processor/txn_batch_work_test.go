@@ -12,18 +12,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Review tests of the exactly-once mode's batches (txn_batch.go), at the
+// Tests of the exactly-once mode's batches (txn_batch.go) at the
 // level of the session's work (txnWork): no broker, the lanes and the
 // batch's settlement driven directly, so that an interleaving can be set up
 // deterministically.
 
-// reviewTxn is a TxnProcessor with bh as its TxnBatchHandler (its
+// workTxn is a TxnProcessor with bh as its TxnBatchHandler (its
 // TxnHandler echoes); conc workers run the work's lanes (0: none, the test
 // drives runBatchLocked itself).
-func reviewTxn(t *testing.T, bh TxnBatchHandler, conc int, opts ...TxnOpt) (*TxnProcessor, *txnWork) {
+func workTxn(t *testing.T, bh TxnBatchHandler, conc int, opts ...TxnOpt) (*TxnProcessor, *txnWork) {
 	t.Helper()
 	base := []TxnOpt{Brokers("127.0.0.1:1"), Group("g"), Topics("in"), WithTxnBatchHandler(bh)}
-	p, err := NewTransactional("review", echo, append(base, opts...)...)
+	p, err := NewTransactional("work", echo, append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,9 +33,9 @@ func reviewTxn(t *testing.T, bh TxnBatchHandler, conc int, opts ...TxnOpt) (*Txn
 	return p, w
 }
 
-// reviewPart gives the work partition in/part (no committed offset) and
+// workPart gives the work partition in/part (no committed offset) and
 // admits recs into it (offsets from 0, keys as given: "" for a null key).
-func reviewPart(w *txnWork, part int32, keys ...string) *txnPart {
+func workPart(w *txnWork, part int32, keys ...string) *txnPart {
 	k := tp{"in", part}
 	w.initParts([]tp{k}, nil)
 	w.mu.Lock()
@@ -70,16 +70,15 @@ func echoOuts(recs []*kgo.Record) [][]*kgo.Record {
 	return outs
 }
 
-// TestTxnBatchReviewNoEmptyBatch: the worker checks that the first record
-// of its lane is batchable (batchableLocked, which reads t.refusedN) and
-// runBatchLocked checks it again in take; refusedN is set without w.mu by
-// an output promise of the transaction being ended (outputPromise). When
-// it is set in between, take takes nothing, no other ready lane is
-// batchable either, and the TxnBatchHandler is called with no record at
-// all (its doc promises the records that could run, a handler may index
-// recs[0]). The interleaving is set up here by entering runBatchLocked
-// with the refusal already recorded, as the worker would after the race.
-func TestTxnBatchReviewNoEmptyBatch(t *testing.T) {
+// TestTxnBatchNoEmptyBatch: the worker checks that the first record of its
+// lane is batchable (batchableLocked) and runBatchLocked checks it again
+// when it takes the lane's records; a refusal of that record's outputs is
+// recorded without w.mu (outputPromise), so it may come in between. Then
+// runBatchLocked takes nothing and reports false (the worker runs the
+// record alone): the TxnBatchHandler is never called with no record. The
+// interleaving is set up by entering runBatchLocked with the refusal
+// already recorded, as the worker would after the race.
+func TestTxnBatchNoEmptyBatch(t *testing.T) {
 	var mu sync.Mutex
 	var sizes []int
 	bh := func(ctx context.Context, recs []*kgo.Record) ([][]*kgo.Record, error) {
@@ -88,36 +87,39 @@ func TestTxnBatchReviewNoEmptyBatch(t *testing.T) {
 		mu.Unlock()
 		return echoOuts(recs), nil
 	}
-	p, w := reviewTxn(t, bh, 0)
-	reviewPart(w, 0, "", "")
+	p, w := workTxn(t, bh, 0)
+	workPart(w, 0, "", "")
 	w.mu.Lock()
 	l := w.ready.pop()
 	if !w.batchableLocked(l.queue.first()) {
 		w.mu.Unlock()
 		t.Fatal("setup: the first record is not batchable")
 	}
-	// The worker has found it batchable; an output of the transaction
-	// being ended is refused now (outputPromise: no w.mu).
+	// The worker has found it batchable; an output of it, in the
+	// transaction being ended, is refused now (outputPromise: no w.mu).
+	p.refusedMu.Lock()
+	p.refused = map[tpo]*refusal{{"in", 0, 0}: {err: errors.New("MESSAGE_TOO_LARGE")}}
 	p.refusedN.Store(1)
-	w.runBatchLocked(l)
+	p.refusedMu.Unlock()
+	ran := w.runBatchLocked(l)
 	w.mu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
-	if slices.Contains(sizes, 0) {
-		t.Errorf("TxnBatchHandler called with an empty batch (calls of sizes %v)", sizes)
+	if ran || len(sizes) > 0 {
+		t.Errorf("runBatchLocked = %v with calls of sizes %v; want false and no call (the refused record runs alone)", ran, sizes)
 	}
 }
 
-// TestTxnBatchReviewRefusalOfAMovedPartition: batchableLocked puts no record
-// in a batch while any refusal is counted (t.refusedN > 0), "which is rare
-// and ends at the next commit". A refusal is forgotten only when its input
-// commits on this member (forgetRefusals); when the input's partition moves
-// to another member before that, the entry stays (up to maxRefused), and
-// batching is off on this member for good, though no record it holds was
-// ever refused.
-func TestTxnBatchReviewRefusalOfAMovedPartition(t *testing.T) {
+// TestTxnBatchRefusalOfAMovedPartition: only the record whose outputs were
+// refused is kept out of batches, not every record while a refusal is
+// counted. A refusal is forgotten only when its input commits on this
+// member (forgetRefusals); when the input's partition moves to another
+// member before that, the entry stays (up to maxRefused), and batching
+// would be off on this member for good if any refusal kept every record
+// alone.
+func TestTxnBatchRefusalOfAMovedPartition(t *testing.T) {
 	bh := func(ctx context.Context, recs []*kgo.Record) ([][]*kgo.Record, error) { return echoOuts(recs), nil }
-	p, w := reviewTxn(t, bh, 0)
+	p, w := workTxn(t, bh, 0)
 	// An output of in/3@42 was refused (the transaction aborted), then in/3
 	// was revoked: its input never commits here.
 	p.refusedMu.Lock()
@@ -127,7 +129,7 @@ func TestTxnBatchReviewRefusalOfAMovedPartition(t *testing.T) {
 	p.noteRebalance(map[string][]int32{"in": {3}})
 	// The next commits: records of in/0.
 	p.forgetRefusals(&txnCut{recs: []*txnRec{{rec: &kgo.Record{Topic: "in", Partition: 0, Offset: 7}}}})
-	ps := reviewPart(w, 0, "")
+	ps := workPart(w, 0, "")
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.batchableLocked(ps.lane.queue.first()) {
@@ -136,11 +138,11 @@ func TestTxnBatchReviewRefusalOfAMovedPartition(t *testing.T) {
 	}
 }
 
-// TestTxnBatchReviewDropMidBatch: a batch whose records are dropped while
+// TestTxnBatchDropMidBatch: a batch whose records are dropped while
 // the handler runs (an abort, a rebalance: drop) completes nothing, neither
 // in the old partition nor in the new generation, and the worker goes on
 // with the new generation's records.
-func TestTxnBatchReviewDropMidBatch(t *testing.T) {
+func TestTxnBatchDropMidBatch(t *testing.T) {
 	started := make(chan struct{}, 8)
 	release := make(chan struct{})
 	var mu sync.Mutex
@@ -156,11 +158,11 @@ func TestTxnBatchReviewDropMidBatch(t *testing.T) {
 		}
 		return echoOuts(recs), nil
 	}
-	_, w := reviewTxn(t, bh, 1)
-	old := reviewPart(w, 0, "", "", "")
+	_, w := workTxn(t, bh, 1)
+	old := workPart(w, 0, "", "", "")
 	<-started
 	w.drop()
-	fresh := reviewPart(w, 0, "")
+	fresh := workPart(w, 0, "")
 	close(release)
 	<-started // the second batch: the first one's settlement is over (one worker)
 	waitFor(t, 5*time.Second, "the new generation's record completed", func() bool {
@@ -178,21 +180,21 @@ func TestTxnBatchReviewDropMidBatch(t *testing.T) {
 	}
 }
 
-// TestTxnBatchReviewFailRecordsPerLane: FailRecords with a transient error
+// TestTxnBatchFailRecordsPerLane: FailRecords with a transient error
 // on a lane's second record (OrderKey): the lane's first record completes,
 // the failed one counts one attempt and the lane waits out its backoff
 // with it first, the lane's later record (reported done) does not
 // complete, and the other lane of the batch completes; lanes of other
 // partitions in the same batch complete too.
-func TestTxnBatchReviewFailRecordsPerLane(t *testing.T) {
+func TestTxnBatchFailRecordsPerLane(t *testing.T) {
 	var batch []*kgo.Record
 	bh := func(ctx context.Context, recs []*kgo.Record) ([][]*kgo.Record, error) {
 		batch = slices.Clone(recs)
 		return echoOuts(recs), FailRecords(map[int]error{1: errors.New("transient")})
 	}
-	_, w := reviewTxn(t, bh, 0, WithOrdering(OrderKey), Backoff(time.Hour, time.Hour))
-	p0 := reviewPart(w, 0, "a", "a", "a", "b", "b")
-	p1 := reviewPart(w, 1, "c")
+	_, w := workTxn(t, bh, 0, WithOrdering(OrderKey), Backoff(time.Hour, time.Hour))
+	p0 := workPart(w, 0, "a", "a", "a", "b", "b")
+	p1 := workPart(w, 1, "c")
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	l := w.ready.pop()
@@ -221,17 +223,17 @@ func TestTxnBatchReviewFailRecordsPerLane(t *testing.T) {
 	}
 }
 
-// TestTxnBatchReviewTimeout: a batch that outlives HandlerTimeout and
+// TestTxnBatchTimeout: a batch that outlives HandlerTimeout and
 // returns its context's error fails as a whole: nothing completes, no
 // attempt is counted, each record is marked to run alone and its lane is
 // ready again.
-func TestTxnBatchReviewTimeout(t *testing.T) {
+func TestTxnBatchTimeout(t *testing.T) {
 	bh := func(ctx context.Context, recs []*kgo.Record) ([][]*kgo.Record, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	_, w := reviewTxn(t, bh, 0, HandlerTimeout(20*time.Millisecond))
-	ps := reviewPart(w, 0, "", "")
+	_, w := workTxn(t, bh, 0, HandlerTimeout(20*time.Millisecond))
+	ps := workPart(w, 0, "", "")
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.runBatchLocked(w.ready.pop())
