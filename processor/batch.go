@@ -232,24 +232,36 @@ func (p *Processor) callBatch(lanes []batchLane, recs []*kgo.Record) (err error)
 			}
 		}
 	}
-	if p.cfg.handlerTimeout > 0 {
+	return callBatchHandler(ctx, &p.cfg, recs, func(ctx context.Context) error { return p.cfg.batch.handler(ctx, recs) }, nil)
+}
+
+// callBatchHandler runs call, one batch handler call for recs, as both
+// modes do: with HandlerTimeout for the whole batch, the tracer's Batch span
+// around it, a panic turned into an error, and an error returned once the
+// batch's context ended noted with that context's error. after, when set,
+// runs with the span's context and the result before the span ends.
+func callBatchHandler(ctx context.Context, c *cfg, recs []*kgo.Record, call func(ctx context.Context) error, after func(ctx context.Context, err error)) (err error) {
+	if c.handlerTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.cfg.handlerTimeout)
+		ctx, cancel = context.WithTimeout(ctx, c.handlerTimeout)
 		defer cancel()
 	}
 	var traced func(error)
-	if t := p.cfg.tracer; t != nil {
-		ctx, traced = t.Batch(ctx, p.cfg.group, recs)
+	if t := c.tracer; t != nil {
+		ctx, traced = t.Batch(ctx, c.group, recs)
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("batch %w", &PanicError{Value: r, Stack: debug.Stack()})
 		}
+		if after != nil {
+			after(ctx, err)
+		}
 		if traced != nil {
 			traced(err)
 		}
 	}()
-	if err := p.cfg.batch.handler(ctx, recs); err != nil {
+	if err := call(ctx); err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			return fmt.Errorf("%w (batch context: %w)", err, ctx.Err())
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -259,47 +258,40 @@ func outsAt(outs [][]*kgo.Record, i int) []*kgo.Record {
 // partial outcome's failed and not-handled records too: they are dropped
 // after).
 func (t *TxnProcessor) callTxnBatch(ctx context.Context, recs []*kgo.Record) (outs [][]*kgo.Record, err error) {
-	if t.cfg.handlerTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t.cfg.handlerTimeout)
-		defer cancel()
-	}
-	var traced func(error)
-	if tr := t.cfg.tracer; tr != nil {
-		ctx, traced = tr.Batch(ctx, t.cfg.group, recs)
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			outs, err = nil, fmt.Errorf("batch %w", &PanicError{Value: r, Stack: debug.Stack()})
+	call := func(ctx context.Context) error {
+		var err error
+		outs, err = t.cfg.txnBatch(ctx, recs)
+		if n := len(outs); outs != nil && n != len(recs) {
+			outs = nil
+			return fmt.Errorf("TxnBatchHandler returned outputs for %d records, want %d (one entry per record, or nil)", n, len(recs))
 		}
-		if outs != nil && t.cfg.tracer != nil && (err == nil || partialOutcome(err, len(recs)) != nil) {
-			if ro, ok := t.cfg.tracer.(RecordOutputsTracer); ok {
-				for i, o := range outs {
-					if len(o) > 0 {
-						ro.RecordOutputs(ctx, recs[i], o)
-					}
-				}
-			} else {
-				for _, o := range outs {
-					t.cfg.tracer.Outputs(ctx, o)
-				}
+		for i, o := range outs {
+			if cerr := t.checkOutputs(o); cerr != nil {
+				outs = nil
+				return fmt.Errorf("record %d of the batch: %w", i, cerr)
 			}
 		}
-		if traced != nil {
-			traced(err)
-		}
-	}()
-	outs, err = t.cfg.txnBatch(ctx, recs)
-	if outs != nil && len(outs) != len(recs) {
-		return nil, fmt.Errorf("TxnBatchHandler returned outputs for %d records, want %d (one entry per record, or nil)", len(outs), len(recs))
+		return err
 	}
-	for i, o := range outs {
-		if cerr := t.checkOutputs(o); cerr != nil {
-			return nil, fmt.Errorf("record %d of the batch: %w", i, cerr)
+	traceOutputs := func(ctx context.Context, err error) {
+		if outs == nil || t.cfg.tracer == nil || (err != nil && partialOutcome(err, len(recs)) == nil) {
+			return
+		}
+		if ro, ok := t.cfg.tracer.(RecordOutputsTracer); ok {
+			for i, o := range outs {
+				if len(o) > 0 {
+					ro.RecordOutputs(ctx, recs[i], o)
+				}
+			}
+			return
+		}
+		for _, o := range outs {
+			t.cfg.tracer.Outputs(ctx, o)
 		}
 	}
-	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-		return outs, fmt.Errorf("%w (batch context: %w)", err, ctx.Err())
+	err = callBatchHandler(ctx, &t.cfg, recs, call, traceOutputs)
+	if err != nil && partialOutcome(err, len(recs)) == nil {
+		outs = nil
 	}
 	return outs, err
 }
