@@ -295,7 +295,8 @@ func TestUpFlags(t *testing.T) {
 		{upQuick(t, "--max-batch", "-1"), []string{"--max-batch", ">= 0"}},
 		{upQuick(t, "--db-conns", "-1"), []string{"--db-conns", ">= 0"}},
 		{upQuick(t, "--checkout-db-conns", "-1"), []string{"--checkout-db-conns", ">= 0"}},
-		{upQuick(t, "--checkout-max-batch", "-2"), []string{"--checkout-max-batch", ">= 0"}},
+		{upQuick(t, "--checkout-max-batch", "-2"), []string{"--checkout-max-batch", "want 0 to 4096"}},
+		{upQuick(t, "--checkout-max-batch", "5000"), []string{"--checkout-max-batch 5000", "want 0 to 4096"}},
 		{upQuick(t, "--fetch-min-bytes", "0"), []string{"--fetch-min-bytes", "from 1"}},
 		{upQuick(t, "--fetch-max-wait", "0s"), []string{"--fetch-max-wait", "from 10ms to 10s"}},
 		{upQuick(t, "--fetch-max-wait", "9ms"), []string{"--fetch-max-wait", "from 10ms to 10s"}}, // franz-go's minimum

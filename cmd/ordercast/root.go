@@ -166,7 +166,7 @@ func (c *common) register(cmd *cobra.Command, embedded bool) {
 	f.IntVar(&c.concurrency, "concurrency", 16, "handler calls in parallel per group member")
 	f.IntVar(&c.dbConns, "db-conns", 0, "PostgreSQL connections in the pool this process's services share (0: 16)")
 	f.IntVar(&c.checkoutConns, "checkout-db-conns", 0, fmt.Sprintf("PostgreSQL connections in checkout's own pool, apart from the services' (0: %d; SQLite: checkout shares the services' database)", system.DefaultCheckoutDBConns))
-	f.IntVar(&c.checkoutBatch, "checkout-max-batch", 0, fmt.Sprintf("most concurrent requests whose Idempotency-Key rows (and published marks) checkout writes in one batch (0: %d; 1: each request alone)", checkout.DefaultMaxBatch))
+	f.IntVar(&c.checkoutBatch, "checkout-max-batch", 0, fmt.Sprintf("most concurrent requests whose Idempotency-Key rows (and published marks) checkout writes in one batch (0: %d; 1: each request alone; at most %d)", checkout.DefaultMaxBatch, checkout.MaxMaxBatch))
 	f.IntVar(&c.maxBatch, "max-batch", processor.DefaultMaxBatch, "most records the orders, payments and notifications groups apply in one database transaction, and fulfillment transforms with one payment lookup (0: one record at a time)")
 	f.IntVar(&c.fetchMinBytes, "fetch-min-bytes", system.DefaultFetchMinBytes, "fetch.min.bytes of every consumer group member: the broker answers a fetch once this many bytes are there, or after --fetch-max-wait (1: Kafka's default, at the first record; larger: fewer fetches and bigger batches per database transaction, for up to --fetch-max-wait more latency per hop)")
 	f.DurationVar(&c.fetchMaxWait, "fetch-max-wait", system.DefaultFetchMaxWait, fmt.Sprintf("fetch.max.wait.ms of every consumer group member: the longest the broker holds a fetch that has fewer than --fetch-min-bytes (%v to %v, whole milliseconds)", system.MinFetchMaxWait, system.MaxFetchMaxWait))
@@ -293,8 +293,8 @@ func (c *common) config() (system.Config, error) {
 			}
 		}
 	}
-	if c.checkoutBatch < 0 {
-		return cfg, fmt.Errorf("--checkout-max-batch %d: want >= 0 (0: the default, %d)", c.checkoutBatch, checkout.DefaultMaxBatch)
+	if c.checkoutBatch < 0 || c.checkoutBatch > checkout.MaxMaxBatch {
+		return cfg, fmt.Errorf("--checkout-max-batch %d: want 0 to %d (0: the default, %d)", c.checkoutBatch, checkout.MaxMaxBatch, checkout.DefaultMaxBatch)
 	}
 	cfg.Checkout.MaxBatch = c.checkoutBatch
 	switch {

@@ -30,6 +30,11 @@ import (
 // published marks) written in one batch.
 const DefaultMaxBatch = 64
 
+// MaxMaxBatch is the largest Config.MaxBatch: a claim batch is one statement
+// of up to 8 parameters a claim, under PostgreSQL's 65,535, with room to
+// spare.
+const MaxMaxBatch = 4096
+
 // Runners writing batches at once: SQLite has one writer (more runners
 // would only queue on its write lock, taking smaller batches); on
 // PostgreSQL two per kind keep a batch being written while the next one

@@ -147,8 +147,10 @@ type Config struct {
 	// MaxBatch is the most claims of concurrent requests (their
 	// Idempotency-Key rows) written together in one batch, and the most
 	// published marks (group commit: see the package doc). Default
-	// DefaultMaxBatch (64); 1 writes each request alone; negative is an
-	// error.
+	// DefaultMaxBatch (64); 1 writes each request alone; negative or over
+	// MaxMaxBatch is an error (a batch is one statement, and PostgreSQL's
+	// extended protocol takes at most 65,535 parameters: a claim takes up
+	// to 8).
 	MaxBatch int
 }
 
@@ -174,8 +176,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("checkout: Config.AuthRequired needs Config.Auth (a token verifier)")
 	case !(c.RateLimit >= 0) || math.IsInf(c.RateLimit, 0):
 		return c, fmt.Errorf("checkout: Config.RateLimit is %v, want >= 0 requests per second (0: no limit)", c.RateLimit)
-	case c.MaxBatch < 0:
-		return c, fmt.Errorf("checkout: Config.MaxBatch is %d, want >= 0 (0 means %d)", c.MaxBatch, DefaultMaxBatch)
+	case c.MaxBatch < 0 || c.MaxBatch > MaxMaxBatch:
+		return c, fmt.Errorf("checkout: Config.MaxBatch is %d, want 0 to %d (0 means %d)", c.MaxBatch, MaxMaxBatch, DefaultMaxBatch)
 	case c.RateBurst < 0:
 		return c, fmt.Errorf("checkout: Config.RateBurst is %d, want >= 0 (0: twice RateLimit)", c.RateBurst)
 	}

@@ -347,6 +347,8 @@ func TestNewConfigErrors(t *testing.T) {
 		{"no producer", func(c *checkout.Config) { c.Producer = nil }, checkout.ErrNoProducer},
 		{"negative timeout", func(c *checkout.Config) { c.ProduceTimeout = -time.Second }, nil},
 		{"negative body limit", func(c *checkout.Config) { c.MaxBodyBytes = -1 }, nil},
+		{"negative batch", func(c *checkout.Config) { c.MaxBatch = -1 }, nil},
+		{"batch over a statement's parameters", func(c *checkout.Config) { c.MaxBatch = checkout.MaxMaxBatch + 1 }, nil},
 		{"metrics registered twice", func(c *checkout.Config) { c.Registerer = e.reg }, nil},
 	}
 	for _, tc := range cases {
