@@ -449,4 +449,16 @@ func testIdempotencyKeyScopedByCaller(t *testing.T, db *store.DB) {
 	if status, id := e.requestRow("legacy"); status != "published" || id != old.OrderID {
 		t.Fatalf("unscoped row %s %s, want published %s", status, id, old.OrderID)
 	}
+	// The same customer reusing the key for another order gets that order
+	// (the unscoped row cannot say whose it is: its hash, which includes
+	// the customer, differs as another customer's would); a retry of the
+	// first request still replays the first order, not a 422 naming the
+	// second.
+	other := post(`{"customerId":"17850","lines":[{"stockCode":"85123A","quantity":9}]}`, tokA, "legacy").accepted(t)
+	if other.OrderID == old.OrderID {
+		t.Fatalf("17850's other request with the unscoped key: order %s, want a new one", other.OrderID)
+	}
+	if r := post(customerOrder, tokA, "legacy"); r.status != http.StatusAccepted || r.accepted(t).OrderID != old.OrderID {
+		t.Fatalf("17850's retry of the unscoped row after the key's reuse: %d %s, want a replay of %s", r.status, r.body, old.OrderID)
+	}
 }

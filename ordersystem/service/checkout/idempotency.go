@@ -350,7 +350,10 @@ func (s *Service) claimBatch(ctx context.Context, q execer, jobs []*claimJob) er
 	for i, j := range jobs {
 		key := j.key
 		row, found := rows[key]
-		if !found && j.legacyKey != "" {
+		if (!found || row.hash != j.hash) && j.legacyKey != "" {
+			// The unscoped row of this very request wins over a scoped
+			// row of another one (stored after the upgrade, when the
+			// key was reused for a different order).
 			if old, ok := rows[j.legacyKey]; ok && old.hash == j.hash {
 				row, found, key = old, true, j.legacyKey
 			}
