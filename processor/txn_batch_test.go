@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,44 @@ func checkEcho(t *testing.T, in, out []*kgo.Record, skip map[string]bool) {
 			t.Errorf("input %s: %d outputs, want %d", r.Value, got, want)
 		}
 	}
+}
+
+// aloneLog counts, by value, the records its handler (a TxnHandler that
+// echoes) transformed alone. Safe for concurrent use.
+type aloneLog struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (a *aloneLog) handler(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+	a.mu.Lock()
+	if a.n == nil {
+		a.n = map[string]int{}
+	}
+	a.n[string(r.Value)]++
+	a.mu.Unlock()
+	return echoOf(r), nil
+}
+
+// counts returns a copy of the counts.
+func (a *aloneLog) counts() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.n)
+}
+
+// runTxnBatch runs a member of group "g" on "in" in key order, with h and
+// bh, committing every 20 ms, with its metrics on the returned registry.
+func runTxnBatch(t *testing.T, addrs []string, id string, h TxnHandler, bh TxnBatchHandler, opts ...TxnOpt) (*prometheus.Registry, func()) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	base := []TxnOpt{Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderKey), WithTxnBatchHandler(bh),
+		CommitInterval(20 * time.Millisecond), WithMetrics(mustMetrics(t, reg))}
+	tp, err := NewTransactional(id, h, append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, testkafka.Run(t, tp)
 }
 
 // TestTxnBatchExactlyOnce: with a TxnBatchHandler every input has exactly one
@@ -172,7 +211,7 @@ func TestTxnBatchFallsBack(t *testing.T) {
 			produce(t, addrs, in...)
 			var mu sync.Mutex
 			failedOnce := map[string]bool{} // values whose batch failed
-			alone := map[string]int{}       // values the TxnHandler transformed
+			var singles aloneLog            // values the TxnHandler transformed
 			var failures atomic.Int64
 			bh := func(ctx context.Context, recs []*kgo.Record) ([][]*kgo.Record, error) {
 				if len(recs) > 1 && failures.Load() < 5 {
@@ -184,25 +223,9 @@ func TestTxnBatchFallsBack(t *testing.T) {
 					mu.Unlock()
 					return tc.fail(recs)
 				}
-				outs := make([][]*kgo.Record, len(recs))
-				for i, r := range recs {
-					outs[i] = echoOf(r)
-				}
-				return outs, nil
+				return echoOuts(recs), nil
 			}
-			h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-				mu.Lock()
-				alone[string(r.Value)]++
-				mu.Unlock()
-				return echoOf(r), nil
-			}
-			reg := prometheus.NewRegistry()
-			tp, err := NewTransactional("txn-fallback", h, Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderKey),
-				WithTxnBatchHandler(bh), CommitInterval(20*time.Millisecond), WithMetrics(mustMetrics(t, reg)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			stop := testkafka.Run(t, tp)
+			reg, stop := runTxnBatch(t, addrs, "txn-fallback", singles.handler, bh)
 			out := readCommitted(t, addrs, "out", n, 30*time.Second)
 			stop()
 			checkEcho(t, in, out, nil)
@@ -211,6 +234,7 @@ func TestTxnBatchFallsBack(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			alone := singles.counts()
 			for v := range failedOnce {
 				if alone[v] != 1 {
 					t.Errorf("%s: its batch failed, transformed alone %d times, want 1", v, alone[v])
@@ -242,7 +266,7 @@ func TestTxnBatchPartial(t *testing.T) {
 	produce(t, addrs, in...)
 	var mu sync.Mutex
 	stopped := map[string]bool{} // the records a batch stopped at
-	alone := map[string]int{}
+	var singles aloneLog
 	bh := func(ctx context.Context, recs []*kgo.Record) ([][]*kgo.Record, error) {
 		outs := make([][]*kgo.Record, len(recs))
 		for i, r := range recs {
@@ -260,25 +284,13 @@ func TestTxnBatchPartial(t *testing.T) {
 		}
 		return outs, nil
 	}
-	h := func(ctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
-		mu.Lock()
-		alone[string(r.Value)]++
-		mu.Unlock()
-		return echoOf(r), nil
-	}
-	reg := prometheus.NewRegistry()
-	tp, err := NewTransactional("txn-partial", h, Brokers(addrs...), Group("g"), Topics("in"), WithOrdering(OrderKey),
-		WithTxnBatchHandler(bh), CommitInterval(20*time.Millisecond), Backoff(time.Millisecond, 5*time.Millisecond),
-		WithMetrics(mustMetrics(t, reg)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := testkafka.Run(t, tp)
+	reg, stop := runTxnBatch(t, addrs, "txn-partial", singles.handler, bh, Backoff(time.Millisecond, 5*time.Millisecond))
 	out := readCommitted(t, addrs, "out", n, 30*time.Second)
 	stop()
 	checkEcho(t, in, out, nil)
 	mu.Lock()
 	defer mu.Unlock()
+	alone := singles.counts()
 	if len(stopped) == 0 {
 		t.Fatal("no batch stopped part-way: the partial outcome was not exercised")
 	}
