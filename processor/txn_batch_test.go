@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,11 +79,22 @@ func (a *aloneLog) handler(_ context.Context, r *kgo.Record) ([]*kgo.Record, err
 	return echoOf(r), nil
 }
 
-// counts returns a copy of the counts.
-func (a *aloneLog) counts() map[string]int {
+// check fails t unless the records transformed alone are exactly those of
+// failed (values whose batch failed them), each once.
+func (a *aloneLog) check(t *testing.T, failed map[string]bool) {
+	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return maps.Clone(a.n)
+	for v := range failed {
+		if a.n[v] != 1 {
+			t.Errorf("%s: failed in its batch, transformed alone %d times, want 1", v, a.n[v])
+		}
+	}
+	for v, c := range a.n {
+		if !failed[v] {
+			t.Errorf("%s: transformed alone %d times though no batch failed it", v, c)
+		}
+	}
 }
 
 // runTxnBatch runs a member of group "g" on "in" in key order, with h and
@@ -234,17 +244,7 @@ func TestTxnBatchFallsBack(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			alone := singles.counts()
-			for v := range failedOnce {
-				if alone[v] != 1 {
-					t.Errorf("%s: its batch failed, transformed alone %d times, want 1", v, alone[v])
-				}
-			}
-			for v, c := range alone {
-				if !failedOnce[v] {
-					t.Errorf("%s: transformed alone %d times though its batch never failed", v, c)
-				}
-			}
+			singles.check(t, failedOnce)
 			if got := counterValue(t, reg, "ordercast_consumer_batch_fallbacks_total"); got != float64(failures.Load()) {
 				t.Errorf("batch_fallbacks_total = %v, want %d", got, failures.Load())
 			}
@@ -290,20 +290,10 @@ func TestTxnBatchPartial(t *testing.T) {
 	checkEcho(t, in, out, nil)
 	mu.Lock()
 	defer mu.Unlock()
-	alone := singles.counts()
 	if len(stopped) == 0 {
 		t.Fatal("no batch stopped part-way: the partial outcome was not exercised")
 	}
-	for v := range stopped {
-		if alone[v] != 1 {
-			t.Errorf("%s: failed in its batch, retried alone %d times, want 1", v, alone[v])
-		}
-	}
-	for v, c := range alone {
-		if !stopped[v] {
-			t.Errorf("%s: transformed alone %d times though no batch failed it", v, c)
-		}
-	}
+	singles.check(t, stopped)
 	if got := counterValue(t, reg, "ordercast_consumer_records_failed_total"); got != float64(len(stopped)) {
 		t.Errorf("records_failed_total = %v, want %d (one failed attempt per stopped record)", got, len(stopped))
 	}
