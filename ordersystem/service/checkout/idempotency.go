@@ -307,7 +307,8 @@ func (s *Service) runClaims(jobs []*claimJob) {
 // claimBatch decides and writes the claims of jobs (distinct keys: keyLocks
 // holds each key in one claim at a time per process): one SELECT of every
 // key (and legacy key), then, for the keys without a row, one multi-row
-// INSERT ... ON CONFLICT DO NOTHING RETURNING, in key order (two processes'
+// INSERT ... ON CONFLICT DO NOTHING RETURNING, in key order (on PostgreSQL
+// both in one statement, readAndInsert) (two processes'
 // batches then take the keys' index locks in one order and cannot
 // deadlock), then one SELECT of the keys another writer inserted first,
 // whose rows are followed as existing ones. A claim's refusal (422 reused
@@ -339,7 +340,7 @@ func (s *Service) claimBatch(ctx context.Context, q execer, jobs []*claimJob) er
 		if s.beforeInsert != nil {
 			s.beforeInsert()
 		}
-		rows, inserted, err = s.readAndInsert(ctx, q, jobs)
+		rows, inserted, err = s.readAndInsert(ctx, q, jobs, keys)
 	} else {
 		rows, err = s.getRequests(ctx, q, keys)
 	}
@@ -422,17 +423,18 @@ func (s *Service) claimBatch(ctx context.Context, q execer, jobs []*claimJob) er
 }
 
 // readAndInsert is getRequests and insertRequests in one statement
-// (PostgreSQL): it reads the rows of jobs' keys and legacy keys and, in the
-// same statement, inserts the pending row of each job that may be new (not
-// issuedOnly, no freshErr) and whose key has no row and whose legacy key no
-// row of the same request (as claimBatch decides from the rows read), in
-// key order, ON CONFLICT DO NOTHING. It returns the rows read, as of the
+// (PostgreSQL): it reads the rows of keys (jobs' keys and legacy keys,
+// duplicates allowed) and, in the same statement, inserts the pending row
+// of each job that may be new (not issuedOnly, no freshErr) and whose key
+// has no row and whose legacy key no row of the same request (as
+// claimBatch decides from the rows read), in key order, ON CONFLICT DO
+// NOTHING. It returns the rows read, as of the
 // statement's start (the inserted rows are not among them), and the keys it
 // inserted; a key another writer inserted after the statement's snapshot is
 // in neither (claimBatch reads it again). One round trip and one
 // transaction instead of two: checkout's claims are most of the order
 // system's statements when they come one at a time.
-func (s *Service) readAndInsert(ctx context.Context, q execer, jobs []*claimJob) (map[string]requestRow, map[string]bool, error) {
+func (s *Service) readAndInsert(ctx context.Context, q execer, jobs []*claimJob, keys []string) (map[string]requestRow, map[string]bool, error) {
 	var b strings.Builder
 	args := make([]any, 0, 8*len(jobs))
 	arg := func(v any) string {
@@ -441,17 +443,12 @@ func (s *Service) readAndInsert(ctx context.Context, q execer, jobs []*claimJob)
 	}
 	b.WriteString(`WITH found AS (SELECT idempotency_key, request_hash, order_id, event_id, status, payload, response_status, response_body
 		FROM checkout_requests WHERE idempotency_key IN (`)
-	seen := make(map[string]bool, 2*len(jobs))
-	for _, j := range jobs {
-		for _, k := range []string{j.key, j.legacyKey} {
-			if k != "" && !seen[k] {
-				if len(seen) > 0 {
-					b.WriteString(", ")
-				}
-				seen[k] = true
-				b.WriteString(arg(k))
-			}
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
 		}
+		b.WriteString(arg(k))
 	}
 	b.WriteString(`))`)
 	var values []string
@@ -481,7 +478,7 @@ func (s *Service) readAndInsert(ctx context.Context, q execer, jobs []*claimJob)
 		return nil, nil, fmt.Errorf("claim checkout requests: %w", err)
 	}
 	defer rs.Close()
-	rows := make(map[string]requestRow, len(seen))
+	rows := make(map[string]requestRow, len(keys))
 	inserted := make(map[string]bool, len(values))
 	for rs.Next() {
 		var (
