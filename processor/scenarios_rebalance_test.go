@@ -178,7 +178,18 @@ func TestS01_CommitAfterRevoke(t *testing.T) {
 		mu.Lock()
 		armed = true
 		mu.Unlock()
-		<-holding
+		// More records on every partition, so that A commits all four
+		// again after arming, however far it got with the first ones.
+		var more []*kgo.Record
+		for i := range 4 * perPart {
+			more = append(more, &kgo.Record{Topic: "in", Partition: int32(i % 4), Key: []byte(strconv.Itoa(i)), Value: val(4*perPart + i)})
+		}
+		produce(t, addrs, more...)
+		select {
+		case <-holding:
+		case <-time.After(20 * time.Second):
+			t.Fatal("A never committed all four partitions after arming")
+		}
 		// A's session is lost; B joins.
 		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: "g", Err: kerr.UnknownMemberID, Count: 1,
 			When: func(r kmsg.Request) bool { return r.(*kmsg.HeartbeatRequest).MemberID == aID }})
@@ -204,7 +215,7 @@ func TestS01_CommitAfterRevoke(t *testing.T) {
 			t.Fatalf("committed offset of in[%d] moved backwards %d -> %d: A's stale commit (%d) was accepted", target, before, after, held[target])
 		}
 		waitFor(t, 20*time.Second, "everything committed", func() bool {
-			return committedEquals(t, addrs, "g", map[tp]int64{{"in", 0}: perPart, {"in", 1}: perPart, {"in", 2}: perPart, {"in", 3}: perPart})
+			return committedEquals(t, addrs, "g", map[tp]int64{{"in", 0}: 2 * perPart, {"in", 1}: 2 * perPart, {"in", 2}: 2 * perPart, {"in", 3}: 2 * perPart})
 		})
 		b.stop()
 		cancel()
